@@ -1,0 +1,63 @@
+# livelab: every target a user or CI runs. `make help` lists them.
+SHELL := /bin/bash
+LAB := .venv/bin/lab
+PYTEST := .venv/bin/pytest
+TOPOLOGY ?= netns
+CLIENT ?=
+N ?= 1
+DURATION ?=
+RUN_ARGS = --topology $(TOPOLOGY) -n $(N) $(if $(CLIENT),--client $(CLIENT)) $(if $(DURATION),--duration $(DURATION))
+
+.DEFAULT_GOAL := help
+.PHONY: help setup test test-unit test-netns test-e2e lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-all bench soak down clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@echo "  variables: TOPOLOGY=netns|compose  CLIENT=probe|recovery|naive  N=runs  DURATION=seconds"
+
+setup: ## install system tools (root) and the project venv; idempotent
+	@scripts/setup.sh
+
+test: setup ## run every test: units, namespaces (root), one Compose end-to-end run
+	$(PYTEST) -q
+
+test-unit: setup ## pure unit tests only (no root, no network)
+	$(PYTEST) -q tests/unit
+
+test-netns: setup ## integration tests in network namespaces (root)
+	$(PYTEST) -q tests/integration
+
+test-e2e: setup ## the Compose end-to-end run (installs and starts dockerd if needed)
+	$(PYTEST) -q tests/e2e
+
+lab-b1: setup ## B1 silent loss: the path never returns (DURATION=900 by default)
+	$(LAB) run b1-silent-loss $(RUN_ARGS)
+
+lab-b2: setup ## B2 path return: refused until the client closes the old connection
+	$(LAB) run b2-path-return $(RUN_ARGS)
+
+lab-r1: setup ## round 1: idle abort, clean close, abort while speaking
+	$(LAB) run r1-idle-abort-immediate r1-idle-abort-delayed r1-clean-close r1-abort-speaking $(RUN_ARGS)
+
+lab-r2: setup ## round 2: application-level freeze through the CONNECT proxy
+	$(LAB) run r2-freeze $(RUN_ARGS)
+
+lab-s2: setup ## stage 2: the reference recovery client, with and without the status note
+	$(LAB) run s2-recovery s2-recovery-no-note s2-control $(RUN_ARGS)
+
+lab-all: setup ## every scenario in the catalogue
+	$(LAB) run --all $(RUN_ARGS)
+
+bench: setup ## benchmarks: twin, fault onset, recovery (prints figures and ratios)
+	$(LAB) bench twin
+	$(LAB) bench faults
+	$(LAB) bench recovery
+
+soak: setup ## live soak against your key (GEMINI_API_KEY): scenarios repeated, one summary
+	$(LAB) soak --endpoint live $(if $(DURATION),--duration $(DURATION))
+
+down: ## remove whatever a killed run left behind (rules, namespaces, processes, containers)
+	$(LAB) down
+
+clean: down ## remove results and the venv
+	rm -rf captures/*/ .venv .pytest_cache

@@ -1,0 +1,23 @@
+"""One error type that the CLI turns into one clear line and a non-zero exit.
+
+Every room raises a LabError (or a subclass) for bad input or a missing capability; the CLI prints
+`lab: <message>` and exits with `code`. Nothing already recorded is removed on the way out.
+"""
+
+
+class LabError(Exception):
+    code = 2
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class ScenarioError(LabError):
+    """A malformed scenario file; the message names the file and line."""
+
+
+class CapabilityError(LabError):
+    """The machine lacks something a run needs (root, NET_ADMIN, netem, Docker, a tool)."""
+    code = 3

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what the lab needs on a fresh Debian/Ubuntu machine (as root), then the project's venv.
+# Idempotent: it skips what is already there, so `make` can call it before every target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+for tool in iptables:iptables tcpdump:tcpdump tshark:tshark editcap:tshark mergecap:tshark \
+            espeak-ng:espeak-ng ip:iproute2 ss:iproute2 nsenter:util-linux; do
+  cmd=${tool%%:*}; pkg=${tool##*:}
+  command -v "$cmd" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: missing system tools (${need_apt[*]}); run as root or install them: apt-get install ${need_apt[*]}" >&2
+    exit 3
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${need_apt[@]}" | sort -u) >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
+  # pip warns about index locations this machine configures but lacks; keep the log readable
+  .venv/bin/pip install -q -e '.[test]' 2>&1 | grep -vE '^WARNING: Location|BuildBackendWarning|^ *(!!|\*+|Please be careful|name as your package|with strategy|)$' || true
+  .venv/bin/python -c 'import lab, google.genai, websockets, pyroute2, scapy, yaml' \
+    || { echo "setup: the project venv did not install; see the pip output above" >&2; exit 3; }
+  touch "$stamp"
+fi
