@@ -1,0 +1,23 @@
+"""`lab bench twin|faults|recovery`: benchmarks that print figures and ratios, never assert."""
+from __future__ import annotations
+
+import importlib
+
+from lab.errors import LabError
+
+BENCHES = {"twin": "lab.bench.twin", "faults": "lab.bench.faults", "recovery": "lab.bench.recovery"}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="run a benchmark and print its figures")
+    p.add_argument("which", choices=sorted(BENCHES))
+    p.add_argument("rest", nargs="*", help="options for that benchmark (after --)")
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    try:
+        mod = importlib.import_module(BENCHES[args.which])
+    except ModuleNotFoundError as e:
+        raise LabError(f"benchmark {args.which!r} is not available: {e}")
+    return mod.main(args.rest)
