@@ -116,6 +116,15 @@ class EventLog:
         self._waiters.append((pred, fut))
         return await asyncio.wait_for(fut, timeout)
 
+    async def wait_until(self, pred: Callable[[Event], bool], timeout: float | None = None) -> Event:
+        """The first event (already recorded or future) for which pred is true."""
+        for e in self.events:
+            if pred(e):
+                return e
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiters.append((pred, fut))
+        return await asyncio.wait_for(fut, timeout)
+
     def close(self) -> None:
         if self._fh:
             self._fh.close()

@@ -7,8 +7,13 @@ runs. The orchestrator only uses this interface, so every scenario runs in eithe
 from __future__ import annotations
 
 import abc
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
+
+from lab.errors import CapabilityError
 
 
 class Topology(abc.ABC):
@@ -47,6 +52,69 @@ class Topology(abc.ABC):
     @abc.abstractmethod
     def capture_stop(self) -> list[Path]:
         """Stop the capture; return the raw pcap files it wrote."""
+
+    # ---- shared: the twin and the proxy run in the endpoint's namespace ---------------------------
+    def endpoint_exec(self, argv: list[str], **popen_kw) -> subprocess.Popen:
+        """Start a process in the endpoint's namespace (topologies that run the twin themselves)."""
+        raise NotImplementedError
+
+    def start_twin(self, api_key: str, log_path: Path, t0: float, extra: list[str] = (),
+                   timeout: float = 20.0) -> None:
+        """Start `lab twin serve` on the endpoint node and wait until its CA exists and it listens."""
+        cert_dir = Path(self.ca_path).parent
+        argv = [sys.executable, "-m", "lab", "twin", "serve", "--host", self.endpoint_host,
+                "--port", str(self.endpoint_port), "--cert-dir", str(cert_dir), "--api-key", api_key,
+                "--log", str(log_path), "--t0", repr(t0), *extra]
+        self._twin = self.endpoint_exec(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self._wait_ready(self._twin, "twin", timeout)
+
+    def start_proxy(self, timeout: float = 20.0) -> None:
+        """Start the freeze proxy on the endpoint node (scenarios with endpoint: {via: proxy})."""
+        h = self.endpoint_host
+        argv = [sys.executable, "-m", "lab", "proxy", "serve", "--listen", f"{h}:{self.proxy_port}",
+                "--control", f"{h}:{self.proxy_control_port}"]
+        self._proxy = self.endpoint_exec(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self._wait_ready(self._proxy, "proxy", timeout)
+
+    proxy_port = 8080
+    proxy_control_port = 8081
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://{self.endpoint_host}:{self.proxy_port}"
+
+    @property
+    def proxy_control_url(self) -> str:
+        return f"http://{self.endpoint_host}:{self.proxy_control_port}"
+
+    @staticmethod
+    def _wait_ready(proc: subprocess.Popen, what: str, timeout: float) -> None:
+        """The service prints a line containing 'listening' once it accepts connections."""
+        deadline = time.time() + timeout
+        seen = []
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                if proc.poll() is not None:
+                    break
+                continue
+            seen.append(line.rstrip())
+            if "listening" in line.lower():
+                return
+        proc.kill()
+        raise CapabilityError(f"the {what} did not start: {' | '.join(seen[-3:]) or 'no output'}")
+
+    def stop_services(self) -> None:
+        for name in ("_twin", "_proxy"):
+            p = getattr(self, name, None)
+            if p and p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
 
     def __enter__(self):
         self.up()

@@ -1,0 +1,307 @@
+"""The run agent: lives inside the client's network namespace and plays one scenario's timeline.
+
+Client, faults and clock are in one process, so a fault lands a millisecond or two after its
+anchor (a rule applied from here takes ~1.5 ms; `docker exec` would take ~70 ms). The agent writes
+events.jsonl as things happen and prints one progress line per step and every few seconds, which
+the orchestrator relays to the user. It always heals (clears every fault) on the way out, even on
+an exception, SIGINT or SIGTERM.
+
+Invoked by the orchestrator as `lab agent --scenario NAME --run-dir DIR --base-url URL ...` inside
+the client's namespace (ip netns exec, or docker compose exec).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from lab import scenario as scenario_mod
+from lab.errors import LabError
+from lab.events import Event, EventLog
+
+STATUS_QUESTION_HINT = "did you book"
+
+
+class Agent:
+    def __init__(self, scn: scenario_mod.Scenario, client_name: str, run_dir: Path, endpoint,
+                 t0: float | None = None, duration: float | None = None, proxy_control: str | None = None,
+                 endpoint_ip: str | None = None, progress=print):
+        self.scn = scn
+        self.client_name = client_name
+        self.run_dir = run_dir
+        self.endpoint = endpoint
+        self.duration = float(duration or scn.duration)
+        self.proxy_control = proxy_control
+        self.endpoint_ip = endpoint_ip
+        self.progress = progress
+        self.log = EventLog(run_dir / "events.jsonl", t0=t0)
+        self.table = None       # netem.table.FaultTable, created lazily: a run with no fault needs no root
+        self.client = None
+        self.loss_ms: float | None = None
+        self.steps_done: list[str] = []
+
+    # ---- anchors -------------------------------------------------------------------------------
+    def _anchor_pred(self, at: str):
+        log = self.log
+
+        def after_loss(e: Event) -> bool:
+            return self.loss_ms is not None and e.ms >= self.loss_ms
+
+        if at == "start":
+            return lambda e: e.kind == "run.start"
+        if at == "setup_complete":
+            return lambda e: e.kind == "conn.setup_complete"
+        if at == "tool_call":
+            return lambda e: e.kind == "tool.call"
+        if at == "commit":
+            return lambda e: e.kind == "backend.commit"
+        if at == "first_audio":
+            return lambda e: e.kind == "model.audio" and bool(e.get("first"))
+        if at == "loss":
+            return lambda e: e.kind == "loss"
+        if at == "detected":
+            return lambda e: e.kind == "loss.detected"
+        if at == "recovered":
+            return lambda e: after_loss(e) and (
+                (e.kind == "resume.result" and e.get("ok")) or e.kind == "session.restored")
+        if at == "answered":
+            def answered(e: Event) -> bool:
+                says = log.find("user.say")
+                return bool(says) and e.kind == "model.text" and e.ms > says[-1].ms
+            return answered
+        if at.startswith("step:"):
+            sid = at[5:]
+            return lambda e: e.kind == "step" and e.get("id") == sid
+        raise LabError(f"unknown anchor {at!r}")
+
+    # ---- step execution ------------------------------------------------------------------------
+    def _mark_loss(self, how: str) -> None:
+        if self.loss_ms is None:
+            ev = self.log.write("loss", src="agent", how=how)
+            self.loss_ms = ev.ms
+
+    def _fault_spec(self, spec: dict) -> dict:
+        spec = dict(spec)
+        target = spec.pop("target", "flow")
+        if spec["kind"] == "netem":
+            return spec
+        if target == "flow":
+            flow = self.client.flow()
+            if not flow:
+                raise LabError("the fault targets the client's open connection, but it has none")
+            src, sport, dst, dport = flow
+            spec["flow"] = {"src": src, "sport": sport, "dst": dst, "dport": dport}
+        else:
+            dst, dport = (self.client.flow() or (None, None, self.endpoint_ip, None))[2:]
+            spec["dst"] = dst
+            if dport:
+                spec["dport"] = dport
+        return spec
+
+    def _faults(self):
+        if self.table is None:
+            from netem.table import FaultTable
+            self.table = FaultTable()
+        return self.table
+
+    def _proxy(self, verb: str) -> None:
+        if not self.proxy_control:
+            raise LabError(f"action {verb!r} needs the freeze proxy (endpoint: {{via: proxy}})")
+        req = urllib.request.Request(f"{self.proxy_control.rstrip('/')}/{verb}", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            resp.read()
+
+    async def _execute(self, step: scenario_mod.Step) -> None:
+        if step.say is not None:
+            await self.client.say(self.scn.script[step.say], step.say)
+        elif step.fault is not None:
+            from netem.faults import build
+            spec = self._fault_spec(step.fault)
+            fault = build(spec)
+            self._faults().apply(fault)
+            self.log.write("fault.apply", src="agent", name=fault.name, spec=spec)
+            self._mark_loss(f"fault:{spec['kind']}")
+        elif step.heal:
+            if self.table is not None:
+                self.table.clear_all()
+            self.log.write("fault.clear", src="agent", name="all")
+        elif step.action in ("freeze", "unfreeze", "proxy_close"):
+            self._proxy({"proxy_close": "close"}.get(step.action, step.action))
+            self.log.write("action", src="agent", what=step.action)
+            if step.action == "freeze":
+                self._mark_loss("freeze")
+        else:
+            self.log.write("action", src="agent", what=step.action)
+            if step.action in ("abort", "close") and self.loss_ms is None:
+                self._mark_loss(step.action)
+            await self.client.action(step.action)
+
+    async def _run_step(self, i: int, step: scenario_mod.Step) -> None:
+        await self.log.wait_until(self._anchor_pred(step.at))
+        if step.plus:
+            await asyncio.sleep(step.plus)
+        label = step.id or f"#{i}"
+        try:
+            await self._execute(step)
+        except LabError:
+            raise
+        except Exception as e:  # a step that fails is recorded, and the run goes on to its end
+            self.log.write("step.error", src="agent", id=label, error=f"{type(e).__name__}: {e}")
+            self.progress(f"[{self.log.now_ms() / 1000:7.1f}s] step {label} failed: {type(e).__name__}: {e}")
+        self.log.write("step", src="agent", id=label, what=step.describe(), note=step.note)
+        self.steps_done.append(label)
+        self.progress(f"[{self.log.now_ms() / 1000:7.1f}s] {step.describe()}" + (f" ({step.note})" if step.note else ""))
+
+    # ---- progress ------------------------------------------------------------------------------
+    def _status_line(self) -> str:
+        atts = self.log.find("resume.result")
+        ok = sum(1 for e in atts if e.get("ok"))
+        codes: dict[Any, int] = {}
+        for e in atts:
+            if not e.get("ok"):
+                codes[e.get("code")] = codes.get(e.get("code"), 0) + 1
+        refused = ", ".join(f"{n}x{c}" for c, n in codes.items()) or "none"
+        el = self.log.now_ms() / 1000
+        return (f"[{el:7.1f}s] elapsed {el:.0f}s, remaining {max(0.0, self.duration - el):.0f}s | "
+                f"resume attempts {len(atts)} (ok {ok}, refused {refused}) | "
+                f"bookings {len(self.log.find('backend.commit'))}")
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(10)
+            self.progress(self._status_line())
+
+    async def _end_condition(self, says_expected: int) -> None:
+        if self.scn.end == "duration":
+            await asyncio.sleep(self.duration)
+            return
+
+        def last_answered(e: Event) -> bool:
+            says = self.log.find("user.say")
+            return (len(says) >= says_expected and e.kind == "model.turn_complete"
+                    and e.ms > says[-1].ms and bool(self.log.find("model.text")) and
+                    self.log.find("model.text")[-1].ms > says[-1].ms)
+
+        try:
+            await self.log.wait_until(last_answered, timeout=self.duration)
+            await asyncio.sleep(1.0)  # let the tail of the answer and any late frames land in the record
+        except asyncio.TimeoutError:
+            pass
+
+    # ---- the run -------------------------------------------------------------------------------
+    async def run(self) -> int:
+        from lab.backend import Backend
+        from lab.clients import get as get_client
+        from lab.clients.base import ClientContext
+
+        backend = Backend(self.log, commit_after_s=float(self.scn.backend.get("commit_after_s", 4.0)))
+        ctx = ClientContext(endpoint=self.endpoint, log=self.log, backend=backend,
+                            params=self.scn.params_for(self.client_name), speech=self.scn.input == "speech")
+        self.client = get_client(self.client_name)(ctx)
+        steps = [s for s in self.scn.timeline if s.applies_to(self.client_name)]
+        says_expected = sum(1 for s in steps if s.say is not None)
+        self.log.write("run.start", src="agent", scenario=self.scn.name, client=self.client_name,
+                       duration=self.duration, endpoint=self.endpoint.base_url, speech=ctx.speech)
+        self.progress(f"[    0.0s] {self.scn.name}: {self.scn.title} (client {self.client_name}, "
+                      f"up to {self.duration:.0f}s)")
+        status, error = "ok", None
+        tasks: list[asyncio.Task] = []
+        try:
+            await self.client.start()
+            tasks = [asyncio.create_task(self._run_step(i, s)) for i, s in enumerate(steps)]
+            tasks.append(asyncio.create_task(self._ticker()))
+            ender = asyncio.create_task(self._end_condition(says_expected))
+            pending = set(tasks[:-1]) | {ender}
+            while ender in pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    if t is not ender and t.exception():
+                        raise t.exception()
+        except LabError as e:
+            status, error = "error", str(e)
+        except asyncio.CancelledError:
+            status, error = "interrupted", "the run was interrupted"
+        except Exception as e:
+            status, error = "error", f"{type(e).__name__}: {e}"
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.heal()
+            try:
+                await asyncio.wait_for(self.client.stop(), 10)
+            except Exception:
+                pass
+            not_reached = [s.describe() for i, s in enumerate(steps) if (s.id or f"#{i}") not in self.steps_done]
+            self.log.write("run.end", src="agent", status=status, error=error, not_reached=not_reached,
+                           bookings=len(backend.ledger()) if hasattr(backend, "ledger") else None)
+            self.log.close()
+        self.progress(self._status_line())
+        self.progress(f"[{self.log.now_ms() / 1000:7.1f}s] run ended: {status}" + (f" ({error})" if error else ""))
+        return 0 if status == "ok" else 4
+
+    def heal(self) -> None:
+        if self.table is not None:
+            try:
+                self.table.clear_all()
+                self.log.write("fault.clear", src="agent", name="all", at_exit=True)
+            except Exception as e:  # never mask the run's own outcome
+                print(f"lab agent: heal failed: {e}", file=sys.stderr)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("agent", help="(internal) play a scenario inside the client's namespace")
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--client", default=None)
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--base-url", default=None, help="endpoint base URL (https://host:port); none = the SDK default")
+    p.add_argument("--ca", default=None, help="CA certificate the client trusts (the twin's)")
+    p.add_argument("--api-key-env", default="LAB_API_KEY", help="environment variable holding the key")
+    p.add_argument("--model", default="gemini-3.8-live")
+    p.add_argument("--keylog", default=None, help="write TLS secrets here (twin runs; live only when asked)")
+    p.add_argument("--t0", type=float, default=None)
+    p.add_argument("--duration", type=float, default=None)
+    p.add_argument("--proxy", default=None, help="HTTP CONNECT proxy URL the client goes through")
+    p.add_argument("--proxy-control", default=None)
+    p.add_argument("--endpoint-ip", default=None)
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    import os
+
+    from lab.clients.base import Endpoint
+
+    scn = scenario_mod.load(args.scenario)
+    key = os.environ.get(args.api_key_env)
+    if not key:
+        raise LabError(f"no API key in ${args.api_key_env} for the agent")
+    if args.proxy:
+        os.environ["HTTPS_PROXY"] = args.proxy
+        os.environ.pop("NO_PROXY", None)
+        os.environ.pop("no_proxy", None)
+    ep = Endpoint(base_url=args.base_url, api_key=key, ca_path=args.ca, model=args.model, keylog_path=args.keylog)
+    run_dir = Path(args.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    agent = Agent(scn, args.client or scn.client, run_dir, ep, t0=args.t0, duration=args.duration,
+                  proxy_control=args.proxy_control, endpoint_ip=args.endpoint_ip,
+                  progress=lambda s: print(s, flush=True))
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        return await agent.run()
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        agent.heal()
+        return 130

@@ -1,0 +1,264 @@
+"""The orchestrator: one scenario run = topology up, twin, capture, agent, then the report.
+
+Everything a run needs is checked before anything is recorded (scenario files, client names, the
+topology's capabilities), so bad input costs nothing. Each run gets its own folder; a run that
+fails half-way still leaves its events.jsonl and whatever capture it made, and the topology is
+always taken down.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lab import scenario as scenario_mod
+from lab.errors import CapabilityError, LabError
+
+TWIN_KEY = "lab-twin-key"          # the fake key the twin is configured with; never a real one
+TWIN_PORT = 8443
+PROXY_PORT, PROXY_CONTROL_PORT = 8080, 8081
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _python() -> str:
+    return sys.executable
+
+
+def _relay(proc: subprocess.Popen, prefix: str, sink) -> threading.Thread:
+    def pump():
+        for line in proc.stdout:
+            sink(f"{prefix}{line.rstrip()}")
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    return t
+
+
+def preflight(scenarios: list[str], client: str | None, topology: str, endpoint: str) -> list[scenario_mod.Scenario]:
+    """Validate everything up front; raise one clear LabError on the first problem."""
+    from lab.clients import get as get_client
+
+    scns = [scenario_mod.load(s) for s in scenarios]
+    for s in scns:
+        get_client(client or s.client)
+    if topology == "netns":
+        if os.geteuid() != 0:
+            raise CapabilityError("the netns topology needs root (network namespaces and iptables); "
+                                  "run as root or use --topology compose")
+        for tool in ("ip", "iptables", "iptables-restore", "tcpdump"):
+            if not shutil.which(tool):
+                raise CapabilityError(f"the netns topology needs {tool!r}; run `make setup` as root")
+    uses_netem = any(st.fault and st.fault.get("kind") == "netem" for s in scns for st in s.timeline)
+    if uses_netem and topology == "netns":
+        from netem.kernel import probe
+        caps = probe()
+        if not caps.netem:
+            raise CapabilityError("a scenario uses tc netem, but this kernel has none: " + "; ".join(caps.missing))
+    if endpoint not in ("twin", "live"):
+        raise LabError(f"unknown endpoint {endpoint!r}; use twin or live")
+    return scns
+
+
+class RunSpec:
+    def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
+                 keylog_live=False):
+        self.scn, self.client, self.topology, self.endpoint = scn, client, topology, endpoint
+        self.run_dir, self.duration, self.base_url, self.model = run_dir, duration, base_url, model
+        self.live_key, self.keylog_live = live_key, keylog_live
+
+
+def run_one(spec: RunSpec, out=print) -> dict:
+    """One run, start to finish; returns the verdict (or a dict with the error)."""
+    from lab.topology import get as get_topology
+
+    scn, run_dir = spec.scn, spec.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_id = run_dir.name
+    duration = spec.duration or scn.duration
+    meta = {"run_id": run_id, "scenario": scn.to_json(), "client": spec.client, "topology": spec.topology,
+            "endpoint": spec.endpoint, "duration": duration, "params": scn.params_for(spec.client),
+            "expect": scn.expect_for(spec.client), "started": datetime.now(timezone.utc).isoformat()}
+    (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
+    secrets = Path(tempfile.mkdtemp(prefix=f"livelab-{run_id}-"))   # CA key, TLS keylog: never in results
+    keylog = secrets / "keys.log" if (spec.endpoint == "twin" or spec.keylog_live) else None
+    via_proxy = scn.endpoint.get("via") == "proxy"
+    topo = get_topology(spec.topology)(run_id=run_id, ca_path=secrets / "certs" / "ca.pem",
+                                       secrets_dir=secrets, run_dir=run_dir, with_proxy=via_proxy)
+    t0 = time.time()
+    procs: list[subprocess.Popen] = []
+    status = "error"
+    try:
+        topo.up()
+        host, port = topo.endpoint_host, topo.endpoint_port
+        if spec.endpoint == "twin":
+            base_url = f"https://{host}:{port}"
+            twin_args = ["--set", f"seed={abs(hash(run_id)) % 100000}"]
+            topo.start_twin(api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl", t0=t0, extra=twin_args)
+            key = TWIN_KEY
+        else:
+            base_url = spec.base_url
+            key = spec.live_key
+        topo.capture_start(run_dir)
+        argv = [_python(), "-m", "lab", "agent", "--scenario", scn.path, "--client", spec.client,
+                "--run-dir", str(run_dir), "--t0", repr(t0), "--duration", str(duration), "--model", spec.model]
+        if base_url:
+            argv += ["--base-url", base_url]
+        if spec.endpoint == "twin":
+            argv += ["--ca", str(topo.ca_path), "--endpoint-ip", host]
+        if keylog:
+            argv += ["--keylog", str(keylog)]
+        if via_proxy:
+            argv += ["--proxy", topo.proxy_url, "--proxy-control", topo.proxy_control_url]
+        env = {**os.environ, "LAB_API_KEY": key, "PYTHONUNBUFFERED": "1"}
+        agent = topo.client_exec(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append(agent)
+        relay = _relay(agent, "  ", out)
+        try:
+            rc = agent.wait(timeout=duration + 120)
+        except subprocess.TimeoutExpired:
+            agent.terminate()
+            rc = agent.wait(timeout=15)
+        relay.join(timeout=5)
+        status = "ok" if rc == 0 else f"agent exit {rc}"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        for p in procs:
+            p.terminate()
+        raise
+    finally:
+        raw = []
+        try:
+            raw = topo.capture_stop()
+        except Exception as e:
+            out(f"  capture stop failed: {e}")
+        topo.down()
+        _finish(run_dir, raw, keylog, out)
+        shutil.rmtree(secrets, ignore_errors=True)
+    from lab.report import build_run
+    verdict = build_run(run_dir)
+    verdict["run_status"] = status
+    return verdict
+
+
+def _finish(run_dir: Path, raw: list[Path], keylog: Path | None, out) -> None:
+    """Merge the raw captures into one pcapng with comments and secrets; keep going on failure."""
+    try:
+        from lab.capture import finalize
+        from lab.events import read_events
+        evp = run_dir / "events.jsonl"
+        events = read_events(evp) if evp.exists() else []
+        if any(p.exists() for p in raw):
+            finalize(run_dir, events, keylog=keylog if keylog and keylog.exists() else None)
+    except Exception as e:
+        out(f"  capture finalize failed: {type(e).__name__}: {e} (raw pcaps kept)")
+
+
+def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topology: str = "netns",
+              endpoint: str = "twin", out_dir: Path | None = None, duration: float | None = None,
+              base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", out=print,
+              keylog_live: bool = False) -> Path:
+    scns = preflight(scenarios, client, topology, endpoint)
+    live_key = None
+    if endpoint == "live":
+        from lab.live.key import load_key
+        live_key = load_key()
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    batch = Path(out_dir) if out_dir else REPO / "captures" / f"{stamp}-{scns[0].name if len(scns) == 1 else 'batch'}"
+    batch.mkdir(parents=True, exist_ok=True)
+    verdicts = []
+    for scn in scns:
+        cl = client or scn.client
+        for i in range(1, n + 1):
+            if budget is not None:
+                budget.charge_run(scn, cl)
+            run_dir = batch / f"{scn.name}-{cl}-{i:02d}"
+            out(f"== {scn.name} ({cl}, {topology}, {endpoint}) run {i}/{n} -> {run_dir}")
+            v = run_one(RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key,
+                                keylog_live), out=out)
+            verdicts.append(v)
+            held = v.get("passed")
+            out(f"   verdict: {'PASS' if held else 'FAIL'}"
+                + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
+                          f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", [])))
+            if endpoint == "live":
+                from lab.live.errors import stop_reason
+                why = stop_reason(run_dir)
+                if why:
+                    raise LabError(f"stopping the batch: {why}")
+    from lab.report import summarize
+    summarize(batch)
+    out(f"== results: {batch} (summary.md, per run: events.jsonl, capture.pcapng, verdict.json, timeline.png)")
+    return batch
+
+
+# ---- CLI -------------------------------------------------------------------------------------------
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run scenarios and write result folders under captures/")
+    p.add_argument("scenarios", nargs="*", help="scenario names or files (lab list)")
+    p.add_argument("--all", action="store_true", help="every scenario in the catalogue")
+    p.add_argument("-n", type=int, default=1, help="runs per scenario")
+    p.add_argument("--client", default=None, help="probe, recovery, naive, or module:Class")
+    p.add_argument("--topology", default="netns", choices=["netns", "compose"])
+    p.add_argument("--endpoint", default="twin", choices=["twin", "live"])
+    p.add_argument("--base-url", default=None, help="live mode: point at any endpoint (the twin, in tests)")
+    p.add_argument("--model", default="gemini-3.8-live")
+    p.add_argument("--duration", type=float, default=None, help="override the scenario's duration (s)")
+    p.add_argument("--out", default=None, help="batch folder (default captures/<time>-<scenario>)")
+    p.add_argument("--budget", type=int, default=None, help="live mode: most sessions this batch may open")
+    p.add_argument("--keylog-live", action="store_true", help="live mode: write TLS secrets (kept out of results)")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("list", help="list the scenario catalogue")
+    p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("down", help="remove whatever a killed run left behind")
+    p.set_defaults(func=_cmd_down)
+
+
+def _cmd_run(args) -> int:
+    names = scenario_mod.names() if args.all else args.scenarios
+    if not names:
+        raise LabError("name at least one scenario (lab list), or --all")
+    if args.n < 1:
+        raise LabError("-n must be at least 1")
+    budget = None
+    if args.endpoint == "live":
+        from lab.live.budget import Budget
+        budget = Budget.for_batch(args.budget)
+    batch = run_batch(names, n=args.n, client=args.client, topology=args.topology, endpoint=args.endpoint,
+                      out_dir=Path(args.out) if args.out else None, duration=args.duration,
+                      base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live)
+    return 0 if (batch / "summary.md").exists() else 1
+
+
+def _cmd_list(args) -> int:
+    for n in scenario_mod.names():
+        s = scenario_mod.load(n)
+        print(f"{n:26s} {s.title}  [{s.client}, {s.duration:g}s]")
+    return 0
+
+
+def _cmd_down(args) -> int:
+    done = []
+    try:
+        from netem.cleanup import down
+        down()
+        done.append("rules, namespaces and processes")
+    except ModuleNotFoundError:
+        pass
+    try:
+        from lab.topology.compose import down_all
+        down_all()
+        done.append("compose projects")
+    except (ModuleNotFoundError, ImportError):
+        pass
+    except CapabilityError:
+        pass
+    print("lab down: removed lab " + (", ".join(done) if done else "nothing (no room installed)"))
+    return 0

@@ -1,0 +1,270 @@
+"""Scenarios as data: load a YAML file, validate it, and say exactly which line is wrong.
+
+A scenario is the user's story (script lines), the network's story (faults on a timeline anchored
+to protocol events), and what must hold afterwards (expectations, per client). It names no code
+path: the agent interprets it. Validation happens before anything runs or is recorded, so a
+malformed file costs nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lab.errors import ScenarioError
+
+# Anchors a step may hang on. Each maps to the event the agent waits for (docs/DESIGN.md).
+ANCHORS = {
+    "start": "the run starts (the client is about to connect)",
+    "setup_complete": "the first session's setupComplete",
+    "tool_call": "the model issues its first tool call",
+    "commit": "the backend commits the first booking",
+    "first_audio": "the first chunk of model audio",
+    "loss": "the first fault or client-side drop",
+    "detected": "the client detects the loss",
+    "recovered": "a session is usable again after the loss (resume accepted or fallback restored)",
+    "answered": "the model answered the last line said",
+}
+ACTIONS = {"abort", "close", "resume", "reuse_old", "freeze", "unfreeze", "proxy_close"}
+FAULT_KINDS = {"blackhole", "reject", "loss", "netem"}
+END_MODES = {"duration", "answered"}
+CLIENTS_HINT = "probe, recovery, naive, or module:Class"
+TOP_KEYS = {"name", "title", "source", "shows", "client", "client_params", "backend", "endpoint",
+            "input", "duration", "script", "timeline", "end", "expect", "clients"}
+STEP_KEYS = {"id", "at", "plus", "say", "fault", "heal", "action", "note", "unless_client", "only_client"}
+
+
+class _Lined(dict):
+    """A mapping that remembers the line of each key (1-based) and its own line."""
+    line: int = 0
+    lines: dict
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> _Lined:
+    loader.flatten_mapping(node)
+    out = _Lined()
+    out.line = node.start_mark.line + 1
+    out.lines = {}
+    for knode, vnode in node.value:
+        key = loader.construct_object(knode, deep=True)
+        if key in out:
+            raise ScenarioError(f"line {knode.start_mark.line + 1}: duplicate key {key!r}")
+        out[key] = loader.construct_object(vnode, deep=True)
+        out.lines[key] = knode.start_mark.line + 1
+    return out
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+@dataclass
+class Step:
+    at: str
+    plus: float = 0.0
+    id: str | None = None
+    say: int | None = None
+    fault: dict | None = None
+    heal: bool = False
+    action: str | None = None
+    note: str | None = None
+    only_client: list[str] | None = None
+    unless_client: list[str] | None = None
+    line: int = 0
+
+    def applies_to(self, client: str) -> bool:
+        if self.only_client and client not in self.only_client:
+            return False
+        if self.unless_client and client in self.unless_client:
+            return False
+        return True
+
+    def describe(self) -> str:
+        what = (f"say line {self.say}" if self.say is not None else f"fault {self.fault.get('kind')}"
+                if self.fault else "heal" if self.heal else f"action {self.action}")
+        return f"{what} at {self.at}+{self.plus:g}s"
+
+
+@dataclass
+class Scenario:
+    name: str
+    title: str
+    source: str
+    shows: str
+    client: str
+    script: list[str]
+    timeline: list[Step]
+    duration: float
+    end: str = "duration"
+    client_params: dict[str, dict] = field(default_factory=dict)
+    backend: dict = field(default_factory=lambda: {"commit_after_s": 4.0})
+    endpoint: dict = field(default_factory=dict)
+    input: str = "text"
+    expect: dict[str, dict] = field(default_factory=dict)
+    path: str = ""
+
+    def params_for(self, client: str) -> dict:
+        merged = dict(self.client_params.get("all", {}))
+        merged.update(self.client_params.get(client, {}))
+        return merged
+
+    def expect_for(self, client: str) -> dict:
+        merged = dict(self.expect.get("all", {}))
+        merged.update(self.expect.get(client, {}))
+        return merged
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "title": self.title, "source": self.source, "client": self.client,
+                "duration": self.duration, "end": self.end, "input": self.input, "script": self.script,
+                "endpoint": self.endpoint, "backend": self.backend,
+                "timeline": [s.describe() for s in self.timeline]}
+
+
+def catalogue_dir() -> Path:
+    return Path(str(resources.files("lab.scenarios")))
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in catalogue_dir().glob("*.yaml"))
+
+
+def resolve(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    cand = catalogue_dir() / f"{name_or_path}.yaml"
+    if cand.exists():
+        return cand
+    raise ScenarioError(f"unknown scenario {name_or_path!r}; known: {', '.join(names())}")
+
+
+def load(name_or_path: str) -> Scenario:
+    path = resolve(name_or_path)
+    try:
+        raw = yaml.load(path.read_text(), Loader=_Loader)
+    except ScenarioError as e:
+        raise ScenarioError(f"{path}:{str(e).removeprefix('line ')}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ScenarioError(f"{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    return parse(raw, str(path))
+
+
+def parse(raw: Any, path: str = "<scenario>") -> Scenario:
+    def err(node: Any, key: str | None, msg: str) -> ScenarioError:
+        line = getattr(node, "lines", {}).get(key) if key is not None else None
+        line = line or getattr(node, "line", 0)
+        return ScenarioError(f"{path}:{line}: {msg}")
+
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}:1: a scenario is a mapping of keys (name, script, timeline, ...)")
+    for k in raw:
+        if k not in TOP_KEYS:
+            raise err(raw, k, f"unknown key {k!r}; expected one of {', '.join(sorted(TOP_KEYS))}")
+    for k in ("name", "script", "timeline"):
+        if k not in raw:
+            raise err(raw, None, f"missing required key {k!r}")
+
+    script = raw["script"]
+    if not isinstance(script, list) or not script or not all(isinstance(s, str) and s.strip() for s in script):
+        raise err(raw, "script", "script must be a non-empty list of the user's lines (strings)")
+
+    duration = raw.get("duration", 60)
+    if not isinstance(duration, (int, float)) or duration <= 0:
+        raise err(raw, "duration", f"duration must be a positive number of seconds, got {duration!r}")
+    end = raw.get("end", "duration")
+    if end not in END_MODES:
+        raise err(raw, "end", f"end must be one of {sorted(END_MODES)}, got {end!r}")
+    inp = raw.get("input", "text")
+    if inp not in ("text", "speech"):
+        raise err(raw, "input", f"input must be 'text' or 'speech', got {inp!r}")
+
+    steps: list[Step] = []
+    ids: set[str] = set()
+    timeline = raw["timeline"]
+    if not isinstance(timeline, list) or not timeline:
+        raise err(raw, "timeline", "timeline must be a non-empty list of steps")
+    for node in timeline:
+        if not isinstance(node, dict):
+            raise err(raw, "timeline", f"each timeline step is a mapping, got {node!r}")
+        for k in node:
+            if k not in STEP_KEYS:
+                raise err(node, k, f"unknown step key {k!r}; expected one of {', '.join(sorted(STEP_KEYS))}")
+        at = node.get("at")
+        if at is None:
+            raise err(node, None, "step has no 'at' (an anchor such as tool_call, or step:<id>)")
+        if not isinstance(at, str) or not (at in ANCHORS or (at.startswith("step:") and at[5:] in ids)):
+            known = ", ".join(sorted(ANCHORS)) + (", step:" + ", step:".join(sorted(ids)) if ids else "")
+            raise err(node, "at", f"unknown anchor {at!r}; known: {known} (a step:<id> must name an earlier step)")
+        plus = node.get("plus", 0)
+        if not isinstance(plus, (int, float)) or plus < 0:
+            raise err(node, "plus", f"plus must be a non-negative number of seconds, got {plus!r}")
+        kinds = [k for k in ("say", "fault", "heal", "action") if k in node]
+        if len(kinds) != 1:
+            raise err(node, None, f"a step does exactly one of say, fault, heal, action (found {kinds or 'none'})")
+        step = Step(at=at, plus=float(plus), id=node.get("id"), note=node.get("note"), line=node.line)
+        if "say" in node:
+            n = node["say"]
+            if not isinstance(n, int) or not 0 <= n < len(script):
+                raise err(node, "say", f"say must be a line index 0..{len(script) - 1} of the script, got {n!r}")
+            step.say = n
+        elif "fault" in node:
+            f = node["fault"]
+            if not isinstance(f, dict) or f.get("kind") not in FAULT_KINDS:
+                raise err(node, "fault", f"fault needs a kind, one of {sorted(FAULT_KINDS)}")
+            if f.get("kind") == "blackhole" and f.get("mode", "silent") not in ("silent", "eperm"):
+                raise err(f, "mode", f"blackhole mode must be silent or eperm, got {f.get('mode')!r}")
+            if "target" in f and f["target"] not in ("flow", "endpoint"):
+                raise err(f, "target", f"target must be flow (the open connection) or endpoint, got {f['target']!r}")
+            step.fault = dict(f)
+        elif "heal" in node:
+            if node["heal"] is not True:
+                raise err(node, "heal", "heal takes true")
+            step.heal = True
+        else:
+            a = node["action"]
+            if a not in ACTIONS:
+                raise err(node, "action", f"unknown action {a!r}; known: {', '.join(sorted(ACTIONS))}")
+            step.action = a
+        for k in ("only_client", "unless_client"):
+            if k in node:
+                v = node[k]
+                v = [v] if isinstance(v, str) else v
+                if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                    raise err(node, k, f"{k} takes a client name or a list of them")
+                setattr(step, k, v)
+        if step.id:
+            if step.id in ids:
+                raise err(node, "id", f"duplicate step id {step.id!r}")
+            ids.add(step.id)
+        steps.append(step)
+
+    client = raw.get("client", "probe")
+    if not isinstance(client, str):
+        raise err(raw, "client", f"client must be a name ({CLIENTS_HINT})")
+    cp = raw.get("client_params", {}) or {}
+    if not isinstance(cp, dict) or not all(isinstance(v, dict) for v in cp.values()):
+        raise err(raw, "client_params", "client_params maps a client name (or 'all') to its parameters")
+    exp = raw.get("expect", {}) or {}
+    if not isinstance(exp, dict) or not all(isinstance(v, dict) for v in exp.values()):
+        raise err(raw, "expect", "expect maps a client name (or 'all') to expectations")
+    backend = raw.get("backend", {}) or {}
+    if not isinstance(backend, dict) or not isinstance(backend.get("commit_after_s", 4.0), (int, float)):
+        raise err(raw, "backend", "backend takes commit_after_s (seconds)")
+    endpoint = raw.get("endpoint", {}) or {}
+    if not isinstance(endpoint, dict) or endpoint.get("via", "direct") not in ("direct", "proxy"):
+        raise err(raw, "endpoint", "endpoint.via must be direct or proxy")
+
+    return Scenario(
+        name=str(raw["name"]), title=str(raw.get("title", raw["name"])), source=str(raw.get("source", "")),
+        shows=str(raw.get("shows", "")).strip(), client=client, script=list(script), timeline=steps,
+        duration=float(duration), end=end, client_params={k: dict(v) for k, v in cp.items()},
+        backend={"commit_after_s": 4.0, **backend}, endpoint=dict(endpoint), input=inp,
+        expect={k: dict(v) for k, v in exp.items()}, path=path)
