@@ -10,6 +10,7 @@ import abc
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -64,7 +65,7 @@ class Topology(abc.ABC):
         cert_dir = Path(self.ca_path).parent
         argv = [sys.executable, "-m", "lab", "twin", "serve", "--host", self.endpoint_host,
                 "--port", str(self.endpoint_port), "--cert-dir", str(cert_dir), "--api-key", api_key,
-                "--log", str(log_path), "--t0", repr(t0), *extra]
+                "--log", str(log_path), *extra]
         self._twin = self.endpoint_exec(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self._wait_ready(self._twin, "twin", timeout)
@@ -91,7 +92,7 @@ class Topology(abc.ABC):
 
     @staticmethod
     def _wait_ready(proc: subprocess.Popen, what: str, timeout: float) -> None:
-        """The service prints a line containing 'listening' once it accepts connections."""
+        """The service prints a line with 'listening' or its URL once it accepts connections."""
         deadline = time.time() + timeout
         seen = []
         while time.time() < deadline:
@@ -101,7 +102,9 @@ class Topology(abc.ABC):
                     break
                 continue
             seen.append(line.rstrip())
-            if "listening" in line.lower():
+            if any(w in line.lower() for w in ("listening", "https://", "ws://", "http://")):
+                # keep draining its output so the service never blocks on a full pipe
+                threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
                 return
         proc.kill()
         raise CapabilityError(f"the {what} did not start: {' | '.join(seen[-3:]) or 'no output'}")
