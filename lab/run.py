@@ -42,9 +42,8 @@ def _relay(proc: subprocess.Popen, prefix: str, sink) -> threading.Thread:
 
 def preflight(scenarios: list[str], client: str | None, topology: str, endpoint: str) -> list[scenario_mod.Scenario]:
     """Validate everything up front; raise one clear LabError on the first problem."""
-    from lab.clients import get as get_client
-
     scns = [scenario_mod.load(s) for s in scenarios]
+    from lab.clients import get as get_client
     for s in scns:
         get_client(client or s.client)
     if topology == "netns":
@@ -169,7 +168,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
         from lab.live.key import load_key
         live_key = load_key()
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    batch = Path(out_dir) if out_dir else REPO / "captures" / f"{stamp}-{scns[0].name if len(scns) == 1 else 'batch'}"
+    batch = Path(out_dir) if out_dir else Path.cwd() / "captures" / f"{stamp}-{scns[0].name if len(scns) == 1 else 'batch'}"
     batch.mkdir(parents=True, exist_ok=True)
     verdicts = []
     for scn in scns:
