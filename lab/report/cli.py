@@ -1,0 +1,42 @@
+"""`lab report DIR`: rebuild verdict.json and timeline.png of every run under DIR, then summary.md.
+
+DIR is one run folder or a batch folder (runs found at any depth). Prints one line per run.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lab.errors import LabError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="verdicts, timelines and summary.md for a run or batch folder")
+    p.add_argument("dir", type=Path, help="a run folder (captures/<run-id>) or a batch folder")
+    p.add_argument("--no-timeline", action="store_true", help="skip timeline.png (faster on long soaks)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lab.report.summary import find_runs, summarize
+    from lab.report.verdict import build_run
+
+    d: Path = args.dir
+    if not d.exists():
+        raise LabError(f"no such folder: {d}")
+    if not d.is_dir():
+        raise LabError(f"not a folder: {d}")
+    runs = find_runs(d)
+    if not runs:
+        raise LabError(f"no run folders in {d} (a run folder holds events.jsonl or run.json)")
+    print(f"{'run':<36} {'scenario':<26} {'pass':<5} {'att/ref':>8} {'told':<12} {'truth':<12} {'book':>4}")
+    for r in runs:
+        v = build_run(r, timeline=not args.no_timeline)
+        m = v["metrics"]
+        name = str(r.relative_to(d)) if r != d else r.name
+        print(f"{name[-36:]:<36} {str(v.get('scenario') or '?')[:26]:<26} {'yes' if v['pass'] else 'NO':<5} "
+              f"{m['attempts']:>4}/{m['refused']:<3} {m['told']:<12} {str(m['truth_at_answer'] or m['truth_final']):<12} "
+              f"{m['bookings']:>4}")
+    out = summarize(d)
+    print(f"summary: {out}")
+    return 0

@@ -1,0 +1,383 @@
+"""Numbers from one run's events, in the shape of the resume study's tables.
+
+`compute(events, meta=None, twin=None) -> dict` is pure: it reads `lab.events.Event`s (from
+events.jsonl, see docs/DESIGN.md), the run's metadata (run.json) and optionally the twin's events,
+and returns a JSON-ready dict. Every field is present; a quantity that the record does not show
+(a truncated run, a scenario without a loss) is None, never a guess.
+
+Definitions (all times in ms on the run's clock):
+
+- loss: the first `fault.apply` of a blackhole/freeze/reject fault, or the first `action`
+  abort/close/freeze, whichever is first.
+- detection latency: the first `loss.detected` at or after the loss, minus the loss.
+- resume attempts: each `resume.attempt` paired with its `resume.result` (same attempt number);
+  outcome accepted / refused (ok false) / no_result (the record ends first).
+- recovery: the first `conn.setup_complete` after the loss on a connection opened to resume or
+  as a new session; loss -> setupComplete and loss -> first model audio after it.
+- resumed_after_close_ms: from the last close of the old connection before an accepted resume
+  (`action close`, or the lost connection's `conn.closed` by client/server) to that resume's
+  setupComplete (B2 in the study: 0.5 to 0.6 s).
+- bookings: `backend.commit` events, grouped by business key for duplicates.
+- status answer: the first model turn (`model.text`) after the last `user.say` of the status
+  question that says something about the booking, classified with `claims.classify`; the truth
+  is the backend at that moment (committed -> booked, requested -> in_progress, else not_booked);
+  told_truth is None when the question was never answered ("never told").
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from typing import Any, Iterable
+
+from lab.events import Event
+from lab.report import claims
+
+LOSS_FAULT_WORDS = ("blackhole", "black_hole", "freeze", "reject", "partition")
+LOSS_ACTIONS = ("abort", "close", "freeze")
+STATUS_QUESTION_RE = re.compile(
+    r"\b(did you (book|make|manage)|is it booked|was it booked|did it go through|booking status|"
+    r"is (the|my) (booking|slot) (booked|done|confirmed))\b", re.I)
+ERROR_CLOSE_CODES = (1007, 1008, 1011)
+
+
+def business_key(e: Event) -> Any:
+    """A backend event's business key. `key` itself is a forbidden field name in EventLog, so the
+    backend may record it under another name; accept the usual ones."""
+    for name in ("business_key", "bkey", "booking_key", "key", "slot"):
+        if e.get(name) is not None:
+            return e.get(name)
+    return None
+
+
+def _stats(values: Iterable[float | None]) -> dict[str, Any]:
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return {"n": 0, "min": None, "max": None, "p50": None}
+    return {"n": len(vals), "min": vals[0], "max": vals[-1], "p50": percentile(vals, 50)}
+
+
+def percentile(sorted_vals: list[float], p: float) -> float:
+    """Linear-interpolated percentile of already sorted values."""
+    if len(sorted_vals) == 1:
+        return sorted_vals[0]
+    k = (len(sorted_vals) - 1) * p / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
+
+
+def _is_loss_fault(e: Event) -> bool:
+    spec = e.get("spec")
+    words = " ".join(str(x) for x in (e.get("name"), e.get("fault"), e.get("type"), spec) if x is not None)
+    return any(w in words.lower() for w in LOSS_FAULT_WORDS)
+
+
+def _loss_event(events: list[Event]) -> Event | None:
+    for e in events:
+        if e.kind == "fault.apply" and _is_loss_fault(e):
+            return e
+        if e.kind == "action" and str(e.get("what", "")).lower() in LOSS_ACTIONS:
+            return e
+    return None
+
+
+def status_question(meta: dict[str, Any] | None) -> str | None:
+    meta = meta or {}
+    for src in (meta, meta.get("params") or {}, meta.get("expect") or {}):
+        if isinstance(src, dict) and src.get("status_question"):
+            return str(src["status_question"])
+    return None
+
+
+def _norm_text(s: str) -> str:
+    return re.sub(r"[^a-z0-9 ]", "", str(s).lower()).strip()
+
+
+def _connections(events: list[Event]) -> list[dict[str, Any]]:
+    conns: dict[Any, dict[str, Any]] = {}
+
+    def get(c: Any) -> dict[str, Any]:
+        if c not in conns:
+            conns[c] = {"conn": c, "purpose": None, "open_ms": None, "setup_ms": None, "setup_took_ms": None,
+                        "closed_ms": None, "code": None, "reason": None, "by": None, "handle_updates": 0}
+        return conns[c]
+
+    for e in events:
+        c = e.get("conn")
+        if c is None:
+            continue
+        if e.kind == "conn.open":
+            d = get(c)
+            d["purpose"], d["open_ms"] = e.get("purpose"), _r(e.ms)
+        elif e.kind == "conn.setup_complete":
+            d = get(c)
+            if d["setup_ms"] is None:
+                d["setup_ms"] = _r(e.ms)
+                took = e.get("setup_ms")
+                if took is None and d["open_ms"] is not None:
+                    took = e.ms - d["open_ms"]
+                d["setup_took_ms"] = _r(took)
+        elif e.kind == "conn.closed":
+            d = get(c)
+            if d["closed_ms"] is None:
+                d["closed_ms"], d["code"], d["reason"], d["by"] = _r(e.ms), e.get("code"), e.get("reason"), e.get("by")
+        elif e.kind == "handle.update":
+            get(c)["handle_updates"] += 1
+    return sorted(conns.values(), key=lambda d: (d["open_ms"] is None, d["open_ms"] or 0, str(d["conn"])))
+
+
+def _resume_attempts(events: list[Event], loss_ms: float | None) -> list[dict[str, Any]]:
+    results = [e for e in events if e.kind == "resume.result"]
+    used: set[int] = set()
+    out: list[dict[str, Any]] = []
+    for a in (e for e in events if e.kind == "resume.attempt"):
+        res = None
+        for i, r in enumerate(results):
+            if i in used or r.ms < a.ms or r.get("attempt") != a.get("attempt"):
+                continue
+            if a.get("conn") is not None and r.get("conn") is not None and r.get("conn") != a.get("conn"):
+                continue
+            res = r
+            used.add(i)
+            break
+        out.append(_attempt_row(a, res, loss_ms))
+    for i, r in enumerate(results):  # results whose attempt line is missing still count
+        if i not in used:
+            out.append(_attempt_row(None, r, loss_ms))
+    out.sort(key=lambda d: d["ms"])
+    return out
+
+
+def _attempt_row(a: Event | None, r: Event | None, loss_ms: float | None) -> dict[str, Any]:
+    start = a.ms if a else (r.ms - (r.get("latency_ms") or 0))
+    if r is None:
+        outcome = "no_result"
+    elif r.get("ok"):
+        outcome = "accepted"
+    else:
+        outcome = "refused"
+    latency = None
+    if r is not None:
+        latency = r.get("latency_ms")
+        if latency is None and a is not None:
+            latency = r.ms - a.ms
+    return {
+        "attempt": (a or r).get("attempt"),
+        "conn": (r.get("conn") if r is not None and r.get("conn") is not None else (a.get("conn") if a else None)),
+        "ms": _r(start),
+        "after_loss_ms": _r(start - loss_ms) if loss_ms is not None else None,
+        "outcome": outcome,
+        "code": r.get("code") if r is not None else None,
+        "reason": r.get("reason") if r is not None else None,
+        "latency_ms": _r(latency),
+        "result_ms": _r(r.ms) if r is not None else None,
+    }
+
+
+def _first(events: list[Event], kind: str, after: float | None = None, **match: Any) -> Event | None:
+    for e in events:
+        if e.kind == kind and (after is None or e.ms >= after) and all(e.get(k) == v for k, v in match.items()):
+            return e
+    return None
+
+
+def _truth_at(events: list[Event], ms: float) -> str:
+    if any(e.kind == "backend.commit" and e.ms <= ms for e in events):
+        return claims.BOOKED
+    if any(e.kind == "backend.request" and e.ms <= ms for e in events):
+        return claims.IN_PROGRESS
+    return claims.NOT_BOOKED
+
+
+def compute(events: list[Event], meta: dict[str, Any] | None = None,
+            twin: list[Event] | None = None) -> dict[str, Any]:
+    """All metrics of one run (see the module docstring)."""
+    meta = meta or {}
+    events = sorted(events, key=lambda e: e.ms)
+    m: dict[str, Any] = {}
+
+    start = _first(events, "run.start")
+    end = next((e for e in reversed(events) if e.kind == "run.end"), None)
+    m["complete"] = end is not None
+    m["status"] = end.get("status") if end else None
+    m["error"] = end.get("error") if end else None
+    m["n_events"] = len(events)
+    m["duration_ms"] = _r(events[-1].ms - (start.ms if start else events[0].ms)) if events else None
+
+    # loss and detection
+    loss = _loss_event(events)
+    loss_ms = loss.ms if loss else None
+    m["loss_ms"] = _r(loss_ms)
+    m["loss_kind"] = None
+    if loss is not None and loss.kind == "fault.apply":
+        spec = loss.get("spec")
+        m["loss_kind"] = f"fault:{loss.get('name') or (spec.get('kind') if isinstance(spec, dict) else spec)}"
+    elif loss is not None:
+        m["loss_kind"] = f"action:{loss.get('what')}"
+    conns = _connections(events)
+    m["connections"] = conns
+    lost_conn = None
+    if loss is not None:
+        before = [c for c in conns if c["open_ms"] is not None and c["open_ms"] <= loss_ms]
+        lost_conn = before[-1]["conn"] if before else None
+    m["lost_conn"] = lost_conn
+    det = _first(events, "loss.detected", after=loss_ms) if loss is not None else None
+    m["detected_ms"] = _r(det.ms) if det else None
+    m["detection_ms"] = _r(det.ms - loss_ms) if det else None
+
+    # resume attempts
+    attempts = _resume_attempts(events, loss_ms)
+    m["resume_attempts"] = attempts
+    m["attempts"] = len(attempts)
+    m["refused"] = sum(1 for a in attempts if a["outcome"] == "refused")
+    m["accepted"] = sum(1 for a in attempts if a["outcome"] == "accepted")
+    m["no_result"] = sum(1 for a in attempts if a["outcome"] == "no_result")
+    m["refusal_codes"] = {str(k): v for k, v in Counter(a["code"] for a in attempts if a["outcome"] == "refused").items()}
+    m["refusal_latency_ms"] = _stats(a["latency_ms"] for a in attempts if a["outcome"] == "refused")
+    first_ok = next((a for a in attempts if a["outcome"] == "accepted"), None)
+    m["resumed"] = first_ok is not None
+    m["first_accept_latency_ms"] = first_ok["latency_ms"] if first_ok else None
+    m["first_accept_after_loss_ms"] = first_ok["after_loss_ms"] if first_ok else None
+    m["refused_before_accept"] = sum(1 for a in attempts if a["outcome"] == "refused"
+                                     and (first_ok is None or a["ms"] < first_ok["ms"]))
+
+    # recovery: resumed or new setupComplete after the loss
+    purpose = {c["conn"]: c["purpose"] for c in conns}
+    accepted_conns = {a["conn"] for a in attempts if a["outcome"] == "accepted"}
+    rec = None
+    if loss is not None:
+        for e in events:
+            if e.kind == "conn.setup_complete" and e.ms >= loss_ms and e.get("conn") != lost_conn and (
+                    purpose.get(e.get("conn")) in ("resume", "new") or e.get("conn") in accepted_conns):
+                rec = e
+                break
+    rec_ms = rec.ms if rec is not None else (first_ok["result_ms"] if first_ok else None)
+    m["recovered_ms"] = _r(rec_ms)
+    m["recovered_via"] = (purpose.get(rec.get("conn")) or "resume") if rec is not None else ("resume" if first_ok else None)
+    m["loss_to_setup_ms"] = _r(rec_ms - loss_ms) if rec_ms is not None and loss_ms is not None else None
+    audio = None
+    if rec_ms is not None:
+        audio = _first(events, "model.audio", after=rec_ms, first=True) or _first(events, "model.audio", after=rec_ms)
+    m["first_audio_ms"] = _r(audio.ms) if audio else None
+    m["loss_to_first_audio_ms"] = _r(audio.ms - loss_ms) if audio and loss_ms is not None else None
+
+    # the close that unlocked the session (B2)
+    m["resumed_after_close_ms"] = None
+    m["close_ms"] = None
+    if first_ok is not None and loss_ms is not None:
+        resumed_setup = next((c["setup_ms"] for c in conns if c["conn"] == first_ok["conn"] and c["setup_ms"] is not None),
+                             first_ok["result_ms"])
+        window = [e for e in events if loss_ms <= e.ms <= resumed_setup]
+        # the scripted close is the moment the client closed; the lost connection's close record
+        # stands in when no action was scripted (a client that closes on its own)
+        closes = ([e for e in window if e.kind == "action" and str(e.get("what", "")).lower() == "close"]
+                  or [e for e in window if e.kind == "conn.closed" and e.get("conn") == lost_conn
+                      and e.get("by") in ("client", "server")])
+        if closes:
+            m["close_ms"] = _r(closes[-1].ms)
+            m["resumed_after_close_ms"] = _r(resumed_setup - closes[-1].ms)
+
+    # fallback (the reference recovery client) and its breakdown
+    fb = _first(events, "fallback.start", after=loss_ms)
+    restored = _first(events, "session.restored", after=fb.ms if fb else None) if fb else None
+    m["fallback"] = fb is not None
+    m["fallback_note"] = (fb.get("note") if fb is not None else None)
+    new_conn = next((c for c in conns if c["purpose"] == "new" and loss_ms is not None
+                     and c["open_ms"] is not None and c["open_ms"] >= loss_ms), None)
+    after_restore = _first(events, "model.audio", after=restored.ms) if restored else None
+    m["recovery"] = {
+        "detection_ms": m["detection_ms"],
+        "resume_window_ms": _r(fb.ms - det.ms) if fb and det else None,
+        "new_setup_ms": new_conn["setup_took_ms"] if new_conn else None,
+        "restore_to_first_audio_ms": _r(after_restore.ms - restored.ms) if after_restore else None,
+        "loss_to_first_audio_ms": m["loss_to_first_audio_ms"],
+    }
+
+    # bookings: the backend is the ground truth
+    commits = [e for e in events if e.kind == "backend.commit"]
+    requests = [e for e in events if e.kind == "backend.request"]
+    keys = Counter(str(business_key(e)) for e in commits if business_key(e) is not None)
+    m["bookings"] = len(commits)
+    m["booking_requests"] = len(requests)
+    m["distinct_keys"] = len(keys)
+    m["duplicate_bookings"] = sum(v - 1 for v in keys.values())
+    m["commit_after_loss_ms"] = [_r(e.ms - loss_ms) for e in commits] if loss_ms is not None else []
+
+    # tool calls: issued, re-issued, answered after a resume
+    calls = [e for e in events if e.kind == "tool.call"]
+    ids: list[Any] = []
+    for e in calls:
+        if e.get("id") not in ids:
+            ids.append(e.get("id"))
+    m["tool_calls"] = len(ids)
+    first_call = calls[0] if calls else None
+    reissued = [e for e in calls[1:] if first_call and e.get("id") != first_call.get("id")
+                and e.get("name") == first_call.get("name")]
+    m["tool_calls_reissued"] = len({e.get("id") for e in reissued})
+    m["tool_dedups"] = sum(1 for e in events if e.kind == "tool.dedup")
+    m["pending_call_answered_after_resume"] = None
+    if first_ok is not None and loss_ms is not None:
+        pre = {e.get("id") for e in calls if e.ms <= loss_ms}
+        resp = [e for e in events if e.kind == "tool.response" and e.get("id") in pre and e.ms >= first_ok["ms"]]
+        if resp:
+            r = resp[0]
+            bad = any(e.kind == "conn.closed" and e.get("conn") == r.get("conn") and e.get("code") in ERROR_CLOSE_CODES
+                      and 0 <= e.ms - r.ms <= 5000 for e in events)
+            m["pending_call_answered_after_resume"] = (str(r.get("status", "ok")).lower() not in ("error", "failed")
+                                                       and not bad)
+
+    # handle updates per connection
+    m["handle_updates"] = {str(c["conn"]): c["handle_updates"] for c in conns}
+    m["max_handle_updates_per_conn"] = max((c["handle_updates"] for c in conns), default=0)
+
+    # what the user was told when asked
+    q = status_question(meta)
+    says = [e for e in events if e.kind == "user.say"]
+    if q:
+        asked = [e for e in says if _norm_text(e.get("text", "")) == _norm_text(q)]
+    else:
+        asked = [e for e in says if STATUS_QUESTION_RE.search(str(e.get("text", "")))]
+    question = asked[-1] if asked else None
+    m["asked_ms"] = _r(question.ms) if question else None
+    answer = None
+    if question is not None:
+        nxt = next((e.ms for e in says if e.ms > question.ms), math.inf)
+        texts = [e for e in events if e.kind == "model.text" and question.ms <= e.ms < nxt and str(e.get("text", "")).strip()]
+        answer = next((e for e in texts if claims.classify(e.get("text")) != claims.UNKNOWN), texts[0] if texts else None)
+    m["answer_ms"] = _r(answer.ms) if answer else None
+    m["answer_after_question_ms"] = _r(answer.ms - question.ms) if answer and question else None
+    m["answer_text"] = answer.get("text") if answer else None
+    m["told"] = claims.classify(answer.get("text")) if answer else "never"
+    m["truth_at_answer"] = _truth_at(events, answer.ms) if answer else None
+    m["truth_final"] = _truth_at(events, math.inf)
+    m["told_truth"] = (m["told"] == m["truth_at_answer"]) if answer else None
+    first_text = _first(events, "model.text", after=rec_ms) if rec_ms is not None else None
+    m["first_text_after_recovery"] = first_text.get("text") if first_text else None
+    m["first_claim_after_recovery"] = claims.classify(first_text.get("text")) if first_text else None
+
+    # protocol observations for drift
+    m["go_away"] = sum(1 for e in events if "goaway" in e.kind.replace("_", "").replace(".", "").lower())
+    params = meta.get("params") or {}
+    m["transparent_requested"] = bool(params.get("transparent"))
+    m["transparent_refused"] = None
+    if m["transparent_requested"]:
+        m["transparent_refused"] = any((e.kind == "conn.closed" and e.get("code") == 1007)
+                                       or (e.kind == "resume.result" and e.get("code") == 1007) for e in events)
+    m["server_closes"] = {str(k): v for k, v in Counter(
+        c["code"] for c in conns if c["by"] == "server" and c["code"] is not None).items()}
+
+    if twin:
+        tw = sorted(twin, key=lambda e: e.ms)
+        m["twin"] = {
+            "refusals": sum(1 for e in tw if e.kind == "twin.refuse"),
+            "refusal_codes": {str(k): v for k, v in Counter(e.get("code") for e in tw if e.kind == "twin.refuse").items()},
+            "accepts": sum(1 for e in tw if e.kind == "twin.accept"),
+            "conn_ends": dict(Counter(str(e.get("how")) for e in tw if e.kind == "twin.conn.end")),
+        }
+    else:
+        m["twin"] = None
+    return m

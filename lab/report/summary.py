@@ -1,0 +1,243 @@
+"""summary.md over a batch of runs, in the shape of the resume study's tables.
+
+`summarize(batch_dir)` finds every run folder under `batch_dir` (a folder holding events.jsonl or
+run.json; nested batches such as a soak's rounds are walked), reads each run's verdict.json (or
+builds it when missing or older than the record), and writes `batch_dir/summary.md`:
+
+1. per scenario and client: runs, passed, resume attempts / refused (codes), detection latency,
+   loss -> resumed/new setupComplete, loss -> first audio (min-max, p50), bookings per run, and
+   what the user was told against the backend's truth;
+2. recovery figures: the fallback's breakdown (detection, resume window, new session setup, first
+   audio after the restore) and the resume figures (first accepted resume after the loss, resume
+   after the close);
+3. the failed expectations, run by run;
+4. every run in one line.
+
+Only metrics reach the summary: no handle, hash or key (the records hold none, and the summary
+copies no raw field except the model's words).
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Iterable
+
+from lab.errors import LabError
+from lab.report.metrics import percentile
+from lab.report.verdict import build_run, is_run_dir
+
+
+def find_runs(root: Path | str) -> list[Path]:
+    """Run folders at or under `root`, sorted by path."""
+    root = Path(root)
+    if is_run_dir(root):
+        return [root]
+    out: list[Path] = []
+    for dirpath, dirnames, _ in os.walk(root):
+        d = Path(dirpath)
+        dirnames.sort()
+        if d != root and is_run_dir(d):
+            out.append(d)
+            dirnames[:] = []  # a run folder holds no runs
+    return sorted(out)
+
+
+def load_verdict(run_dir: Path, rebuild: bool = False, timeline: bool = False) -> dict[str, Any]:
+    vp = run_dir / "verdict.json"
+    newest = max((p.stat().st_mtime for p in (run_dir / "events.jsonl", run_dir / "run.json",
+                                                 run_dir / "twin.jsonl") if p.is_file()), default=0)
+    if not rebuild and vp.is_file() and vp.stat().st_mtime >= newest:
+        try:
+            return json.loads(vp.read_text())
+        except (json.JSONDecodeError, OSError):
+            pass
+    return build_run(run_dir, timeline=timeline)
+
+
+def fmt_range(values: Iterable[Any], unit: str = "") -> str:
+    """'min-max (p50 x)' in the study's style; one value alone; '-' for none."""
+    vals = sorted(float(v) for v in values if v is not None)
+    if not vals:
+        return "-"
+    f = (lambda v: f"{v:.0f}") if vals[-1] >= 100 or all(v == int(v) for v in vals) else (lambda v: f"{v:.1f}")
+    if len(vals) == 1:
+        return f"{f(vals[0])}{unit}"
+    if vals[0] == vals[-1]:
+        return f"{f(vals[0])}{unit} (all {len(vals)})"
+    return f"{f(vals[0])}\u2013{f(vals[-1])}{unit} (p50 {f(percentile(vals, 50))})"
+
+
+def _counts(c: Counter) -> str:
+    if not c:
+        return "-"
+    return ", ".join(f"{k} \u00d7{v}" for k, v in sorted(c.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+
+
+def _cell(s: Any) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def group_rows(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (scenario, client) with the study's columns, as strings."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for v in verdicts:
+        groups[(v.get("scenario") or "?", v.get("client") or "-")].append(v)
+    rows = []
+    for (scen, client), vs in sorted(groups.items()):
+        ms = [v["metrics"] for v in vs]
+        attempts = sum(m["attempts"] for m in ms)
+        refused = sum(m["refused"] for m in ms)
+        codes: Counter = Counter()
+        for m in ms:
+            codes.update({k: v for k, v in m["refusal_codes"].items()})
+        told = Counter(m["told"] for m in ms)
+        truth = Counter((m["truth_at_answer"] or m["truth_final"]) for m in ms)
+        answered = [m for m in ms if m["told_truth"] is not None]
+        rows.append({
+            "scenario": scen, "client": client,
+            "runs": str(len(vs)),
+            "passed": f"{sum(1 for v in vs if v['pass'])} of {len(vs)}",
+            "resumes": (f"{refused} of {attempts} refused" + (f" ({_counts(codes)})" if codes else "")
+                        + (f", {sum(m['accepted'] for m in ms)} accepted" if any(m["accepted"] for m in ms) else ""))
+            if attempts else "none",
+            "detection": fmt_range(m["detection_ms"] for m in ms),
+            "setup": fmt_range(m["loss_to_setup_ms"] for m in ms) + _missing(ms, "loss_to_setup_ms"),
+            "audio": fmt_range(m["loss_to_first_audio_ms"] for m in ms) + _missing(ms, "loss_to_first_audio_ms"),
+            "bookings": fmt_range(m["bookings"] for m in ms),
+            "told": _counts(told).replace("never", "never told"),
+            "truth": _counts(truth) + (f"; told the truth {sum(1 for m in answered if m['told_truth'])} of {len(ms)}"),
+        })
+    return rows
+
+
+def _missing(ms: list[dict[str, Any]], key: str) -> str:
+    n = sum(1 for m in ms if m[key] is None and m["loss_ms"] is not None)
+    return f"; none in {n}" if n else ""
+
+
+def render_summary(verdicts: list[dict[str, Any]], title: str) -> str:
+    lines = [f"# {title}", ""]
+    scen = {v.get("scenario") for v in verdicts}
+    npass = sum(1 for v in verdicts if v["pass"])
+    lines += [f"{len(verdicts)} runs in {len(scen)} scenarios, {npass} passed. Generated by `lab report` from the "
+              "run folders (a pure function of events.jsonl, twin.jsonl and run.json). Times in ms from the loss "
+              "(the first blackhole/freeze or scripted abort/close); ranges are min\u2013max (p50).", ""]
+
+    lines += ["## Per scenario", "",
+              "| scenario | client | runs | passed | resume attempts | detection | loss \u2192 setupComplete | "
+              "loss \u2192 first audio | bookings per run | the user was told | backend truth |",
+              "| --- | --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in group_rows(verdicts):
+        lines.append("| " + " | ".join(_cell(r[k]) for k in ("scenario", "client", "runs", "passed", "resumes", "detection",
+                                                           "setup", "audio", "bookings", "told", "truth")) + " |")
+    lines.append("")
+
+    # what the model said, one example per scenario and class
+    quotes: dict[tuple[str, str], str] = {}
+    for v in verdicts:
+        m = v["metrics"]
+        if m.get("answer_text"):
+            quotes.setdefault((v.get("scenario") or "?", m["told"]), m["answer_text"])
+    if quotes:
+        lines += ["What the model answered to the status question (first example of each kind):", ""]
+        for (s, cls), text in sorted(quotes.items()):
+            lines.append(f"- {s}, {cls}: \u201c{_cell(text)}\u201d")
+        lines.append("")
+
+    lines += ["## Recovery figures", ""]
+    fb = [v for v in verdicts if v["metrics"]["fallback"]]
+    if fb:
+        lines += ["Runs that fell back to a new session (the reference recovery pattern):", "",
+                  "| scenario | client | runs | detection | resume window | new session setup | restore \u2192 first audio "
+                  "| loss \u2192 first audio | re-issued calls | duplicate bookings |",
+                  "| --- | --- | ---: | --- | --- | --- | --- | --- | --- | --- |"]
+        g: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for v in fb:
+            g[(v.get("scenario") or "?", v.get("client") or "-")].append(v["metrics"])
+        for (s, c), ms in sorted(g.items()):
+            rec = [m["recovery"] for m in ms]
+            lines.append(f"| {_cell(s)} | {_cell(c)} | {len(ms)} | {fmt_range(r['detection_ms'] for r in rec)} | "
+                         f"{fmt_range(r['resume_window_ms'] for r in rec)} | {fmt_range(r['new_setup_ms'] for r in rec)} | "
+                         f"{fmt_range(r['restore_to_first_audio_ms'] for r in rec)} | "
+                         f"{fmt_range(r['loss_to_first_audio_ms'] for r in rec)} | "
+                         f"{sum(1 for m in ms if m['tool_calls_reissued'])} of {len(ms)} | "
+                         f"{sum(m['duplicate_bookings'] for m in ms)} |")
+        lines.append("")
+        firsts: dict[tuple[str, str], tuple[str, int, int]] = {}
+        for (s, c), ms in sorted(g.items()):
+            for m in ms:
+                if m["first_text_after_recovery"]:
+                    cls = m["first_claim_after_recovery"]
+                    n = sum(1 for x in ms if x["first_claim_after_recovery"] == cls)
+                    firsts.setdefault((s, cls), (m["first_text_after_recovery"], n, len(ms)))
+        for (s, cls), (text, n, total) in sorted(firsts.items()):
+            lines.append(f"- {s}: first words after recovery {cls} in {n} of {total}, e.g. \u201c{_cell(text)}\u201d")
+        if firsts:
+            lines.append("")
+    res = [v for v in verdicts if v["metrics"]["resumed"]]
+    if res:
+        lines += ["Runs with an accepted resume:", "",
+                  "| scenario | client | runs | refused before the accept | first accepted attempt after the loss | "
+                  "accepted attempt latency | resume after the close | pending call answered after resume |",
+                  "| --- | --- | ---: | --- | --- | --- | --- | --- |"]
+        g = defaultdict(list)
+        for v in res:
+            g[(v.get("scenario") or "?", v.get("client") or "-")].append(v["metrics"])
+        for (s, c), ms in sorted(g.items()):
+            pend = [m["pending_call_answered_after_resume"] for m in ms if m["pending_call_answered_after_resume"] is not None]
+            lines.append(f"| {_cell(s)} | {_cell(c)} | {len(ms)} | {fmt_range(m['refused_before_accept'] for m in ms)} | "
+                         f"{fmt_range(m['first_accept_after_loss_ms'] for m in ms)} | "
+                         f"{fmt_range(m['first_accept_latency_ms'] for m in ms)} | "
+                         f"{fmt_range(m['resumed_after_close_ms'] for m in ms)} | "
+                         f"{(str(sum(pend)) + ' of ' + str(len(pend))) if pend else '-'} |")
+        lines.append("")
+    refusals = [a["latency_ms"] for v in verdicts for a in v["metrics"]["resume_attempts"] if a["outcome"] == "refused"]
+    if refusals:
+        lines += [f"Each refusal came {fmt_range(refusals, ' ms')} after its attempt started (n={len(refusals)}).", ""]
+    if not (fb or res or refusals):
+        lines += ["No run recovered and no resume was refused.", ""]
+
+    failed = [v for v in verdicts if not v["pass"]]
+    lines += ["## Failed runs", ""]
+    if not failed:
+        lines += ["None.", ""]
+    for v in failed:
+        why = [f"{r['name']}: expected {r['expected']}, observed {r['observed']}" + (f" ({r['note']})" if r.get("note") else "")
+               for r in v["expectations"] if r["held"] is False]
+        why += v.get("notes", []) if not why else []
+        lines.append(f"- {v['run_id']} ({v.get('scenario')}): " + "; ".join(_cell(w) for w in why))
+    lines.append("")
+
+    unchecked = sorted({r["name"] for v in verdicts for r in v["expectations"] if r["held"] is None})
+    if unchecked:
+        lines += [f"Expectations not checked by this report: {', '.join(unchecked)}.", ""]
+
+    lines += ["## Runs", "", "| run | scenario | client | pass | attempts / refused | told | truth | bookings |",
+              "| --- | --- | --- | --- | --- | --- | --- | ---: |"]
+    for v in verdicts:
+        m = v["metrics"]
+        lines.append(f"| {_cell(v['run_id'])} | {_cell(v.get('scenario'))} | {_cell(v.get('client') or '-')} | "
+                     f"{'pass' if v['pass'] else 'FAIL'} | {m['attempts']} / {m['refused']} | {m['told']} | "
+                     f"{m['truth_at_answer'] or m['truth_final']} | {m['bookings']} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def summarize(batch_dir: Path | str, rebuild: bool = False, timeline: bool = False) -> Path:
+    """Write batch_dir/summary.md over every run under it; returns its path."""
+    batch_dir = Path(batch_dir)
+    if not batch_dir.is_dir():
+        raise LabError(f"no such folder: {batch_dir}")
+    runs = find_runs(batch_dir)
+    if not runs:
+        raise LabError(f"no run folders under {batch_dir} (a run folder holds events.jsonl or run.json)")
+    verdicts = []
+    for r in runs:
+        v = load_verdict(r, rebuild=rebuild, timeline=timeline)
+        v["run_id"] = str(r.relative_to(batch_dir)) if r != batch_dir else r.name
+        verdicts.append(v)
+    out = batch_dir / "summary.md"
+    out.write_text(render_summary(verdicts, f"livelab summary: {batch_dir.name}"))
+    return out

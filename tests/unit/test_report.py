@@ -1,0 +1,323 @@
+"""The report room on synthetic run folders written with the real EventLog.
+
+The EventLog's clock is replaced by a settable one so each event lands at a chosen millisecond:
+the timings are inputs, and each verdict is checked both ways (an expectation that must hold, and
+the same run against an expectation it must fail).
+"""
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+import lab.events
+from lab.errors import LabError
+from lab.events import EventLog, redact_handle
+from lab.report import metrics as metrics_mod
+from lab.report.summary import find_runs, summarize
+from lab.report.verdict import build_run
+
+T0 = 1_780_000_000.0
+BOOK = "Book me the 3pm slot tomorrow, please."
+ASK = "Did you book it?"
+HANDLE = "h4ndle-that-must-never-appear-0123456789abcdef"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def time(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(lab.events, "time", types.SimpleNamespace(time=c.time))
+    return c
+
+
+class Run:
+    """Writes one run folder: events at chosen ms, run.json with the scenario's expectations."""
+
+    def __init__(self, root: Path, run_id: str, clock: Clock, scenario: str, expect: dict, client: str = "probe"):
+        self.dir = root / run_id
+        self.dir.mkdir(parents=True)
+        self.clock = clock
+        clock.now = T0
+        self.log = EventLog(self.dir / "events.jsonl", t0=T0)
+        (self.dir / "run.json").write_text(json.dumps({
+            "scenario": scenario, "client": client, "topology": "netns", "endpoint": "twin",
+            "params": {}, "expect": expect}))
+        self.at(0, "run.start", src="agent", scenario=scenario, client=client, endpoint="twin", topology="netns")
+
+    def at(self, ms: float, kind: str, src: str = "client", **data):
+        self.clock.now = T0 + ms / 1000.0
+        self.log.write(kind, src=src, **data)
+        return self
+
+    def attempt(self, ms: float, n: int, conn: int, ok: bool, latency: float, code: int | None = 1011):
+        self.at(ms, "resume.attempt", attempt=n, conn=conn)
+        self.at(ms, "conn.open", conn=conn, purpose="resume", local="10.203.0.2:40000", remote="10.203.0.1:443")
+        if ok:
+            self.at(ms + latency, "conn.setup_complete", conn=conn, setup_ms=latency)
+            self.at(ms + latency, "resume.result", attempt=n, conn=conn, ok=True, code=None, reason=None, latency_ms=latency)
+            self.at(ms + latency + 5, "handle.update", conn=conn, resumable=True, **redact_handle(HANDLE + "2"))
+        else:
+            self.at(ms + latency, "resume.result", attempt=n, conn=conn, ok=False, code=code,
+                    reason="Internal error encountered.", latency_ms=latency)
+            self.at(ms + latency, "conn.closed", conn=conn, code=code, reason="Internal error encountered.", by="server")
+        return self
+
+    def end(self, ms: float, status: str = "ok"):
+        self.at(ms, "run.end", src="agent", status=status, error=None)
+        self.log.close()
+        return self.dir
+
+
+def start_booking(r: Run) -> Run:
+    """The common opening: a session, the booking request, the tool call, the backend."""
+    r.at(100, "conn.open", conn=1, purpose="initial", local="10.203.0.2:39999", remote="10.203.0.1:443")
+    r.at(400, "conn.setup_complete", conn=1, setup_ms=300)
+    r.at(410, "handle.update", conn=1, resumable=True, **redact_handle(HANDLE))
+    r.at(1000, "user.say", conn=1, text=BOOK, line=0, mode="text")
+    r.at(2500, "tool.call", conn=1, id="fc-1", name="book_slot", args={"slot": "tomorrow 15:00"})
+    r.at(2510, "backend.request", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
+    return r
+
+
+def b1_run(root: Path, clock: Clock, run_id: str = "b1-0001", expect: dict | None = None, attempts: int = 5) -> Path:
+    expect = expect if expect is not None else {
+        "bookings": 1, "told_truth": "never", "all_resumes_refused": True, "refusal_code": 1011,
+        "resumed": False, "fallback": False}
+    r = start_booking(Run(root, run_id, clock, "b1-silent-loss", expect))
+    r.at(3500, "fault.apply", src="agent", name="blackhole", spec={"kind": "blackhole", "direction": "both"})
+    r.at(5300, "loss.detected", conn=1, silent_ms=2000)
+    r.at(6510, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
+    for i in range(attempts):
+        r.attempt(5310 + i * 10_000, i + 1, i + 2, ok=False, latency=480 + 40 * i)
+    r.at(20_000, "user.say", conn=1, text=ASK, line=1, mode="text")  # asked on the dead path: never answered
+    return r.end(5310 + attempts * 10_000)
+
+
+def b2_run(root: Path, clock: Clock, run_id: str = "b2-0001", close_to_setup: float = 600.0,
+           expect: dict | None = None) -> Path:
+    expect = expect if expect is not None else {
+        "resumed": True, "resumed_after_close_ms": [500, 700], "bookings": 1, "told_truth": True,
+        "refusal_code": 1011}
+    r = start_booking(Run(root, run_id, clock, "b2-path-return", expect))
+    r.at(3500, "fault.apply", src="agent", name="blackhole", spec={"kind": "blackhole"})
+    r.at(5300, "loss.detected", conn=1, silent_ms=2000)
+    r.at(6510, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
+    r.attempt(5310, 1, 2, ok=False, latency=520)
+    r.attempt(15_310, 2, 3, ok=False, latency=610)
+    r.at(20_000, "fault.clear", src="agent", name="blackhole")
+    r.at(20_100, "action", src="agent", what="close")
+    r.at(20_120, "conn.closed", conn=1, code=1000, reason="", by="client")
+    r.attempt(20_100 + close_to_setup - 560, 3, 4, ok=True, latency=560)
+    r.at(20_100 + close_to_setup + 10, "tool.response", conn=4, id="fc-1", name="book_slot", status="ok")
+    r.at(21_500, "user.say", conn=4, text=ASK, line=1, mode="text")
+    r.at(22_300, "model.audio", conn=4, first=True, bytes=9600)
+    r.at(23_000, "model.text", conn=4, text="Yes, your 3 pm slot tomorrow is booked.")
+    r.at(23_010, "model.turn_complete", conn=4)
+    return r.end(25_000)
+
+
+def recovery_run(root: Path, clock: Clock, run_id: str = "s2-0001", reissue: bool = False,
+                 expect: dict | None = None) -> Path:
+    expect = expect if expect is not None else {
+        "fallback": True, "told_truth": True, "bookings": 1, "max_loss_to_first_audio_ms": 7100,
+        "reissued_call": False, "duplicate_bookings": 0}
+    r = start_booking(Run(root, run_id, clock, "s2-recovery", expect, client="recovery"))
+    r.at(3500, "fault.apply", src="agent", name="blackhole", spec={"kind": "blackhole"})
+    r.at(5300, "loss.detected", conn=1, silent_ms=2000)
+    r.at(6000, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
+    for i in range(4):
+        r.attempt(5300 + i * 1000, i + 1, i + 2, ok=False, latency=500 + 30 * i)
+    r.at(8850, "fallback.start", conn=1, note=True, turns=2)
+    r.at(8860, "conn.open", conn=6, purpose="new", local="10.203.0.2:40010", remote="10.203.0.1:443")
+    r.at(9150, "conn.setup_complete", conn=6, setup_ms=290)
+    r.at(9160, "session.restored", conn=6, note=True, turns=2)
+    if reissue:
+        r.at(9800, "tool.call", conn=6, id="fc-9", name="book_slot", args={"slot": "tomorrow 15:00"})
+        r.at(9805, "tool.dedup", id="fc-9", business_key="slot:tomorrow-15", job="job-1")
+        r.at(9810, "tool.response", conn=6, id="fc-9", name="book_slot", status="ok")
+    r.at(10_100, "model.audio", conn=6, first=True, bytes=9600)
+    r.at(11_000, "model.text", conn=6, text="Of course, your 3:00 p.m. slot for tomorrow has been successfully booked.")
+    r.at(11_500, "user.say", conn=6, text=ASK, line=1, mode="text")
+    r.at(12_300, "model.audio", conn=6, first=True, bytes=9600)
+    r.at(12_500, "model.text", conn=6, text="Yes, your 3 pm slot tomorrow is booked.")
+    return r.end(14_000)
+
+
+def held(v: dict) -> dict:
+    return {r["name"]: r["held"] for r in v["expectations"]}
+
+
+def test_b1_all_refused_booked_never_told(tmp_path, clock):
+    d = b1_run(tmp_path, clock)
+    v = build_run(d)
+    m = v["metrics"]
+    assert v["pass"], v
+    assert all(held(v).values())
+    assert m["loss_ms"] == 3500 and m["detection_ms"] == 1800
+    assert (m["attempts"], m["refused"], m["accepted"]) == (5, 5, 0)
+    assert m["refusal_codes"] == {"1011": 5}
+    assert m["refusal_latency_ms"]["min"] == 480 and m["refusal_latency_ms"]["max"] == 640
+    assert m["bookings"] == 1 and m["duplicate_bookings"] == 0
+    assert m["told"] == "never" and m["told_truth"] is None and m["truth_final"] == "booked"
+    assert m["loss_to_setup_ms"] is None and m["loss_to_first_audio_ms"] is None
+    assert m["commit_after_loss_ms"] == [3010]
+    assert (d / "verdict.json").is_file() and (d / "timeline.png").stat().st_size > 10_000
+    assert json.loads((d / "verdict.json").read_text())["pass"] is True
+
+
+def test_b1_fails_expectations_it_does_not_meet(tmp_path, clock):
+    d = b1_run(tmp_path, clock, expect={"told_truth": True, "refusal_code": 1007, "resumed": True,
+                                        "bookings": 0, "all_resumes_refused": True})
+    v = build_run(d)
+    assert not v["pass"]
+    assert held(v) == {"told_truth": False, "refusal_code": False, "resumed": False, "bookings": False,
+                       "all_resumes_refused": True}
+    assert sorted(v["failed"]) == ["bookings", "refusal_code", "resumed", "told_truth"]
+
+
+def test_b2_resumed_600ms_after_close(tmp_path, clock):
+    v = build_run(b2_run(tmp_path, clock))
+    m = v["metrics"]
+    assert v["pass"], v["expectations"]
+    assert m["refused"] == 2 and m["accepted"] == 1 and m["refused_before_accept"] == 2
+    assert m["resumed_after_close_ms"] == pytest.approx(600, abs=1)
+    assert m["close_ms"] == 20_100
+    assert m["loss_to_setup_ms"] == pytest.approx(20_700 - 3500, abs=1)
+    assert m["loss_to_first_audio_ms"] == pytest.approx(22_300 - 3500, abs=1)
+    assert m["told"] == "booked" and m["truth_at_answer"] == "booked" and m["told_truth"] is True
+    assert m["pending_call_answered_after_resume"] is True
+    assert m["handle_updates"] == {"1": 1, "2": 0, "3": 0, "4": 1}
+
+
+def test_b2_resume_too_late_after_close_fails(tmp_path, clock):
+    v = build_run(b2_run(tmp_path, clock, close_to_setup=900))
+    assert not v["pass"] and v["failed"] == ["resumed_after_close_ms"]
+    row = next(r for r in v["expectations"] if r["name"] == "resumed_after_close_ms")
+    assert row["observed"] == pytest.approx(900, abs=1)
+
+
+def test_recovery_fallback_tells_truth(tmp_path, clock):
+    v = build_run(recovery_run(tmp_path, clock))
+    m = v["metrics"]
+    assert v["pass"], v["expectations"]
+    assert m["fallback"] and m["recovered_via"] == "new" and not m["resumed"]
+    assert m["loss_to_first_audio_ms"] == 6600
+    rec = m["recovery"]
+    assert (rec["detection_ms"], rec["resume_window_ms"], rec["new_setup_ms"], rec["restore_to_first_audio_ms"]) == \
+        (1800, 3550, 290, 940)
+    assert m["first_claim_after_recovery"] == "booked"
+    assert m["tool_calls_reissued"] == 0
+
+
+def test_recovery_reissued_call_is_caught(tmp_path, clock):
+    v = build_run(recovery_run(tmp_path, clock, reissue=True))
+    assert not v["pass"] and v["failed"] == ["reissued_call"]
+    assert v["metrics"]["tool_calls_reissued"] == 1 and v["metrics"]["tool_dedups"] == 1
+    assert v["metrics"]["duplicate_bookings"] == 0
+
+
+def test_in_progress_answer_after_commit_is_not_the_truth(tmp_path, clock):
+    r = start_booking(Run(tmp_path, "r1-0001", clock, "r1-idle-abort-immediate", {"told_truth": True}))
+    r.at(3000, "action", src="agent", what="abort")
+    r.at(3010, "conn.closed", conn=1, code=1006, reason="", by="abnormal")
+    r.attempt(3020, 1, 2, ok=False, latency=600)
+    r.attempt(4620, 2, 3, ok=True, latency=500)
+    r.at(6510, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
+    r.at(9000, "user.say", conn=3, text=ASK, line=1, mode="text")
+    r.at(9900, "model.text", conn=3, text="I'm booking the 3 pm slot tomorrow for you now.")
+    v = build_run(r.end(12_000))
+    m = v["metrics"]
+    assert m["loss_kind"] == "action:abort" and m["loss_to_setup_ms"] == pytest.approx(4620 + 500 - 3000, abs=1)
+    assert m["told"] == "in_progress" and m["truth_at_answer"] == "booked" and m["told_truth"] is False
+    assert not v["pass"] and v["failed"] == ["told_truth"]
+
+
+def test_truncated_record_gives_a_verdict_and_a_timeline(tmp_path, clock):
+    d = b1_run(tmp_path, clock)
+    p = d / "events.jsonl"
+    lines = p.read_text().splitlines(keepends=True)
+    p.write_text("".join(lines[:20]) + lines[20][:17])  # killed half-way: no run.end, half a line
+    v = build_run(d)
+    assert not v["pass"] and "record truncated: no run.end" in v["notes"]
+    assert (d / "timeline.png").stat().st_size > 5000
+    assert v["metrics"]["complete"] is False and v["metrics"]["loss_ms"] == 3500
+
+
+def test_empty_and_missing_records(tmp_path, clock):
+    d = tmp_path / "r-empty"
+    d.mkdir()
+    (d / "events.jsonl").write_text("")
+    v = build_run(d)
+    assert not v["pass"] and "empty record" in v["notes"] and (d / "timeline.png").is_file()
+    with pytest.raises(LabError):
+        build_run(tmp_path / "nope")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(LabError):
+        build_run(tmp_path / "plain")
+
+
+def test_unknown_expectation_is_listed_not_decisive(tmp_path, clock):
+    d = b1_run(tmp_path, clock, expect={"bookings": 1, "some_future_check": 3, "max_detection_ms": 2500,
+                                        "detection_ms": [1500, 2000]})
+    v = build_run(d)
+    assert v["pass"]
+    assert held(v) == {"bookings": True, "some_future_check": None, "max_detection_ms": True, "detection_ms": True}
+
+
+def test_summary_rows_and_no_secrets(tmp_path, clock):
+    batch = tmp_path / "batch"
+    b1_run(batch, clock, "b1-0001")
+    b1_run(batch, clock, "b1-0002", attempts=3)
+    b2_run(batch, clock, "b2-0001")
+    recovery_run(batch, clock, "s2-0001")
+    recovery_run(batch, clock, "s2-0002", reissue=True)
+    assert len(find_runs(batch)) == 5
+    out = summarize(batch)
+    text = out.read_text()
+    assert "| b1-silent-loss | probe | 2 | 2 of 2 | 8 of 8 refused (1011 \u00d78) |" in text
+    assert "never told \u00d72" in text
+    assert "| b2-path-return | probe | 1 | 1 of 1 | 2 of 3 refused (1011 \u00d72), 1 accepted |" in text
+    assert "| s2-recovery | recovery | 2 | 1 of 2 |" in text
+    assert "6600 (all 2)" in text                      # loss -> first audio of the two recoveries
+    assert "## Recovery figures" in text and "3550 (all 2)" in text  # the resume window
+    assert "1 of 2 | 0 |" in text                      # one run re-issued the call, no duplicate booking
+    assert "s2-0002 (s2-recovery): reissued_call" in text
+    assert "has been successfully booked" in text
+    sha = redact_handle(HANDLE)["handle_sha"]
+    assert sha not in text and HANDLE not in text and "handle_sha" not in text
+
+
+def test_lab_report_cli(tmp_path, clock, capsys):
+    from lab.cli import main
+    batch = tmp_path / "batch"
+    b1_run(batch, clock, "b1-0001")
+    recovery_run(batch, clock, "s2-0001")
+    assert main(["report", str(batch)]) == 0
+    out = capsys.readouterr().out
+    assert "b1-silent-loss" in out and "s2-recovery" in out and "summary:" in out
+    assert (batch / "summary.md").is_file() and (batch / "s2-0001" / "timeline.png").is_file()
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("lab: ") for line in err)
+
+
+def test_metrics_tolerate_missing_fields():
+    from lab.events import Event
+    evs = [Event("fault.apply", T0, 10, "agent", {"spec": "blackhole both"}),
+           Event("resume.result", T0, 900, "client", {"ok": False}),
+           Event("conn.closed", T0, 950, "client", {"conn": 2}),
+           Event("model.text", T0, 990, "client", {})]
+    m = metrics_mod.compute(evs)
+    assert m["loss_ms"] == 10 and m["refused"] == 1 and m["told"] == "never"
