@@ -1,0 +1,337 @@
+"""The Compose topology: the lab in Docker containers on one internal network (compose.yaml).
+
+`endpoint` runs the twin, `proxy` the freezable CONNECT proxy, `client` the agent and its faults
+(NET_ADMIN), and `capture` tcpdump in the client's network namespace. Lifecycle goes through the
+compose v2 CLI (`docker compose -p <project> ...`); container inspection through the Docker SDK.
+`up()` first runs scripts/docker-setup.sh when something is missing (dockerd, compose v2, the base
+image, the wheelhouse) or the project's wheel is older than its sources, so a fresh machine works.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from lab.errors import CapabilityError, LabError
+from lab.topology.base import Topology
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "compose.yaml"
+SETUP_SCRIPT = REPO / "scripts" / "docker-setup.sh"
+WHEELS = REPO / "docker" / "wheels"
+BASE_IMAGE = os.environ.get("LIVELAB_BASE_IMAGE", "lab-base:bookworm")
+COMPOSE_VERSION = "v2.40.3"
+LAB_SERVICES = ("endpoint", "proxy", "client")      # what up() starts; capture starts with capture_start()
+PROJECT_PREFIX = "livelab"
+
+
+def _project_name(run_id: str) -> str:
+    slug = re.sub(r"[^a-z0-9_-]+", "-", run_id.lower()).strip("-_")[:40] or "run"
+    return f"{PROJECT_PREFIX}-{slug}"
+
+
+def _run(argv: list[str], timeout: float | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def docker_ready() -> bool:
+    try:
+        return shutil.which("docker") is not None and _run(["docker", "info"], timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _compose_ok() -> bool:
+    try:
+        r = _run(["docker", "compose", "version"], timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0 and COMPOSE_VERSION in r.stdout
+
+
+def _base_image_ok() -> bool:
+    return _run(["docker", "image", "inspect", BASE_IMAGE], timeout=20).returncode == 0
+
+
+def _wheels_fresh() -> bool:
+    """The wheelhouse exists and the project's wheel is newer than every source file."""
+    whl = sorted((WHEELS / "project").glob("*.whl"))
+    if not whl or not any((WHEELS / "deps").glob("*.whl")):
+        return False
+    built = whl[-1].stat().st_mtime
+    srcs = [REPO / "pyproject.toml", REPO / "docker" / "requirements.txt"]
+    for top in ("lab", "netem"):
+        srcs += [p for p in (REPO / top).rglob("*") if p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts]
+    return all(p.stat().st_mtime <= built for p in srcs if p.exists())
+
+
+def ensure_docker(setup: bool = True, log=print) -> None:
+    """Make sure dockerd, compose v2, the base image and a fresh wheelhouse are there.
+
+    Runs scripts/docker-setup.sh when something is missing (it needs root); raises CapabilityError
+    with one line when it cannot.
+    """
+    if docker_ready() and _compose_ok() and _base_image_ok() and _wheels_fresh():
+        return
+    if not setup:
+        raise CapabilityError("compose topology: Docker is not ready (run scripts/docker-setup.sh as root)")
+    if not SETUP_SCRIPT.exists():
+        raise CapabilityError(f"compose topology: {SETUP_SCRIPT} is missing; run from a livelab checkout")
+    if os.geteuid() != 0 and not docker_ready():
+        raise CapabilityError("compose topology: no Docker daemon, and starting one needs root "
+                              "(run scripts/docker-setup.sh as root)")
+    t0 = time.monotonic()
+    r = _run(["bash", str(SETUP_SCRIPT)], timeout=900, cwd=REPO)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or r.stdout.strip().splitlines() or ["no output"])[-1]
+        raise CapabilityError(f"compose topology: docker setup failed: {last}")
+    if log:
+        log(f"compose: docker-setup.sh done in {time.monotonic() - t0:.1f} s")
+    if not docker_ready():
+        raise CapabilityError("compose topology: cannot start dockerd (see /var/log/livelab-dockerd.log)")
+
+
+def _docker_client():
+    try:
+        import docker  # the Docker SDK (docker>=7)
+        return docker.from_env(timeout=30)
+    except Exception:
+        return None
+
+
+class ComposeTopology(Topology):
+    """`ComposeTopology(run_id, project=None, captures_dir=None)`; see the module docstring.
+
+    The run folder on the host is `captures_dir/run_id` (default ./captures/<run_id>), mounted in the
+    containers at /captures/<run_id>. `extra_files` are more compose files layered on compose.yaml
+    (e.g. a test's override of the endpoint command); `env` adds variables for interpolation.
+    """
+
+    name = "compose"
+
+    def __init__(self, run_id: str, project: str | None = None, captures_dir: Path | str | None = None,
+                 run_dir: Path | str | None = None, extra_files: list[Path | str] | None = None,
+                 env: dict[str, str] | None = None, setup: bool = True, wait_timeout: int = 120,
+                 log=print, **_options):
+        self.run_id = run_id
+        if run_dir is not None:
+            run_dir = Path(run_dir).resolve()
+            captures_dir = run_dir.parent
+            self.run_id = run_dir.name
+        self.captures_dir = Path(captures_dir or REPO / "captures").resolve()
+        self.project = project or _project_name(run_id)
+        self.files = [COMPOSE_FILE, *(Path(f).resolve() for f in (extra_files or []))]
+        self.extra_env = dict(env or {})
+        self.setup = setup
+        self.wait_timeout = wait_timeout
+        self._log = log
+        self._capture_dir: Path | None = None
+        self._is_up = False
+        self.timings: dict[str, float] = {}
+
+    # -- plumbing
+    def _env(self, run_dir: Path | None = None) -> dict[str, str]:
+        run_dir = run_dir or self.run_dir
+        env = dict(os.environ)
+        env.update({"RUN_ID": run_dir.name, "CAPTURES_DIR": str(run_dir.parent),
+                    "COMPOSE_BAKE": env.get("COMPOSE_BAKE", "false")})
+        env.update(self.extra_env)
+        return env
+
+    def compose_argv(self, *args: str) -> list[str]:
+        argv = ["docker", "compose", "-p", self.project]
+        for f in self.files:
+            argv += ["-f", str(f)]
+        return [*argv, *args]
+
+    def compose(self, *args: str, timeout: float | None = 300, check: bool = True,
+                run_dir: Path | None = None) -> subprocess.CompletedProcess:
+        r = _run(self.compose_argv(*args), timeout=timeout, env=self._env(run_dir), cwd=REPO)
+        if check and r.returncode != 0:
+            last = [ln for ln in r.stderr.strip().splitlines() if ln.strip()] or ["no output"]
+            raise LabError(f"compose: `docker compose {' '.join(args[:3])}` failed: {last[-1].strip()}")
+        return r
+
+    @property
+    def run_dir(self) -> Path:
+        return self.captures_dir / self.run_id
+
+    # -- Topology
+    def up(self) -> None:
+        t0 = time.monotonic()
+        ensure_docker(self.setup, log=self._log)
+        self.timings["setup_s"] = time.monotonic() - t0
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.containers():
+            self.down()                     # leftovers of an earlier run under the same project
+        t1 = time.monotonic()
+        self._is_up = True
+        r = self.compose("up", "-d", "--build", "--wait", "--wait-timeout", str(self.wait_timeout),
+                         *LAB_SERVICES, timeout=self.wait_timeout + 300, check=False)
+        self.timings["up_s"] = time.monotonic() - t1
+        if r.returncode != 0:
+            detail = self._failure_detail(r)
+            self.down()
+            raise LabError(f"compose topology: up failed: {detail}")
+
+    def _failure_detail(self, r: subprocess.CompletedProcess) -> str:
+        lines = [ln.strip() for ln in (r.stderr + r.stdout).splitlines() if ln.strip()]
+        detail = lines[-1] if lines else f"exit {r.returncode}"
+        for svc, health in self.health().items():
+            if health not in ("healthy", "running"):
+                logs = self.compose("logs", "--no-log-prefix", "--tail", "3", svc, check=False).stdout.strip()
+                tail = logs.splitlines()[-1] if logs else "no log"
+                detail += f"; {svc} is {health}: {tail}"
+        return detail
+
+    def down(self) -> None:
+        self._is_up = False
+        self._capture_dir = None
+        if shutil.which("docker") is None:
+            return
+        try:
+            self.compose("down", "-v", "--remove-orphans", "-t", "2", timeout=120, check=False)
+        except (OSError, subprocess.TimeoutExpired, LabError):
+            pass
+
+    @property
+    def endpoint_host(self) -> str:
+        return "endpoint"
+
+    @property
+    def endpoint_port(self) -> int:
+        return 8443
+
+    @property
+    def ca_path(self) -> Path:
+        return Path("/certs/ca.pem")        # the twin's cert dir, a volume mounted read-only in client
+
+    @property
+    def proxy_url(self) -> str:
+        return "http://proxy:8080"
+
+    @property
+    def proxy_control_url(self) -> str:
+        return "http://proxy:8081"
+
+    def client_exec(self, argv: list[str], env: dict[str, str] | None = None, **popen_kw) -> subprocess.Popen:
+        """`docker compose exec -T client ARGV`; `env` sets variables inside the container.
+
+        Note: stopping this Popen does not signal the process inside the container (docker exec
+        forwards no signals without a TTY); `down()` ends it.
+        """
+        extra: list[str] = []
+        for k, v in (env or {}).items():
+            extra += ["-e", f"{k}={v}"]
+        popen_kw.setdefault("cwd", REPO)
+        popen_kw.setdefault("env", self._env())
+        return subprocess.Popen(self.compose_argv("exec", "-T", *extra, "client", *argv), **popen_kw)
+
+    def capture_start(self, run_dir: Path) -> None:
+        run_dir = Path(run_dir).resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("raw-eth.pcap", "raw-nflog.pcap"):
+            (run_dir / name).unlink(missing_ok=True)
+        t0 = time.monotonic()
+        r = self.compose("up", "-d", "--no-deps", "--wait", "--wait-timeout", "30", "capture",
+                         run_dir=run_dir, timeout=120, check=False)
+        if r.returncode != 0:
+            raise LabError(f"compose topology: capture did not start: {self._failure_detail(r)}")
+        deadline = time.monotonic() + 10
+        want = [run_dir / "raw-eth.pcap", run_dir / "raw-nflog.pcap"]
+        while not all(p.exists() for p in want) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not all(p.exists() for p in want):
+            raise LabError(f"compose topology: the capture wrote no pcap into {run_dir}")
+        self.timings["capture_start_s"] = time.monotonic() - t0
+        self._capture_dir = run_dir
+
+    def capture_stop(self) -> list[Path]:
+        run_dir = self._capture_dir
+        if run_dir is None:
+            return []
+        self.compose("stop", "-t", "5", "capture", run_dir=run_dir, timeout=60, check=False)
+        self._capture_dir = None
+        return [p for p in (run_dir / "raw-eth.pcap", run_dir / "raw-nflog.pcap") if p.exists()]
+
+    # -- inspection (Docker SDK, with the CLI as a fallback)
+    def containers(self) -> dict[str, object]:
+        """service -> SDK container object of this project (running or not)."""
+        client = _docker_client()
+        if client is None:
+            return {}
+        try:
+            found = client.containers.list(all=True, filters={"label": f"com.docker.compose.project={self.project}"})
+        except Exception:
+            return {}
+        return {c.labels.get("com.docker.compose.service", c.name): c for c in found}
+
+    def health(self) -> dict[str, str]:
+        """service -> `healthy` | `unhealthy` | `starting` | `running` (no healthcheck) | `exited` ..."""
+        out = {}
+        for svc, c in self.containers().items():
+            state = c.attrs.get("State", {})
+            out[svc] = (state.get("Health") or {}).get("Status") or state.get("Status", "?")
+        return out
+
+    def container_id(self, service: str = "client") -> str:
+        c = self.containers().get(service)
+        if c is not None:
+            return c.id
+        r = self.compose("ps", "-q", service, check=False)
+        cid = r.stdout.strip().splitlines()
+        if not cid:
+            raise LabError(f"compose topology: no {service} container in project {self.project}")
+        return cid[0]
+
+    def exec_latency_samples(self, n: int = 10) -> dict[str, list[float]]:
+        """Seconds per `docker compose exec -T client true` and per `docker exec <client> iptables -S`."""
+        cid = self.container_id("client")
+        compose_argv = self.compose_argv("exec", "-T", "client", "true")
+        env = self._env()
+        out: dict[str, list[float]] = {"compose_exec_true": [], "docker_exec_iptables": []}
+        for _ in range(n):
+            t0 = time.perf_counter()
+            subprocess.run(compose_argv, env=env, cwd=REPO, capture_output=True, check=True)
+            out["compose_exec_true"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            subprocess.run(["docker", "exec", cid, "iptables", "-S"], capture_output=True, check=True)
+            out["docker_exec_iptables"].append(time.perf_counter() - t0)
+        return out
+
+
+def exec_latency_samples(n: int = 10, topology: ComposeTopology | None = None) -> dict[str, list[float]]:
+    """The baseline of the faults benchmark: exec round trips into the client container, in seconds.
+
+    Uses a running `topology`, or brings a throw-away one up (and down) around the measurement.
+    Returns {"compose_exec_true": [...], "docker_exec_iptables": [...]}, n samples each.
+    """
+    if topology is not None:
+        return topology.exec_latency_samples(n)
+    topo = ComposeTopology(f"exec-latency-{os.getpid()}", log=None)
+    try:
+        topo.up()
+        return topo.exec_latency_samples(n)
+    finally:
+        topo.down()
+
+
+def down_all(prefix: str = PROJECT_PREFIX) -> list[str]:
+    """Remove every compose project whose name starts with `prefix` (for `lab down`); never raises."""
+    if shutil.which("docker") is None or not docker_ready():
+        return []
+    try:
+        r = _run(["docker", "ps", "-a", "--format", '{{.Label "com.docker.compose.project"}}'], timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    projects = sorted({p for p in r.stdout.split() if p.startswith(prefix)})
+    for p in projects:
+        try:
+            _run(["docker", "compose", "-p", p, "-f", str(COMPOSE_FILE), "down", "-v", "--remove-orphans",
+                  "-t", "2"], timeout=120, cwd=REPO)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return projects
