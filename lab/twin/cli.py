@@ -1,0 +1,75 @@
+"""`lab twin serve`: run the endpoint twin standalone until SIGINT/SIGTERM.
+
+    lab twin serve --port 8765 --profile developer-api --set idle_release_s=1.5 --log twin.jsonl
+
+Prints the base URL and the CA path (the PEM a client must trust) and serves until stopped.
+"""
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from lab.errors import LabError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("twin", help="the Gemini Live endpoint twin")
+    tsub = p.add_subparsers(dest="twin_command", metavar="TWIN_COMMAND")
+    s = tsub.add_parser("serve", help="serve the twin until SIGINT/SIGTERM")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8765, help="port (0 = any free port; default 8765)")
+    s.add_argument("--profile", default="developer-api", help="profile name or YAML path (default developer-api)")
+    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                   help="override one profile parameter (repeatable), e.g. --set freeze_close_s=30")
+    s.add_argument("--cert-dir", default=None, help="where to write ca.pem and the server certificate")
+    s.add_argument("--san", action="append", default=[], help="extra certificate name (repeatable)")
+    s.add_argument("--no-tls", action="store_true", help="serve plain ws (the SDK then needs its ws_connect patch)")
+    s.add_argument("--api-key", default=None,
+                   help="require this key (x-goog-api-key, ?key= or Authorization); missing = HTTP 401, wrong = 403")
+    s.add_argument("--log", default=None, help="twin.jsonl path (default: no file)")
+    s.add_argument("--seed", type=int, default=None, help="random seed for drawn delays and handles")
+    s.add_argument("--list-params", action="store_true", help="print the profile's parameters and sources, then exit")
+    s.set_defaults(func=_serve)
+    p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
+
+
+def _serve(args) -> int:
+    from lab.twin.profile import load_profile
+
+    prof = load_profile(args.profile, args.overrides)   # LabError on a bad profile or --set
+    if args.list_params:
+        for name, prm in prof.params.items():
+            print(f"{name} = {prm.value!r}\n    source: {prm.source}")
+        return 0
+    if not 0 <= args.port <= 65535:
+        raise LabError(f"bad --port {args.port}")
+    return asyncio.run(_run(args))
+
+
+async def _run(args) -> int:
+    from lab.twin.server import TwinServer
+
+    twin = TwinServer(profile=args.profile, host=args.host, port=args.port, tls=not args.no_tls,
+                      cert_dir=args.cert_dir, api_key=args.api_key, overrides=args.overrides,
+                      log_path=args.log, seed=args.seed, san=args.san)
+    try:
+        await twin.start()
+    except OSError as e:
+        raise LabError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    print(f"twin: {twin.profile.name} at {twin.base_url}", flush=True)
+    print(f"base_url {twin.base_url}", flush=True)
+    print(f"ca_path {twin.ca_path or '-'}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await twin.stop()
+        print("twin: stopped", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,266 @@
+"""The twin's thin asyncio shell: websockets in, lab.twin.core decides, actions out.
+
+Real TCP state is the point: the server never pings (ping_interval=None unless the profile sets it)
+and never enables TCP keepalive, so a connection whose client went silent stays open server-side
+until a close frame, EOF/FIN or RST reaches it, or the profile's freeze timeout closes it. The
+session lock lives exactly as long as that server-side socket.
+
+    twin = TwinServer(profile="developer-api", port=0)
+    await twin.start()
+    client = genai.Client(api_key="test", http_options={"base_url": twin.base_url,
+        "async_client_args": {"ssl": ssl.create_default_context(cafile=twin.ca_path), "ping_interval": None}})
+    ...
+    await twin.stop()
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shutil
+import socket
+import ssl
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from lab.events import EventLog
+from lab.twin.core import Close, Log, Send, Timer, TwinCore
+
+DEFAULT_SANS = ("localhost", "127.0.0.1", "endpoint")
+
+
+def make_certs(cert_dir: str | Path, san: list[str] | tuple[str, ...] = ()) -> tuple[Path, Path, Path]:
+    """A throw-away CA and a server certificate for localhost, 127.0.0.1, 'endpoint' and `san`.
+    Returns (ca.pem, server chain pem, server key pem)."""
+    import trustme
+
+    d = Path(cert_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    names = list(dict.fromkeys([*DEFAULT_SANS, *(san or ())]))
+    ca = trustme.CA(organization_name="livelab twin")
+    cert = ca.issue_cert(*names)
+    ca_path, chain_path, key_path = d / "ca.pem", d / "twin-cert.pem", d / "twin-key.pem"
+    ca.cert_pem.write_to_path(str(ca_path))
+    with open(chain_path, "wb") as fh:
+        for blob in cert.cert_chain_pems:
+            fh.write(blob.bytes())
+    cert.private_key_pem.write_to_path(str(key_path))
+    os.chmod(key_path, 0o600)
+    return ca_path, chain_path, key_path
+
+
+class TwinServer:
+    def __init__(self, profile: str = "developer-api", host: str = "127.0.0.1", port: int = 0, tls: bool = True,
+                 cert_dir: str | Path | None = None, api_key: str | None = None, overrides: Any = None,
+                 log_path: str | Path | None = None, seed: int | None = None, san: list[str] | None = None,
+                 log: EventLog | None = None):
+        self.core = TwinCore(profile, overrides, seed=seed, api_key=api_key)
+        self.profile = self.core.profile
+        self.host = host
+        self._port = port
+        self.tls = tls
+        self._cert_dir = Path(cert_dir) if cert_dir else None
+        self._own_cert_dir = cert_dir is None
+        self.san = list(san or [])
+        self.log = log if log is not None else EventLog(log_path)
+        self._own_log = log is None
+        self.ca_path: str | None = None
+        self._server = None
+        self._ids = itertools.count(1)
+        self._conns: dict[int, _ConnIO] = {}
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- lifecycle --------------------------------------------------------------------------
+    async def start(self) -> "TwinServer":
+        self._loop = asyncio.get_running_loop()
+        ctx = None
+        if self.tls:
+            if self._cert_dir is None:
+                self._cert_dir = Path(tempfile.mkdtemp(prefix="livelab-twin-"))
+            ca, chain, key = make_certs(self._cert_dir, self.san)
+            self.ca_path = str(ca)
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(str(chain), str(key))
+            if os.environ.get("SSLKEYLOGFILE"):
+                ctx.keylog_filename = os.environ["SSLKEYLOGFILE"]
+        pi = self.profile.get("ping_interval")
+        pt = self.profile.get("ping_timeout")
+        self._server = await serve(
+            self._handler, self.host, self._port, ssl=ctx, process_request=self._process_request,
+            ping_interval=float(pi) if pi is not None else None,
+            ping_timeout=float(pt) if (pi is not None and pt is not None) else None,
+            compression=None, max_size=64 * 1024 * 1024, max_queue=64, server_header=None)
+        self.log.write("twin.start", src="twin", profile=self.profile.name, port=self.port, tls=self.tls,
+                       overrides={k: p.value for k, p in self.profile.params.items() if p.overridden})
+        return self
+
+    async def stop(self) -> None:
+        for h in list(self._timers):
+            h.cancel()
+        self._timers.clear()
+        if self._server is not None:
+            self._server.close()
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+            except (asyncio.TimeoutError, Exception):
+                pass
+            self._server = None
+        for io in list(self._conns.values()):
+            io.ws.transport.abort() if io.ws.transport else None
+        for h in list(self._timers):
+            h.cancel()
+        self._timers.clear()
+        if self._own_log:
+            self.log.close()
+        if self._own_cert_dir and self._cert_dir is not None:
+            shutil.rmtree(self._cert_dir, ignore_errors=True)
+            self._cert_dir = None
+
+    async def __aenter__(self) -> "TwinServer":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            return self._port
+        return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def url_host(self) -> str:
+        return "127.0.0.1" if self.host in ("", "0.0.0.0", "::", None) else self.host
+
+    @property
+    def base_url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.url_host}:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return (f"{'wss' if self.tls else 'ws'}://{self.url_host}:{self.port}"
+                "/ws/google.ai.generativelanguage.v1.GenerativeService.BidiGenerateContent")
+
+    def open_connections(self) -> int:
+        return len(self._conns)
+
+    # ---- websockets plumbing ----------------------------------------------------------------
+    def _process_request(self, connection: ServerConnection, request):
+        up = self.core.check_upgrade(request.path, request.headers)
+        if up.status is not None:
+            self.log.write("twin.http_refuse", src="twin", status=up.status, reason=up.reason,
+                           path=request.path.split("?")[0])
+            return connection.respond(up.status, up.reason + "\n")
+        connection.twin_route = up.route  # type: ignore[attr-defined]
+        return None
+
+    async def _handler(self, ws: ServerConnection) -> None:
+        loop = asyncio.get_running_loop()
+        cid = next(self._ids)
+        sock = ws.transport.get_extra_info("socket") if ws.transport else None
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 0)
+            except OSError:
+                pass
+        io = _ConnIO(ws)
+        self._conns[cid] = io
+        writer = asyncio.create_task(io.run())
+        peer = ws.remote_address
+        self._dispatch(self.core.connection_opened(cid, loop.time(), getattr(ws, "twin_route", ""),
+                                                   f"{peer[0]}:{peer[1]}" if peer else None))
+        how = "eof"
+        try:
+            async for message in ws:
+                self._dispatch(self.core.frame_received(cid, message, loop.time()))
+            how = _how_closed(ws, None)
+        except ConnectionClosed as e:
+            how = _how_closed(ws, e)
+        except Exception as e:  # never let one connection take the twin down
+            self.log.write("twin.error", src="twin", conn=cid, error=repr(e))
+            how = "error"
+        finally:
+            self._conns.pop(cid, None)
+            self._dispatch(self.core.connection_ended(cid, how, loop.time()))
+            io.stop()
+            writer.cancel()
+            try:
+                await writer
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    def _dispatch(self, actions: list) -> None:
+        for a in actions:
+            if isinstance(a, Send) or isinstance(a, Close):
+                io = self._conns.get(a.conn)
+                if io is not None:
+                    io.put(a)
+            elif isinstance(a, Timer):
+                self._schedule(a)
+            elif isinstance(a, Log):
+                self.log.write(a.kind, src="twin", **a.fields)
+
+    def _schedule(self, t: Timer) -> None:
+        loop = self._loop or asyncio.get_running_loop()
+        holder: list = []
+
+        def fire() -> None:
+            self._timers.discard(holder[0])
+            try:
+                self._dispatch(self.core.timer_fired(t.key, loop.time()))
+            except Exception as e:  # a bug in one session must not stop the others
+                self.log.write("twin.error", src="twin", timer=str(t.key[0]), error=repr(e))
+
+        h = loop.call_at(t.at, fire)
+        holder.append(h)
+        self._timers.add(h)
+
+
+def _how_closed(ws: ServerConnection, exc: BaseException | None) -> str:
+    proto = ws.protocol
+    if getattr(proto, "close_rcvd", None) is not None:
+        return "close_frame"
+    cause = exc
+    while cause is not None:
+        if isinstance(cause, (ConnectionResetError, BrokenPipeError)):
+            return "rst"
+        cause = cause.__cause__ or cause.__context__
+    return "eof"
+
+
+class _ConnIO:
+    """One connection's ordered outbox: each action waits for its `at`, then goes out."""
+
+    def __init__(self, ws: ServerConnection):
+        self.ws = ws
+        self.q: asyncio.Queue = asyncio.Queue()
+        self.closed = False
+
+    def put(self, action) -> None:
+        if not self.closed:
+            self.q.put_nowait(action)
+
+    def stop(self) -> None:
+        self.closed = True
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            a = await self.q.get()
+            delay = a.at - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                if isinstance(a, Send):
+                    await self.ws.send(a.data)
+                else:
+                    self.closed = True
+                    await self.ws.close(a.code, a.reason)
+                    return
+            except ConnectionClosed:
+                return
