@@ -1,0 +1,298 @@
+"""What this kernel and this namespace offer the fault machinery, found by trying, not by guessing.
+
+`probe()` answers with a `Capabilities`: root and CAP_NET_ADMIN, a usable iptables (and which
+xtables targets it accepts: NFLOG, NFQUEUE, statistic, REJECT), tcpdump's nflog interface, and
+whether the `netem` qdisc exists. netem is probed by really adding a netem qdisc to a veth in a
+throw-away namespace (`ll-probe-<pid>`) and removing it; where namespaces cannot be made
+(a container without CAP_SYS_ADMIN) a throw-away veth in the current namespace is used instead.
+The iptables targets are tried in an unhooked throw-away chain (`LL_PROBE`), so no packet is touched.
+
+All system access goes through a `Prober`, so the detection logic is tested with a fake one.
+
+`in_netns(name)` switches the *calling thread* into a named namespace (setns on the thread), so a
+socket created or a process spawned inside the block lives there. Python 3.11 has no os.setns.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import shutil
+import subprocess
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Iterator
+
+from netem.errors import NoPrivilege, NetemError
+
+NETNS_DIR = "/run/netns"
+CLONE_NEWNET = 0x40000000
+CAP_NET_ADMIN = 12
+PROBE_CHAIN = "LL_PROBE"
+
+# One line per thing the probe could not find; the keys of Capabilities they explain.
+MISSING_TEXT = {
+    "root": "not root (faults, namespaces and capture need root or CAP_NET_ADMIN)",
+    "net_admin": "no CAP_NET_ADMIN in this namespace (iptables, tc and nflog need it)",
+    "iptables": "iptables-restore is not usable here",
+    "nflog": "the xtables NFLOG target (xt_NFLOG / nfnetlink_log): dropped packets cannot be logged",
+    "nfqueue": "the xtables NFQUEUE target (xt_NFQUEUE): no silent blackhole or random loss",
+    "statistic": "the xtables statistic match (xt_statistic): no random loss",
+    "reject": "the xtables REJECT target (nft_reject / ipt_REJECT): no reset fault",
+    "netem": "sch_netem: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM); delay/jitter/rate faults are unavailable",
+    "netns": "network namespaces cannot be created here (the netns topology needs root and CAP_SYS_ADMIN)",
+    "tcpdump_nflog": "tcpdump cannot open nflog:5 (libpcap without nflog support, or tcpdump missing)",
+}
+
+# The iptables pieces the faults use, each tried alone so a missing one is named exactly.
+IPTABLES_TRIALS = {
+    "nflog": "-j NFLOG --nflog-group 5 --nflog-threshold 1 --nflog-prefix \"ll probe\"",
+    "nfqueue": "-j NFQUEUE --queue-num 99",
+    "statistic": "-m statistic --mode random --probability 0.5 -j RETURN",
+    "reject": "-p tcp -j REJECT --reject-with tcp-reset",
+}
+
+
+# --------------------------------------------------------------------------------------- namespaces
+
+_libc = None
+
+
+def _setns(fd: int) -> None:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"setns: {os.strerror(e)}")
+
+
+@contextmanager
+def in_netns(name: str | None) -> Iterator[None]:
+    """Run the block with the calling thread inside network namespace `name` (None: stay put)."""
+    if not name:
+        yield
+        return
+    try:
+        target = os.open(os.path.join(NETNS_DIR, name), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NetemError(f"network namespace {name!r} does not exist (no {NETNS_DIR}/{name})") from None
+    here = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        try:
+            _setns(target)
+        except PermissionError:
+            raise NoPrivilege(f"cannot enter network namespace {name!r}: needs root (CAP_SYS_ADMIN)") from None
+        try:
+            yield
+        finally:
+            _setns(here)
+    finally:
+        os.close(target)
+        os.close(here)
+
+
+def list_netns() -> list[str]:
+    try:
+        return sorted(os.listdir(NETNS_DIR))
+    except FileNotFoundError:
+        return []
+
+
+# ----------------------------------------------------------------------------------- capabilities
+
+@dataclass
+class Capabilities:
+    root: bool = False
+    net_admin: bool = False
+    iptables: bool = False
+    iptables_version: str | None = None
+    nflog: bool = False
+    nfqueue: bool = False
+    statistic: bool = False
+    reject: bool = False
+    netem: bool = False
+    netns: bool = False
+    tcpdump_nflog: bool = False
+    tools: dict[str, bool] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def faults_ok(self) -> bool:
+        """iptables faults (blackhole, reject, loss) can run here."""
+        return self.iptables and self.nflog and self.nfqueue
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        yes = lambda b: "yes" if b else "NO"  # noqa: E731
+        lines = [
+            f"root                 {yes(self.root)}",
+            f"CAP_NET_ADMIN        {yes(self.net_admin)}",
+            f"iptables-restore     {yes(self.iptables)}" + (f"  ({self.iptables_version})" if self.iptables_version else ""),
+            f"  NFLOG target       {yes(self.nflog)}",
+            f"  NFQUEUE target     {yes(self.nfqueue)}",
+            f"  statistic match    {yes(self.statistic)}",
+            f"  REJECT target      {yes(self.reject)}",
+            f"tc qdisc netem       {yes(self.netem)}",
+            f"network namespaces   {yes(self.netns)}",
+            f"tcpdump nflog:5      {yes(self.tcpdump_nflog)}",
+            "tools                " + " ".join(f"{k}={'yes' if v else 'NO'}" for k, v in sorted(self.tools.items())),
+        ]
+        if self.missing:
+            lines.append("missing:")
+            lines += [f"  - {m}" for m in self.missing]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+class Prober:
+    """Every system access of probe(); tests pass a fake with the same methods."""
+
+    def euid(self) -> int:
+        return os.geteuid()
+
+    def cap_eff(self) -> int:
+        try:
+            with open("/proc/self/status") as fh:
+                for line in fh:
+                    if line.startswith("CapEff:"):
+                        return int(line.split()[1], 16)
+        except OSError:
+            pass
+        return 0
+
+    def which(self, tool: str) -> bool:
+        return shutil.which(tool) is not None
+
+    def run(self, argv: list[str], input: str | None = None, timeout: float = 10.0) -> tuple[int, str, str]:
+        try:
+            p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
+        except FileNotFoundError:
+            return 127, "", f"{argv[0]}: not found"
+        except subprocess.TimeoutExpired:
+            return 124, "", f"{argv[0]}: timed out"
+        return p.returncode, p.stdout, p.stderr
+
+    def try_qdisc(self, kind: str = "netem") -> tuple[bool, str, str]:
+        """Add and remove a `kind` root qdisc on a throw-away veth.
+
+        Returns (ok, where, error text). `where` says which throw-away place was used.
+        """
+        from pyroute2 import IPRoute, NetNS, netns  # lazy: unit tests never need netlink
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        name = f"ll-probe-{os.getpid()}"
+        made_ns = False
+        try:
+            netns.create(name)
+            made_ns = True
+        except Exception:
+            pass
+        where = f"namespace {name}" if made_ns else "current namespace"
+        peer_a, peer_b = f"llpa{os.getpid() % 100000}", f"llpb{os.getpid() % 100000}"
+        ipr = None
+        try:
+            ipr = NetNS(name) if made_ns else IPRoute()
+            ipr.link("add", ifname=peer_a, kind="veth", peer=peer_b)
+            idx = ipr.link_lookup(ifname=peer_a)[0]
+            ipr.link("set", index=idx, state="up")
+            try:
+                ipr.tc("add", kind, idx, handle="1:0", **({"delay": 1000} if kind == "netem" else {}))
+            except NetlinkError as e:
+                return False, where, f"{os.strerror(e.code)} (errno {e.code})"
+            ipr.tc("del", kind, idx, handle="1:0")
+            return True, where, ""
+        except NetlinkError as e:
+            return False, where, f"could not make a throw-away veth: {os.strerror(e.code)} (errno {e.code})"
+        except Exception as e:  # pragma: no cover - odd platforms
+            return False, where, f"{type(e).__name__}: {e}"
+        finally:
+            if ipr is not None:
+                try:
+                    if not made_ns:
+                        for i in ipr.link_lookup(ifname=peer_a):
+                            ipr.link("del", index=i)
+                except Exception:
+                    pass
+                ipr.close()
+            if made_ns:
+                try:
+                    netns.remove(name)
+                except Exception:
+                    pass
+
+    def can_make_netns(self) -> bool:
+        from pyroute2 import netns
+
+        name = f"ll-probe-{os.getpid()}-n"
+        try:
+            netns.create(name)
+        except Exception:
+            return False
+        try:
+            netns.remove(name)
+        except Exception:
+            pass
+        return True
+
+
+def _restore(prober: Prober, body: list[str]) -> tuple[int, str]:
+    text = "*filter\n" + "".join(line + "\n" for line in body) + "COMMIT\n"
+    rc, _out, err = prober.run(["iptables-restore", "--noflush"], input=text)
+    return rc, err.strip()
+
+
+def probe(prober: Prober | None = None, *, netem: bool = True) -> Capabilities:
+    """Find out what faults and captures this namespace supports. Never raises."""
+    p = prober or Prober()
+    c = Capabilities()
+    c.root = p.euid() == 0
+    c.net_admin = bool(p.cap_eff() & (1 << CAP_NET_ADMIN))
+    for tool in ("iptables", "iptables-restore", "ip", "tcpdump", "tshark", "editcap", "mergecap"):
+        c.tools[tool] = p.which(tool)
+
+    if c.tools["iptables-restore"]:
+        rc, out, err = p.run(["iptables", "--version"])
+        if rc == 0:
+            c.iptables_version = out.strip() or None
+        rc, err = _restore(p, [f":{PROBE_CHAIN} - [0:0]"])
+        c.iptables = rc == 0
+        if not c.iptables:
+            c.notes.append(f"iptables-restore failed: {err.splitlines()[0] if err else f'rc={rc}'}")
+        else:
+            for key, rule in IPTABLES_TRIALS.items():
+                rc, err = _restore(p, [f":{PROBE_CHAIN} - [0:0]", f"-A {PROBE_CHAIN} {rule}"])
+                setattr(c, key, rc == 0)
+                if rc != 0 and err:
+                    c.notes.append(f"{key}: {err.splitlines()[-1]}")
+            _restore(p, [f":{PROBE_CHAIN} - [0:0]", f"-X {PROBE_CHAIN}"])
+    if c.tools["tcpdump"]:
+        rc, out, _err = p.run(["tcpdump", "-D"])
+        c.tcpdump_nflog = rc == 0 and "nflog" in out
+
+    if c.root:
+        c.netns = p.can_make_netns()
+    if netem and (c.root or c.net_admin):
+        ok, where, err = p.try_qdisc("netem")
+        c.netem = ok
+        if not ok:
+            c.notes.append(f"netem probe ({where}): {err}")
+
+    for key, text in MISSING_TEXT.items():
+        if key == "iptables":
+            if not c.iptables:
+                c.missing.append(text if c.tools.get("iptables-restore") else "iptables-restore is not installed")
+            continue
+        if key in IPTABLES_TRIALS and not c.iptables:
+            continue  # already said: iptables itself is unusable
+        if key == "netns" and not c.root:
+            continue  # already said: not root
+        if key == "netem" and not (c.root or c.net_admin):
+            c.missing.append("sch_netem could not be probed (needs root / CAP_NET_ADMIN)")
+            continue
+        if not getattr(c, key):
+            c.missing.append(text)
+    return c
