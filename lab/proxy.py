@@ -388,6 +388,7 @@ class FreezeProxy:
         self._live: dict[int, _Live] = {}
         self._servers: list[asyncio.base_events.Server] = []
         self._handlers: set[asyncio.Task] = set()
+        self._pending: set[asyncio.StreamWriter] = set()
 
     # -- lifecycle
     async def start(self) -> "FreezeProxy":
@@ -417,10 +418,14 @@ class FreezeProxy:
         for s in self._servers:
             s.close()
         await self.close_tunnels(reason="proxy stopped")
+        for w in list(self._pending):
+            w.close()                       # connections that never completed a CONNECT
+        if self._handlers:
+            _, late = await asyncio.wait(list(self._handlers), timeout=2)
+            for t in late:
+                t.cancel()
         for s in self._servers:
             await s.wait_closed()
-        for t in list(self._handlers):
-            t.cancel()
         self._servers.clear()
 
     async def serve_forever(self) -> None:
@@ -470,10 +475,14 @@ class FreezeProxy:
     async def _on_client(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._handlers.add(task)
+        self._pending.add(c_writer)
         try:
             await self._tunnel(c_reader, c_writer)
+        except asyncio.CancelledError:
+            pass                            # stop() ran out of patience; the streams are closed anyway
         finally:
             self._handlers.discard(task)
+            self._pending.discard(c_writer)
 
     async def _tunnel(self, c_reader, c_writer) -> None:
         client = _peer(c_writer)
@@ -494,6 +503,7 @@ class FreezeProxy:
             return await self._refuse(c_writer, ProxyProtocolError(504, "Gateway Timeout"))
         except OSError:
             return await self._refuse(c_writer, ProxyProtocolError(502, "Bad Gateway"))
+        self._pending.discard(c_writer)
         rec = self.core.open_tunnel(client, req.target)
         live = _Live(rec, c_reader, c_writer, t_reader, t_writer)
         for d in (UP, DOWN):
