@@ -88,6 +88,8 @@ def _host(kind: str, where: str, v: Any, net_ok: bool = False) -> str:
         raise _fail(kind, f"{where} must be {what}, got {v!r}") from None
     if n.version != 4:
         raise _fail(kind, f"{where}: IPv6 is not supported (the lab's chains are iptables, IPv4 only)")
+    if net_ok and n.prefixlen == 32:
+        return str(n.network_address)
     return str(n)
 
 
