@@ -1,1 +1,52 @@
+"""The clients under test, by name; and the hook for a user's own client.
 
+`get("probe" | "recovery" | "naive")` returns the class. `get("pkg.mod:Class")` imports a user's
+module and returns its class, which must subclass `lab.clients.base.Client` (or at least provide
+start/say/action/flow/stop). Anything else is a LabError naming the known clients.
+"""
+from __future__ import annotations
+
+import importlib
+
+from lab.clients.base import Client, ClientContext, Endpoint
+from lab.errors import LabError
+
+_BUILTIN = {
+    "probe": ("lab.clients.probe", "ProbeClient"),
+    "recovery": ("lab.clients.recovery", "RecoveryClient"),
+    "naive": ("lab.clients.naive", "NaiveClient"),
+}
+
+_REQUIRED = ("start", "say", "action", "flow", "stop")
+
+
+def names() -> list[str]:
+    return list(_BUILTIN)
+
+
+def get(name: str) -> type[Client]:
+    """A client class by name, or by module path `pkg.mod:Class` for a user's own client."""
+    if name in _BUILTIN:
+        mod, cls = _BUILTIN[name]
+        return getattr(importlib.import_module(mod), cls)
+    if isinstance(name, str) and ":" in name:
+        mod_name, _, cls_name = name.partition(":")
+        try:
+            mod = importlib.import_module(mod_name)
+        except ImportError as e:
+            raise LabError(f"client {name!r}: cannot import {mod_name!r} ({e})") from e
+        cls = getattr(mod, cls_name, None)
+        if cls is None or not isinstance(cls, type):
+            raise LabError(f"client {name!r}: module {mod_name!r} has no class {cls_name!r}")
+        missing = [m for m in _REQUIRED if not callable(getattr(cls, m, None))]
+        if missing:
+            raise LabError(f"client {name!r} does not implement lab.clients.base.Client (missing {', '.join(missing)})")
+        if getattr(cls, "__abstractmethods__", None):
+            raise LabError(f"client {name!r} leaves abstract methods unimplemented: "
+                           f"{', '.join(sorted(cls.__abstractmethods__))}")
+        return cls
+    raise LabError(f"unknown client {name!r}; known: {', '.join(names())}, or a module path pkg.mod:Class "
+                   "implementing lab.clients.base.Client")
+
+
+__all__ = ["Client", "ClientContext", "Endpoint", "get", "names"]

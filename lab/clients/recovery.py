@@ -1,0 +1,191 @@
+"""The reference recovery client: what the study says a client must do, with the fallback hedged.
+
+* Its own ledger of tool calls by call id, across connections (`SdkClient.ledger`).
+* Detection with its own WebSocket pings: one every 0.25 s, lost after 1.0 s without a frame or a
+  pong (`ping_interval_s`, `lost_after_s`).
+* On a loss, three things at once: one resume attempt with the handle; a clean close on the old
+  socket (on a dead path it costs nothing; if the path is back, it is what unlocks the session); and
+  a new session without a handle (the hedge), so a fallback costs no extra setup time.
+* The resume window: until the first refusal or 1.5 s (`resume_window_s` overrides the 1.5 s and
+  then refusals are retried inside it). When the old connection is known closed (aborted, closed
+  by the server, or our close was echoed), a refusal is the transient idle-drop 1011: it is retried
+  `retry_refused_after_s` (1 s) later while within `closed_window_s` (3 s) of the loss.
+* Resume accepted: every result of the session still owed is sent, all of them in one
+  toolResponse; the spare session is closed.
+* Otherwise the fallback: the new session is restored with ONE send_client_content: the last
+  `restore_turns` turns of the client's own transcript plus a "System note" with one status line
+  per side effect from the backend (`status_note`). The old call ids are never answered in the new
+  session; a job of the old session that commits later is told as a note before the user's next
+  line (`status_updates`, turn_complete false: no filler turn, no extra reply). A call the model
+  issues again is deduplicated by business key in the backend and answered from the existing job.
+* The user's lines said while recovering wait for the recovered session (up to `hold_input_max_s`).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from google.genai import types
+
+from lab.clients.sdk import Connection, SdkClient, SRC, ToolCall, restore_contents
+
+
+class RecoveryClient(SdkClient):
+    name = "recovery"
+    DEFAULTS = {
+        **SdkClient.DEFAULTS,
+        "ping_interval_s": 0.25,
+        "lost_after_s": 1.0,
+        "resume_window_s": None,        # None: until the first refusal, at most 1.5 s
+        "default_window_s": 1.5,
+        "closed_window_s": 3.0,         # old connection known closed: retry refusals this long
+        "retry_refused_after_s": 1.0,
+        "hedge": True,                  # open the new session in parallel with the resume
+        "status_note": True,
+        "status_updates": True,
+        "restore_turns": 6,
+        "restore_turn_complete": True,
+        "new_session_tries": 3,
+        "hold_input_while_recovering": True,
+    }
+
+    def __init__(self, ctx: Any):
+        super().__init__(ctx)
+        self._next_session = 1
+        self._notes: list[str] = []
+        self._recover_task: asyncio.Task | None = None
+
+    # ---- loss --------------------------------------------------------------------------------
+    def on_loss(self, c: Connection, cause: str) -> None:
+        if self.recovering:
+            return
+        self.recovering = True
+        self._recover_task = self.spawn(self._recover(c, cause), name="recovery")
+
+    def _new_session_no(self) -> int:
+        self._next_session = max(self._next_session, max((x.session_no for x in self.conns), default=1)) + 1
+        return self._next_session
+
+    async def _open_new(self, session: int) -> Connection:
+        c = self.new_conn("new", None, session)
+        await c.open(timeout=float(self.p["attempt_timeout_s"]))
+        return c
+
+    async def _recover(self, lost: Connection, cause: str) -> None:
+        t_loss = time.monotonic()
+        if not lost.closed:
+            self.spawn(lost.close(float(self.p["close_wait_s"])), name="recovery-close-old")
+        new_session = self._new_session_no()
+        hedge: asyncio.Task | None = None
+        if self.p["hedge"]:
+            hedge = self.spawn(self._open_new(new_session), name="recovery-hedge")
+        resumed = await self._resume_window(lost, t_loss)
+        if resumed is not None:
+            await self.accept_resume(resumed)
+            if hedge is not None:
+                self.spawn(self._drop_spare(hedge), name="recovery-drop-spare")
+            return
+        await self._fallback(lost, hedge, new_session)
+
+    async def _resume_window(self, lost: Connection, t_loss: float) -> Connection | None:
+        if self.handle is None:
+            self.log.write("resume.skip", src=SRC, reason="no handle", why="recovery")
+            return None
+        explicit = self.p["resume_window_s"]
+        window = float(explicit if explicit is not None else self.p["default_window_s"])
+        closed_window = float(self.p["closed_window_s"])
+        retry = float(self.p["retry_refused_after_s"])
+        while True:
+            known_closed = lost.closed
+            end = t_loss + (max(window, closed_window) if known_closed else window)
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            c = await self.attempt_resume("recovery", timeout=left)
+            if c is not None:
+                return c
+            # refused (or failed): retry only inside the window, and only when a retry can help
+            known_closed = lost.closed
+            end = t_loss + (max(window, closed_window) if known_closed else window)
+            if not known_closed and explicit is None:
+                return None                           # the default window ends at the first refusal
+            if time.monotonic() + retry >= end:
+                return None
+            await asyncio.sleep(retry)
+
+    async def _drop_spare(self, hedge: asyncio.Task) -> None:
+        try:
+            spare = await hedge
+        except BaseException:
+            return
+        await spare.close(float(self.p["close_wait_s"]))
+
+    # ---- fallback ----------------------------------------------------------------------------
+    async def _fallback(self, lost: Connection, hedge: asyncio.Task | None, new_session: int) -> None:
+        old_session = lost.session_no
+        new: Connection | None = None
+        tries = int(self.p["new_session_tries"])
+        note_on = bool(self.p["status_note"])
+        if hedge is not None:
+            try:
+                new = await hedge
+            except BaseException as e:
+                if isinstance(e, asyncio.CancelledError):
+                    raise
+                self.log.write("fallback.new_failed", src=SRC, error=f"{type(e).__name__}: {e}"[:200])
+        while new is None and tries > 0:
+            tries -= 1
+            try:
+                new = await self._open_new(new_session)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as e:
+                self.log.write("fallback.new_failed", src=SRC, error=f"{type(e).__name__}: {e}"[:200])
+                await asyncio.sleep(0.5)
+        if new is None:
+            self.log.write("fallback.failed", src=SRC, conn=lost.n)
+            self.recovering = False
+            return
+        note = self.backend.status_note() if (note_on and self.backend is not None) else ""
+        contents = restore_contents(self.transcript, note or None, int(self.p["restore_turns"]))
+        self.log.write("fallback.start", src=SRC, conn=new.n, note=bool(note), turns=len(contents),
+                       old_conn=lost.n)
+        superseded = self.ledger.supersede(old_session)
+        self._notes = []
+        self._adopt(new, ready=False)
+        if contents:
+            await new.send(lambda s: s.send_client_content(turns=contents,
+                                                           turn_complete=bool(self.p["restore_turn_complete"])))
+        self.log.write("session.restored", src=SRC, conn=new.n, note=bool(note), turns=len(contents),
+                       superseded=[x.id for x in superseded])
+        self._adopt(new, ready=True)
+
+    def on_superseded_result(self, call: ToolCall) -> None:
+        """A job of the replaced session committed after the restore: tell the new session before the
+        user's next line (never as an answer to the old call id)."""
+        if not self.p["status_updates"] or self.backend is None or not call.job:
+            return
+        job = self.backend.job(call.job)
+        if job is None:
+            return
+        from lab.backend import status_line
+        line = status_line(job)
+        if line not in self._notes:
+            self._notes.append(line)
+
+    async def _before_say(self) -> None:
+        c = self.current
+        if not self._notes or c is None or not c.usable:
+            return
+        text = "\n".join(self._notes)
+        self._notes = []
+        ok = await c.send(lambda s: s.send_client_content(
+            turns=[types.Content(role="user", parts=[types.Part(text=text)])], turn_complete=False))
+        self.log.write("session.note", src=SRC, conn=c.n, text=text, sent=ok)
+
+    async def scripted_resume(self) -> Connection | None:
+        if self.recovering:
+            self.log.write("resume.skip", src=SRC, reason="recovering", why="action")
+            return None
+        return await super().scripted_resume()
