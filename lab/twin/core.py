@@ -34,7 +34,7 @@ import secrets
 import string
 from dataclasses import dataclass, field
 from typing import Any, Hashable
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from lab.events import redact_handle
 from lab.twin import model as M
@@ -112,11 +112,12 @@ def check_upgrade(path: str, headers: Any, api_key: str | None = None) -> Upgrad
     """Route an upgrade request: 404 for an unknown path; with a configured api_key, 401 when no key
     was sent and 403 when none of the sent keys matches. Keys are read from x-goog-api-key, ?key=,
     and Authorization: Token|Bearer. Double slashes and a path prefix are tolerated."""
-    parts = urlsplit(path or "/")
-    p = re.sub(r"/{2,}", "/", parts.path or "/").rstrip("/")
+    # not urlsplit: a request path "//ws/..." (what the SDK sends) would parse "ws" as a host
+    raw_path, _, query = (path or "/").partition("?")
+    p = re.sub(r"/{2,}", "/", raw_path or "/").rstrip("/")
     m = ROUTE_RE.search(p)
     if not m:
-        return Upgrade(404, f"no Live API route at {parts.path!r}")
+        return Upgrade(404, f"no Live API route at {raw_path!r}")
     if m.group("vertex"):
         route = "vertex"
     else:
@@ -125,7 +126,7 @@ def check_upgrade(path: str, headers: Any, api_key: str | None = None) -> Upgrad
     v = _header(headers, "x-goog-api-key")
     if v:
         keys.append(("x-goog-api-key", v.strip()))
-    q = parse_qs(parts.query).get("key")
+    q = parse_qs(query).get("key")
     if q:
         keys.append(("query", q[0]))
     auth = _header(headers, "authorization")
@@ -807,10 +808,10 @@ class TwinCore:
                                            "args": {"slot": call.slot}, "blocking": call.blocking})]
             return acts + self._advance(s, now)
         if step.kind == "turn_complete":
-            acts = [self._send(c, {"serverContent": {"turnComplete": True}}, now)]
-            if c.transparent or self.p("handle_updates") == "per_turn":
-                if c.resumption:
-                    acts += self._handle_update(c, now)
+            acts = []
+            if c.resumption and (c.transparent or self.p("handle_updates") == "per_turn"):
+                acts += self._handle_update(c, now)   # before turnComplete, so receive() still sees it
+            acts.append(self._send(c, {"serverContent": {"turnComplete": True}}, now))
             return acts + self._advance(s, now)
         return self._advance(s, now)
 

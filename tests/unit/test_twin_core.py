@@ -1,0 +1,626 @@
+"""The twin's sans-I/O core driven on a simulated clock: no sockets, no asyncio, no sleeping."""
+from __future__ import annotations
+
+import base64
+import heapq
+import itertools
+import json
+import math
+
+import pytest
+
+from lab.twin import core as C
+from lab.twin.model import tone
+
+SERVER_KEYS = {"setupComplete", "serverContent", "toolCall", "toolCallCancellation", "usageMetadata", "goAway",
+               "sessionResumptionUpdate", "voiceActivityDetectionSignal", "voiceActivity"}
+REFUSE = (1011, "Internal error encountered.")
+
+
+class Sim:
+    """Runs a TwinCore with a heap of timers and closes; a Close ends its connection when due."""
+
+    def __init__(self, profile="developer-api", **overrides):
+        self.core = C.TwinCore(profile, overrides or None, seed=7)
+        self.now = 0.0
+        self.heap: list = []
+        self.seq = itertools.count()
+        self.sent: dict[int, list[tuple[float, dict, object]]] = {}
+        self.closed: dict[int, tuple[float, int, str]] = {}
+        self.logs: list[C.Log] = []
+        self.ended: set[int] = set()
+
+    def apply(self, acts):
+        for a in acts:
+            if isinstance(a, C.Send):
+                assert a.at >= self.now - 1e-9
+                self.sent.setdefault(a.conn, []).append((a.at, a.frame, a.data))
+            elif isinstance(a, C.Close):
+                self.closed[a.conn] = (a.at, a.code, a.reason)
+                heapq.heappush(self.heap, (a.at, next(self.seq), ("__close__", a.conn)))
+            elif isinstance(a, C.Timer):
+                heapq.heappush(self.heap, (a.at, next(self.seq), a.key))
+            elif isinstance(a, C.Log):
+                self.logs.append(a)
+        return acts
+
+    def run(self, until: float):
+        while self.heap and self.heap[0][0] <= until:
+            at, _, key = heapq.heappop(self.heap)
+            self.now = max(self.now, at)
+            if key[0] == "__close__":
+                if key[1] not in self.ended:
+                    self.end(key[1], "close_frame")
+            else:
+                self.apply(self.core.timer_fired(key, self.now))
+        self.now = max(self.now, until)
+
+    def after(self, dt: float):
+        self.run(self.now + dt)
+
+    def open(self, conn: int):
+        self.apply(self.core.connection_opened(conn, self.now, "v1"))
+
+    def send(self, conn: int, obj):
+        data = obj if isinstance(obj, (str, bytes)) else json.dumps(obj)
+        self.apply(self.core.frame_received(conn, data, self.now))
+
+    def end(self, conn: int, how="eof"):
+        self.ended.add(conn)
+        self.apply(self.core.connection_ended(conn, how, self.now))
+
+    def frames(self, conn: int, key: str | None = None):
+        return [f for _, f, _ in self.sent.get(conn, []) if key is None or key in f]
+
+    def content(self, conn: int, field: str):
+        return [f["serverContent"][field] for f in self.frames(conn, "serverContent") if field in f["serverContent"]]
+
+    def said(self, conn: int):
+        return [t["text"] for t in self.content(conn, "outputTranscription")]
+
+    def handle(self, conn: int) -> str:
+        ups = self.frames(conn, "sessionResumptionUpdate")
+        return ups[-1]["sessionResumptionUpdate"]["newHandle"]
+
+    def setup(self, conn: int, handle=None, extra=None):
+        self.open(conn)
+        sr = {"handle": handle} if handle else {}
+        body = {"model": "models/gemini-3.8-live", "generationConfig": {"responseModalities": ["AUDIO"]},
+                "sessionResumption": sr, "outputAudioTranscription": {}, "inputAudioTranscription": {}}
+        body.update(extra or {})
+        self.send(conn, {"setup": body})
+
+    def text(self, conn: int, text: str):
+        self.send(conn, {"realtime_input": {"text": text}})
+
+    def logs_of(self, kind):
+        return [lg.fields for lg in self.logs if lg.kind == kind]
+
+
+def new_session(sim: Sim, conn=1, **kw) -> str:
+    sim.setup(conn, **kw)
+    sim.after(0.4)
+    return sim.handle(conn)
+
+
+# ------------------------------------------------------------------------------------------ routes
+
+@pytest.mark.parametrize("path,route", [
+    ("/ws/google.ai.generativelanguage.v1.GenerativeService.BidiGenerateContent", "v1"),
+    ("//ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent", "v1beta"),
+    ("/prefix/x//ws/google.ai.generativelanguage.v1alpha.GenerativeService.BidiGenerateContentConstrained",
+     "v1alpha-constrained"),
+    ("//ws/google.cloud.aiplatform.v1beta1.LlmBidiService/BidiGenerateContent", "vertex"),
+    ("/ws/google.ai.generativelanguage.v1.GenerativeService.BidiGenerateContent?key=abc", "v1"),
+])
+def test_routes_accepted(path, route):
+    up = C.check_upgrade(path, {})
+    assert up.status is None and up.route == route
+
+
+@pytest.mark.parametrize("path", ["/", "/ws/google.ai.generativelanguage.v2.GenerativeService.BidiGenerateContent",
+                                  "/ws/google.ai.generativelanguage.v1.GenerativeService.GenerateContent"])
+def test_unknown_path_is_404(path):
+    assert C.check_upgrade(path, {}).status == 404
+
+
+P = "/ws/google.ai.generativelanguage.v1.GenerativeService.BidiGenerateContent"
+
+
+@pytest.mark.parametrize("path,headers,status", [
+    (P, {}, 401),
+    (P, {"x-goog-api-key": "wrong"}, 403),
+    (P, {"x-goog-api-key": "sekrit"}, None),
+    (P + "?key=sekrit", {}, None),
+    (P + "?key=nope", {}, 403),
+    (P, {"Authorization": "Token sekrit"}, None),
+    (P, {"authorization": "Bearer sekrit"}, None),
+    (P, {"Authorization": "Basic sekrit"}, 401),
+    (P, {"x-goog-api-key": "auth_tokens/x", "Authorization": "Token sekrit"}, None),
+])
+def test_key_check(path, headers, status):
+    assert C.check_upgrade(path, headers, api_key="sekrit").status == status
+
+
+def test_no_configured_key_accepts_anything():
+    assert C.check_upgrade(P, {"x-goog-api-key": "anything"}).status is None
+    assert C.check_upgrade(P, {}).status is None
+
+
+# ------------------------------------------------------------------------------------------ parsing
+
+def test_parse_normalises_snake_and_camel_everywhere_but_user_data():
+    kind, body = C.parse_client_frame(json.dumps({"tool_response": {"function_responses": [
+        {"id": "fc-1", "will_continue": False, "response": {"some_field": 1}}]}}))
+    assert kind == "toolResponse"
+    fr = body["functionResponses"][0]
+    assert fr["willContinue"] is False and fr["response"] == {"some_field": 1}
+    kind, body = C.parse_client_frame(b'{"setup": {"generation_config": {"response_modalities": ["AUDIO"]}}}')
+    assert kind == "setup" and body["generationConfig"]["responseModalities"] == ["AUDIO"]
+    kind, _ = C.parse_client_frame('{"contextUpdate": {"systemInstruction": {}}}')
+    assert kind == "contextUpdate"
+
+
+@pytest.mark.parametrize("raw,fragment", [
+    ("not json", "Invalid JSON payload"),
+    ("[1, 2]", "Expected an object"),
+    ('{"bogus": {}}', 'Unknown name "bogus"'),
+    ('{"setup": {}, "client_content": {}}', "Only one"),
+    ("{}", "invalid argument"),
+    ('{"realtime_input": 5}', "Expected an object"),
+])
+def test_parse_rejects(raw, fragment):
+    with pytest.raises(C.BadInput) as ei:
+        C.parse_client_frame(raw)
+    assert fragment in ei.value.reason
+
+
+def test_parse_rejects_oversize():
+    with pytest.raises(C.BadInput, match="exceeds"):
+        C.parse_client_frame('{"realtime_input": {"text": "' + "x" * 2000 + '"}}', max_bytes=1000)
+
+
+def test_base64_both_alphabets_and_padding():
+    raw = bytes([0xFF, 0xFE, 0xFD, 0x00, 0x10])
+    for enc in (base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode(),
+                base64.urlsafe_b64encode(raw).decode().rstrip("=")):
+        assert C.b64decode_any(enc) == raw
+    for bad in ("@@@@", "abcde", 5):
+        with pytest.raises(C.BadInput):
+            C.b64decode_any(bad)
+
+
+# ------------------------------------------------------------------------------------------ handshake
+
+def test_setup_complete_is_first_then_exactly_one_handle():
+    sim = Sim(reply_delay_s=0.1, tool_call_delay_s=0.1)
+    sim.setup(1)
+    sim.after(0.2)
+    assert sim.frames(1) == []                      # not before new_setup_s
+    sim.after(0.2)
+    frames = sim.frames(1)
+    assert list(frames[0]) == ["setupComplete"]
+    assert 0.25 <= sim.sent[1][0][0] <= 0.32
+    upd = frames[1]["sessionResumptionUpdate"]
+    assert upd["resumable"] is True and len(upd["newHandle"]) >= 32
+    assert "lastConsumedClientMessageIndex" not in upd
+    for line in ("Book me the 3pm slot tomorrow, please.", "Did you book it?"):
+        sim.text(1, line)
+        sim.after(6)
+    assert len(sim.frames(1, "sessionResumptionUpdate")) == 1
+    assert isinstance(sim.sent[1][0][2], bytes)      # binary frames by default
+
+
+def test_text_frames_option_and_no_update_without_resumption():
+    sim = Sim(frame_type="text")
+    sim.open(1)
+    sim.send(1, {"setup": {"model": "m"}})
+    sim.after(0.5)
+    assert [list(f) for f in sim.frames(1)] == [["setupComplete"]]
+    assert isinstance(sim.sent[1][0][2], str)
+
+
+def test_only_known_camel_case_top_level_keys_and_no_cancellation():
+    sim = Sim(default_tool_behavior="BLOCKING", reply_delay_s=0.1, tool_call_delay_s=0.1)
+    new_session(sim)
+    sim.text(1, "Book me the 3pm slot tomorrow, please.")
+    sim.after(1)
+    sim.text(1, "Actually, stop. Don't book it.")
+    sim.after(2)
+    for call in sim.frames(1, "toolCall"):
+        sim.send(1, {"tool_response": {"functionResponses": [
+            {"id": call["toolCall"]["functionCalls"][0]["id"], "response": {"status": "booked"}}]}})
+    sim.after(5)
+    for f in sim.frames(1):
+        assert set(f) <= SERVER_KEYS and "toolCallCancellation" not in f
+        assert all("_" not in k for k in f)
+
+
+# ------------------------------------------------------------------------------------------ the lock
+
+def test_resume_refused_while_old_connection_open_then_unlocked_by_its_close():
+    sim = Sim()
+    h = new_session(sim)
+    sim.text(1, "hello")
+    sim.after(5)
+    # the old connection stays open server-side: every attempt is refused
+    for conn, wait in ((2, 0.0), (3, 60.0), (4, 400.0)):
+        sim.after(wait)
+        t0 = sim.now
+        sim.setup(conn, handle=h)
+        sim.after(1.0)
+        at, code, reason = sim.closed[conn]
+        assert (code, reason) == REFUSE and 0.472 <= at - t0 <= 0.704
+        assert sim.frames(conn) == []
+    assert [f["why"] for f in sim.logs_of("twin.refuse")] == ["old_connection_open"] * 3
+    # the client closes the old connection; the next resume works 0.5-0.6 s later
+    sim.end(1, "close_frame")
+    t0 = sim.now
+    sim.setup(5, handle=h)
+    sim.after(1.0)
+    assert 5 not in sim.closed
+    at = sim.sent[5][0][0]
+    assert list(sim.frames(5)[0]) == ["setupComplete"] and 0.5 <= at - t0 <= 0.6
+    assert len(sim.frames(5, "sessionResumptionUpdate")) == 1
+
+
+def test_idle_drop_refused_until_idle_release_then_works():
+    sim = Sim()
+    h = new_session(sim)
+    sim.send(1, {"realtime_input": {"audio": {"data": base64.b64encode(bytes(3200)).decode(),
+                                              "mime_type": "audio/pcm;rate=16000"}}})
+    last = sim.now
+    sim.after(0.05)
+    sim.end(1, "eof")
+    sim.setup(2, handle=h)
+    sim.after(1.0)
+    assert sim.closed[2][1:] == REFUSE
+    assert sim.logs_of("twin.refuse")[-1]["why"] == "idle_release"
+    assert sim.now >= last + 1.0
+    sim.after(0.6)                                   # > 1.5 s after the last frame
+    sim.setup(3, handle=h)
+    sim.after(1.0)
+    assert 3 not in sim.closed and "setupComplete" in sim.frames(3)[0]
+
+
+def test_speaking_drop_resumes_at_once():
+    sim = Sim(reply_delay_s=0.1)
+    h = new_session(sim)
+    sim.text(1, "Did you book it?")
+    sim.after(0.5)
+    assert sim.frames(1, "serverContent")            # speaking now
+    sim.end(1, "rst")
+    assert sim.logs_of("twin.conn.end")[-1]["speaking"] is True
+    sim.setup(2, handle=h)
+    sim.after(1.0)
+    assert 2 not in sim.closed and "setupComplete" in sim.frames(2)[0]
+
+
+def test_concurrent_resume_attempts_only_one_wins():
+    sim = Sim()
+    h = new_session(sim)
+    sim.end(1, "close_frame")
+    sim.after(2)
+    sim.setup(2, handle=h)
+    sim.setup(3, handle=h)
+    sim.after(1)
+    assert 2 not in sim.closed and sim.closed[3][1:] == REFUSE
+
+
+def test_unknown_handle_refused():
+    sim = Sim()
+    sim.setup(1, handle="no-such-handle")
+    sim.after(1)
+    assert sim.closed[1][1] == 1011 and sim.logs_of("twin.refuse")[0]["why"] == "unknown_handle"
+
+
+def test_freeze_close_kills_the_session():
+    sim = Sim(freeze_close_s=30)
+    h = new_session(sim)
+    sim.text(1, "hello")
+    sim.after(20)
+    sim.send(1, {"realtime_input": {"audio_stream_end": True}})   # data re-arms the freeze timer
+    sim.after(25)
+    assert 1 not in sim.closed
+    sim.after(10)                                                 # 30 s without client data
+    at, code, reason = sim.closed[1]
+    assert (code, reason) == REFUSE
+    assert sim.logs_of("twin.conn.end")[-1]["how"] == "server_timeout"
+    for conn in (2, 3):
+        sim.after(5)
+        sim.setup(conn, handle=h)
+        sim.after(1)
+        assert sim.closed[conn][1:] == REFUSE
+    assert sim.logs_of("twin.refuse")[-1]["why"] == "session_dead"
+
+
+def test_handle_from_before_the_user_spoke_restores_the_latest_state():
+    sim = Sim(tool_call_delay_s=0.1, reply_delay_s=0.1)
+    h = new_session(sim)                               # issued before anything was said
+    sim.text(1, "Book me the 3pm slot tomorrow, please.")
+    sim.after(1)
+    call_id = sim.frames(1, "toolCall")[0]["toolCall"]["functionCalls"][0]["id"]
+    sim.after(3)
+    sim.end(1, "close_frame")
+    sim.after(2)
+    sim.setup(2, handle=h)
+    sim.after(1)
+    sim.send(2, {"toolResponse": {"functionResponses": [{"id": call_id, "name": "book_slot",
+                                                          "response": {"status": "booked"}}]}})
+    sim.after(4)
+    assert sim.said(2) == ["Your 3 pm slot tomorrow is booked."]
+    assert sim.logs_of("twin.tool_response")[-1]["known"] is True
+    sim.text(2, "Did you book it?")
+    sim.after(4)
+    assert sim.said(2)[-1] == "Yes, your 3 pm slot tomorrow is booked."
+    assert not sim.frames(2, "toolCall")
+
+
+def test_goaway_when_switched_on_then_session_resumable():
+    sim = Sim(goaway_after_s=10, goaway_time_left="2s")
+    h = new_session(sim)
+    sim.after(9)
+    assert not sim.frames(1, "goAway")
+    sim.after(1.5)
+    assert sim.frames(1, "goAway")[0] == {"goAway": {"timeLeft": "2s"}}
+    sim.after(2)
+    assert sim.closed[1][1] == 1011
+    sim.after(2)
+    sim.setup(2, handle=h)
+    sim.after(1)
+    assert 2 not in sim.closed
+
+
+# ------------------------------------------------------------------------------------------ 1007s
+
+TRANSPARENT_REASON = ("Invalid JSON payload received. Unknown name \"transparent\" at "
+                      "'setup.session_resumption': Cannot find field.")
+
+
+def test_transparent_rejected_on_developer_api():
+    sim = Sim()
+    sim.open(1)
+    sim.send(1, {"setup": {"model": "m", "session_resumption": {"transparent": True}}})
+    sim.after(1)
+    assert sim.closed[1][1:] == (1007, TRANSPARENT_REASON) and sim.frames(1) == []
+
+
+def test_transparent_on_vertex_sends_the_index_as_a_string():
+    sim = Sim("vertex", reply_delay_s=0.1)
+    sim.open(1)
+    sim.send(1, {"setup": {"model": "m", "sessionResumption": {"transparent": True}}})
+    sim.after(0.5)
+    assert sim.frames(1, "sessionResumptionUpdate")[0]["sessionResumptionUpdate"]["lastConsumedClientMessageIndex"] == "0"
+    sim.text(1, "hello")
+    sim.text(1, "hello again")
+    sim.after(5)
+    idx = [f["sessionResumptionUpdate"]["lastConsumedClientMessageIndex"] for f in sim.frames(1, "sessionResumptionUpdate")]
+    assert idx[-1] == "2" and all(isinstance(i, str) for i in idx)
+
+
+def _blob(kind, data, mime):
+    return {"realtime_input": {kind: {"data": base64.urlsafe_b64encode(data).decode(), "mime_type": mime}}}
+
+
+def test_audio_and_video_history_fails_first_input_after_resume():
+    sim = Sim()
+    h = new_session(sim)
+    sim.send(1, _blob("audio", bytes(640), "audio/pcm;rate=16000"))
+    sim.send(1, _blob("video", b"\xff\xd8\xff\xe0jpeg", "image/jpeg"))
+    sim.after(3)
+    sim.end(1, "close_frame")
+    sim.after(2)
+    sim.setup(2, handle=h)
+    sim.after(1)
+    assert 2 not in sim.closed
+    sim.send(2, _blob("audio", bytes(640), "audio/pcm;rate=16000"))
+    assert sim.closed[2][1:] == (1007, "Request contains an invalid argument.")
+
+
+def test_audio_only_history_resumes_fine():
+    sim = Sim()
+    h = new_session(sim)
+    sim.send(1, _blob("audio", bytes(640), "audio/pcm;rate=16000"))
+    sim.after(3)
+    sim.end(1, "close_frame")
+    sim.after(2)
+    sim.setup(2, handle=h)
+    sim.after(1)
+    sim.send(2, _blob("audio", bytes(640), "audio/pcm;rate=16000"))
+    sim.after(1)
+    assert 2 not in sim.closed
+
+
+@pytest.mark.parametrize("frame,why", [
+    ("{not json", "bad_input"),
+    ('{"bogus_message": {}}', "bad_input"),
+    ({"realtime_input": {"audio": {"data": "@@@@", "mime_type": "audio/pcm"}}}, "bad_input"),
+    ({"setup": {"model": "m"}}, "second_setup"),
+])
+def test_bad_input_closes_1007_and_others_are_unaffected(frame, why):
+    sim = Sim(reply_delay_s=0.1)
+    new_session(sim, 1)
+    new_session(sim, 2)
+    sim.send(1, frame)
+    sim.after(0.1)
+    assert sim.closed[1][1] == 1007 and sim.closed[1][2]
+    sim.text(2, "Did you book it?")
+    sim.after(5)
+    assert 2 not in sim.closed and sim.said(2) == ["I haven't made that booking for you."]
+
+
+def test_input_before_setup_is_1007():
+    sim = Sim()
+    sim.open(1)
+    sim.send(1, {"realtime_input": {"text": "hi"}})
+    assert sim.closed[1][1] == 1007
+
+
+def test_oversized_frame_is_1007():
+    sim = Sim(max_client_frame_bytes=10_000)
+    new_session(sim)
+    sim.send(1, _blob("audio", bytes(20_000), "audio/pcm;rate=16000"))
+    assert sim.closed[1][1] == 1007 and "exceeds" in sim.closed[1][2]
+
+
+def test_text_only_modality_rejected_on_developer_api():
+    sim = Sim()
+    sim.open(1)
+    sim.send(1, {"setup": {"model": "m", "generationConfig": {"responseModalities": ["TEXT"]}}})
+    sim.after(1)
+    assert sim.closed[1][1] == 1007
+
+
+def test_frames_sent_during_setup_are_processed_after_setup_complete():
+    sim = Sim(reply_delay_s=0.1)
+    sim.setup(1)
+    sim.text(1, "Did you book it?")
+    sim.after(5)
+    assert list(sim.frames(1)[0]) == ["setupComplete"] and sim.said(1)
+
+
+# ------------------------------------------------------------------------------------------ model I/O
+
+def test_book_turn_holds_only_the_call_then_turn_complete():
+    sim = Sim()
+    new_session(sim)
+    t0 = sim.now
+    sim.text(1, "Book me the 3pm slot tomorrow, please.")
+    sim.after(2)
+    out = [f for f in sim.frames(1) if "sessionResumptionUpdate" not in f and "setupComplete" not in f]
+    assert out[0]["toolCall"]["functionCalls"] == [{"id": "fc-1", "name": "book_slot", "args": {"slot": "tomorrow 3pm"}}]
+    assert out[1] == {"serverContent": {"turnComplete": True}} and len(out) == 2
+    assert sim.logs_of("twin.tool_call")[0]["id"] == "fc-1"
+    assert 0.5 <= [at for at, f, _ in sim.sent[1] if "toolCall" in f][0] - t0 <= 0.9
+
+
+def test_speech_is_real_time_audio_with_transcription_then_generation_and_turn_complete():
+    sim = Sim(reply_delay_s=0.1)
+    new_session(sim)
+    sim.text(1, "Did you book it?")
+    sim.after(6)
+    sc = [f["serverContent"] for f in sim.frames(1, "serverContent")]
+    text = "I haven't made that booking for you."
+    assert sc[0] == {"outputTranscription": {"text": text}}
+    audio = [at for at, f, _ in sim.sent[1] if "modelTurn" in f.get("serverContent", {})]
+    pcm = b"".join(base64.b64decode(p["inlineData"]["data"]) for s in sc if "modelTurn" in s
+                   for p in s["modelTurn"]["parts"])
+    expected = math.ceil(len(text) * 65 / 80) * 0.08
+    assert abs(len(pcm) / 48000 - expected) < 0.01
+    assert audio[-1] - audio[0] == pytest.approx(expected - 0.08, abs=1e-6)   # one chunk per 80 ms
+    assert sc[-2] == {"generationComplete": True} and sc[-1] == {"turnComplete": True}
+    mime = sc[1]["modelTurn"]["parts"][0]["inlineData"]["mimeType"]
+    assert mime == "audio/pcm;rate=24000"
+
+
+def test_barge_in_interrupts_speech():
+    sim = Sim(reply_delay_s=0.1)
+    new_session(sim)
+    sim.text(1, "Did you book it?")
+    sim.after(0.5)
+    n_before = len(sim.frames(1))
+    sim.text(1, "Did you book it?")
+    assert sim.frames(1)[n_before] == {"serverContent": {"interrupted": True}}
+    sim.after(6)
+    assert sim.said(1) == ["I haven't made that booking for you."] * 2
+
+
+def test_blocking_stop_interrupts_and_reissues_with_a_new_id():
+    sim = Sim(default_tool_behavior="BLOCKING", tool_call_delay_s=0.1)
+    new_session(sim)
+    sim.text(1, "Book me the 3pm slot tomorrow, please.")
+    sim.after(1)
+    assert not sim.content(1, "turnComplete")               # the BLOCKING turn stays open
+    t0 = sim.now
+    sim.text(1, "Actually, stop. Don't book it.")
+    assert sim.frames(1)[-1] == {"serverContent": {"interrupted": True}}
+    sim.after(2)
+    calls = [(at, f["toolCall"]["functionCalls"][0]) for at, f, _ in sim.sent[1] if "toolCall" in f]
+    assert [c["id"] for _, c in calls] == ["fc-1", "fc-2"]
+    assert calls[1][1]["args"] == calls[0][1]["args"] and 0.6 <= calls[1][0] - t0 <= 0.8
+    sim.send(1, {"tool_response": {"function_responses": [{"id": "fc-2", "response": {"status": "booked"}}]}})
+    sim.after(5)
+    assert sim.said(1) == ["Your 3 pm slot tomorrow is booked."] and sim.content(1, "turnComplete")
+
+
+def test_unknown_id_response_is_ignored_and_silent_scheduling_says_nothing():
+    sim = Sim(tool_call_delay_s=0.1)
+    new_session(sim)
+    sim.send(1, {"tool_response": {"functionResponses": [{"id": "fc-99", "response": {"status": "booked"}}]}})
+    sim.after(3)
+    assert sim.logs_of("twin.tool_response")[0]["known"] is False and not sim.said(1)
+    sim.text(1, "Book me the 3pm slot tomorrow, please.")
+    sim.after(1)
+    sim.send(1, {"tool_response": {"functionResponses": [{"id": "fc-1", "scheduling": "SILENT",
+                                                          "response": {"status": "booked"}}]}})
+    sim.after(3)
+    assert not sim.said(1)
+
+
+def _restore(sim, conn, note: bool, question="Did you book it?"):
+    turns = [{"role": "user", "parts": [{"text": "Book me the 3pm slot tomorrow, please."}]},
+             {"role": "model", "parts": [{"text": "I'm booking it."}]}]
+    if note:
+        turns.append({"role": "user", "parts": [{"text": "System note: status from the backend.\n"
+                                                          "- book_slot(slot=tomorrow 3pm): booked (job 1)"}]})
+    if question:
+        turns.append({"role": "user", "parts": [{"text": question}]})
+    sim.send(conn, {"client_content": {"turns": turns, "turnComplete": True}})
+
+
+def test_restore_with_status_note_answers_from_it_without_a_call():
+    sim = Sim()
+    new_session(sim)
+    t0 = sim.now
+    _restore(sim, 1, note=True)
+    sim.after(6)
+    assert sim.said(1) == ["Yes, your 3 pm slot tomorrow has been booked."]
+    assert not sim.frames(1, "toolCall")
+    first_audio = [at for at, f, _ in sim.sent[1] if "modelTurn" in f.get("serverContent", {})][0]
+    assert 0.76 <= first_audio - t0 <= 1.2
+
+
+def test_restore_without_note_reissues_the_call_after_saying_so():
+    sim = Sim()
+    new_session(sim)
+    _restore(sim, 1, note=False, question=None)
+    sim.after(6)
+    assert sim.said(1) == ["I'm booking the 3 pm slot tomorrow for you."]
+    assert sim.frames(1, "toolCall")[0]["toolCall"]["functionCalls"][0]["id"] == "fc-1"
+    sim.text(1, "Did you book it?")
+    sim.after(5)
+    assert sim.said(1)[-1] == "I'm booking the 3 pm slot tomorrow for you now."
+
+
+def test_speech_input_utterances_stand_for_script_lines():
+    sim = Sim(tool_call_delay_s=0.1, reply_delay_s=0.1)
+    new_session(sim)
+    voiced = tone(1.0, 16000, 300, 8000)
+    silence = bytes(int(0.1 * 16000) * 2)
+    for i in range(0, len(voiced), 3200):
+        sim.send(1, _blob("audio", voiced[i:i + 3200], "audio/pcm;rate=16000"))
+        sim.after(0.1)
+    for _ in range(7):
+        sim.send(1, _blob("audio", silence, "audio/pcm;rate=16000"))
+        sim.after(0.1)
+    sim.after(2)
+    assert sim.content(1, "inputTranscription")[0]["text"] == "Book me the 3pm slot tomorrow, please."
+    assert sim.frames(1, "toolCall")
+    # second utterance, ended by the audio stopping (no trailing silence): the flush timer ends it
+    for i in range(0, len(voiced), 3200):
+        sim.send(1, _blob("audio", voiced[i:i + 3200], "audio/pcm;rate=16000"))
+        sim.after(0.1)
+    sim.after(3)
+    assert sim.content(1, "inputTranscription")[1]["text"] == "Did you book it?"
+    assert sim.said(1) == ["I'm booking the 3 pm slot tomorrow for you now."]
+
+
+def test_logs_never_hold_raw_handles():
+    sim = Sim()
+    h = new_session(sim)
+    sim.end(1, "close_frame")
+    sim.after(2)
+    sim.setup(2, handle=h)
+    sim.after(1)
+    dump = json.dumps([lg.fields for lg in sim.logs])
+    assert h not in dump and sim.handle(2) not in dump
