@@ -114,8 +114,8 @@ class ComposeTopology(Topology):
 
     def __init__(self, run_id: str, project: str | None = None, captures_dir: Path | str | None = None,
                  run_dir: Path | str | None = None, extra_files: list[Path | str] | None = None,
-                 env: dict[str, str] | None = None, setup: bool = True, wait_timeout: int = 120,
-                 log=print, **_options):
+                 env: dict[str, str] | None = None, twin_args: list[str] | None = None, setup: bool = True,
+                 wait_timeout: int = 120, log=print, **_options):
         self.run_id = run_id
         if run_dir is not None:
             run_dir = Path(run_dir).resolve()
@@ -125,6 +125,8 @@ class ComposeTopology(Topology):
         self.project = project or _project_name(run_id)
         self.files = [COMPOSE_FILE, *(Path(f).resolve() for f in (extra_files or []))]
         self.extra_env = dict(env or {})
+        if twin_args:
+            self.extra_env["TWIN_ARGS"] = " ".join(twin_args)   # word-split by sh in the endpoint
         self.setup = setup
         self.wait_timeout = wait_timeout
         self._log = log
@@ -229,6 +231,12 @@ class ComposeTopology(Topology):
         popen_kw.setdefault("cwd", REPO)
         popen_kw.setdefault("env", self._env())
         return subprocess.Popen(self.compose_argv("exec", "-T", *extra, "client", *argv), **popen_kw)
+
+    def endpoint_exec(self, argv: list[str], **popen_kw) -> subprocess.Popen:
+        """A process in the endpoint container (the twin itself already runs there since up())."""
+        popen_kw.setdefault("cwd", REPO)
+        popen_kw.setdefault("env", self._env())
+        return subprocess.Popen(self.compose_argv("exec", "-T", "endpoint", *argv), **popen_kw)
 
     def capture_start(self, run_dir: Path) -> None:
         run_dir = Path(run_dir).resolve()
