@@ -1,0 +1,404 @@
+"""Each fault's signature with real TCP/UDP between two network namespaces (root).
+
+The client socket lives in the client namespace and the sink in the endpoint namespace, both made
+from this process (the calling thread enters the namespace only to create the socket). Faults go
+into the client namespace through a FaultTable. Every fixture removes what it made, pass or fail.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lab.capture import dropped
+from lab.topology.netns import NetnsTopology
+from netem import cleanup
+from netem.errors import FaultUnsupported
+from netem.faults import build
+from netem.kernel import in_netns, list_netns, probe
+from netem.table import FaultTable
+
+pytestmark = pytest.mark.netns
+REPO = Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------------------------ fixtures
+
+@pytest.fixture(scope="module")
+def topo():
+    t = NetnsTopology(f"tn{os.getpid()}")
+    try:
+        t.up()
+        yield t
+    finally:
+        t.down()
+        cleanup.down(t.run_id, current_ns=False)
+
+
+@pytest.fixture
+def table(topo):
+    t = FaultTable(netns=topo.ns_client, handle_signals=False)
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+@pytest.fixture
+def capture(topo, tmp_path):
+    topo.capture_start(tmp_path)
+    try:
+        yield tmp_path
+    finally:
+        topo.capture_stop()
+
+
+class Sink:
+    """A TCP server in the endpoint namespace that records (time, bytes) per accepted connection."""
+
+    def __init__(self, topo: NetnsTopology, port: int):
+        with in_netns(topo.ns_endpoint):
+            self.ls = socket.socket()
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind((topo.endpoint_host, port))
+        self.ls.listen()
+        self.conns: list[list[tuple[float, int]]] = []
+        self._stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self._stop:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            rec: list[tuple[float, int]] = []
+            self.conns.append(rec)
+            threading.Thread(target=self._read, args=(c, rec), daemon=True).start()
+
+    @staticmethod
+    def _read(c, rec):
+        with c:
+            while True:
+                try:
+                    d = c.recv(65536)
+                except OSError:
+                    return
+                if not d:
+                    return
+                rec.append((time.time(), len(d)))
+
+    def total(self, i: int) -> int:
+        return sum(n for _, n in self.conns[i]) if i < len(self.conns) else 0
+
+    def close(self):
+        self._stop = True
+        self.ls.close()
+
+
+@pytest.fixture
+def sink(topo):
+    s = Sink(topo, 0)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def connect(topo, port) -> socket.socket:
+    with in_netns(topo.ns_client):
+        s = socket.create_connection((topo.endpoint_host, port), timeout=5)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def wait_for(pred, timeout: float, step: float = 0.01) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
+def ss_timer(topo, sock) -> str:
+    _, sport = sock.getsockname()
+    with in_netns(topo.ns_client):
+        out = subprocess.run(["ss", "-tinoH", "state", "established", f"( sport = :{sport} )"],
+                             capture_output=True, text=True).stdout
+    return out
+
+
+def dribble(sock, seconds: float, chunk: int = 100, every: float = 0.05) -> int:
+    """Write `chunk` bytes every `every` s for `seconds`; returns bytes handed to the stack."""
+    sent, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        sent += sock.send(b"x" * chunk)
+        time.sleep(every)
+    return sent
+
+
+def flow_of(sock, port) -> dict:
+    src, sport = sock.getsockname()
+    dst, _ = sock.getpeername()
+    return {"src": src, "sport": sport, "dst": dst, "dport": port}
+
+
+# ------------------------------------------------------------------------------------ blackholes
+
+def test_silent_blackhole_retransmits_lets_new_flows_pass_and_clear_delivers(topo, table, sink, capture):
+    port = sink.ls.getsockname()[1]
+    s = connect(topo, port)
+    try:
+        s.send(b"hello")
+        assert wait_for(lambda: sink.total(0) == 5, 2)
+        f = build({"kind": "blackhole", "name": "bh-silent", "mode": "silent", "target": flow_of(s, port)}).apply(table)
+        sent = dribble(s, 1.2)
+        assert sink.total(0) == 5, "the endpoint received data through a blackhole"
+        timer = ss_timer(topo, s)
+        assert "timer:(on," in timer, timer           # RTO retransmission timer: real loss
+
+        n = connect(topo, port)                         # a new connection to the same endpoint passes
+        try:
+            n.send(b"new")
+            assert wait_for(lambda: sink.total(1) == 3, 2), "a new connection was blackholed too"
+        finally:
+            n.close()
+
+        t_clear = time.time()
+        f.clear()
+        assert wait_for(lambda: sink.total(0) == 5 + sent, 6), "the backlog was not delivered after clear"
+        delivered_at = sink.conns[0][-1][0]
+        assert delivered_at >= t_clear
+    finally:
+        s.close()
+    raw = topology_stop(topo, capture)
+    drops = [d for d in dropped(raw / "raw-nflog.pcap") if d[2] == "ll blackhole bh-silent out"]
+    assert len(drops) >= 4
+    retrans = tshark_count(raw / "raw-nflog.pcap", "tcp.analysis.retransmission")
+    assert retrans >= 2, "nflog shows no dropped retransmissions"
+
+
+def test_eperm_blackhole_runs_the_persist_timer(topo, table, sink, capture):
+    port = sink.ls.getsockname()[1]
+    s = connect(topo, port)
+    try:
+        s.send(b"hello")
+        assert wait_for(lambda: sink.total(0) == 5, 2)
+        f = build({"kind": "blackhole", "name": "bh-eperm", "mode": "eperm", "target": flow_of(s, port)}).apply(table)
+        sent = dribble(s, 0.6)
+        assert sink.total(0) == 5
+        timer = ss_timer(topo, s)
+        assert "timer:(persist," in timer, timer      # EPERM: a local send failure, no RTO timer
+        f.clear()
+        s.send(b"y")                                   # a write after the clear goes out at once
+        assert wait_for(lambda: sink.total(0) == 5 + sent + 1, 3)
+    finally:
+        s.close()
+    raw = topology_stop(topo, capture)
+    assert len([d for d in dropped(raw / "raw-nflog.pcap") if d[2] == "ll blackhole bh-eperm out"]) >= 3
+
+
+def test_destination_blackhole_stops_new_connections_too(topo, table, sink):
+    port = sink.ls.getsockname()[1]
+    build({"kind": "blackhole", "name": "bh-dst", "direction": "out",
+           "target": {"dst": topo.endpoint_host, "dport": port}}).apply(table)
+    with in_netns(topo.ns_client):
+        c = socket.socket()
+    c.settimeout(0.5)
+    with pytest.raises((TimeoutError, socket.timeout)):
+        c.connect((topo.endpoint_host, port))
+    c.close()
+    assert sink.conns == []
+
+
+def test_reject_resets_the_connection_and_the_capture_shows_the_rst(topo, table, sink, capture):
+    port = sink.ls.getsockname()[1]
+    s = connect(topo, port)
+    try:
+        s.send(b"hello")
+        assert wait_for(lambda: sink.total(0) == 5, 2)
+        build({"kind": "reject", "name": "rst", "target": flow_of(s, port)}).apply(table)
+        with pytest.raises(ConnectionResetError):
+            for _ in range(20):
+                s.send(b"x")
+                time.sleep(0.02)
+        assert sink.total(0) == 5
+    finally:
+        s.close()
+    raw = topology_stop(topo, capture)
+    prefixes = [d[2] for d in dropped(raw / "raw-nflog.pcap")]
+    assert "ll reject rst out" in prefixes and "ll reject rst rst" in prefixes
+    assert tshark_count(raw / "raw-nflog.pcap", 'tcp.flags.reset == 1 && nflog.prefix == "ll reject rst rst"') >= 1
+
+
+# ------------------------------------------------------------------------------------ random loss
+
+def test_random_loss_p03_over_2000_datagrams(topo, table, capture):
+    """p=0.3 over N=2000: sigma = sqrt(0.21/2000) = 1.0 pp; the tolerance is +-5 pp (about 5 sigma)."""
+    n, port = 2000, 9777
+    with in_netns(topo.ns_endpoint):
+        r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    r.bind((topo.endpoint_host, port))
+    r.settimeout(0.5)
+    got = set()
+
+    def recv():
+        while True:
+            try:
+                got.add(int(r.recv(64)))
+            except (OSError, ValueError):
+                return
+
+    th = threading.Thread(target=recv, daemon=True)
+    th.start()
+    with in_netns(topo.ns_client):
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        build({"kind": "loss", "name": "p03", "p": 0.3, "direction": "out",
+               "target": {"dst": topo.endpoint_host, "dport": port, "proto": "udp"}}).apply(table)
+        for i in range(n):
+            u.sendto(str(i).encode(), (topo.endpoint_host, port))
+            if i % 20 == 19:
+                time.sleep(0.002)   # pace: neither the sink nor the nflog reader falls behind
+        th.join(3)
+    finally:
+        u.close()
+        r.close()
+    lost = n - len(got)
+    assert 0.25 <= lost / n <= 0.35, f"loss {lost / n:.3f} outside 0.30 +- 0.05"
+    raw = topology_stop(topo, capture)
+    logged = len([d for d in dropped(raw / "raw-nflog.pcap") if d[2] == "ll loss p03 out"])
+    assert abs(logged - lost) <= n * 0.01, f"nflog logged {logged} drops, the sink missed {lost}"
+
+
+# ------------------------------------------------------------------------------------ netem
+
+CAPS = probe()
+
+
+@pytest.mark.skipif(CAPS.netem, reason="this kernel has sch_netem; the missing-netem path cannot be shown")
+def test_netem_missing_is_reported_and_refused(topo, table):
+    assert any("sch_netem" in m for m in CAPS.missing)
+    f = build({"kind": "netem", "name": "slow", "dev": "eth0", "delay_ms": 50})
+    with pytest.raises(FaultUnsupported, match="sch_netem"):
+        f.apply(table)
+    assert not f.active
+
+
+@pytest.mark.skipif(not CAPS.netem, reason="this kernel has no sch_netem (CONFIG_NET_SCH_NETEM); "
+                                           "the netem fault cannot be applied here")
+def test_netem_delay_where_the_kernel_has_it(topo, table, sink):
+    port = sink.ls.getsockname()[1]
+    f = build({"kind": "netem", "name": "slow", "dev": "eth0", "delay_ms": 50}).apply(table)
+    t0 = time.monotonic()
+    connect(topo, port).close()
+    assert time.monotonic() - t0 >= 0.045
+    f.clear()
+    t0 = time.monotonic()
+    connect(topo, port).close()
+    assert time.monotonic() - t0 < 0.045
+
+
+# ------------------------------------------------------------------------------------ clean-up
+
+def test_sigterm_removes_the_rules(topo):
+    script = textwrap.dedent(f"""
+        import time
+        from netem.faults import build
+        from netem.table import FaultTable
+        t = FaultTable(netns={topo.ns_client!r})
+        build({{"kind": "blackhole", "target": {{"dst": {topo.endpoint_host!r}}}}}).apply(t)
+        print("READY", flush=True)
+        time.sleep(30)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert p.stdout.readline().strip() == "READY"
+        assert "LL_OUT" in iptables_s(topo.ns_client)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(5) == -signal.SIGTERM
+        assert "LL_" not in iptables_s(topo.ns_client)
+    finally:
+        p.kill()
+        p.wait()
+        cleanup.remove_chains(topo.ns_client)
+
+
+def test_down_after_kill_9_leaves_nothing(tmp_path):
+    run_id = f"tk{os.getpid()}"
+    piddir = tmp_path / "pids"
+    script = textwrap.dedent(f"""
+        import json, pathlib
+        from lab.topology.netns import NetnsTopology
+        from netem.faults import build
+        from netem.table import FaultTable
+        topo = NetnsTopology({run_id!r}, pid_dir=pathlib.Path({str(piddir)!r}))
+        topo.up()
+        topo.capture_start(pathlib.Path({str(tmp_path)!r}))
+        t = FaultTable(netns=topo.ns_client)
+        build({{"kind": "blackhole", "target": {{"dst": topo.endpoint_host}}}}).apply(t)
+        here = FaultTable()   # the current namespace, as in a compose client container
+        build({{"kind": "loss", "name": "k9", "p": 0.5, "direction": "out",
+                "target": {{"dst": topo.endpoint_host, "dport": 9, "proto": "udp"}}}}).apply(here)
+        sleeper = topo.endpoint_exec(["sleep", "60"], role="twin")
+        print(json.dumps([p.pid for p, _ in topo._procs]), flush=True)
+        import time; time.sleep(60)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    pids: list[int] = []
+    try:
+        pids = json.loads(p.stdout.readline())
+        assert len(pids) == 3                              # two tcpdumps and the "twin"
+        p.kill()                                           # SIGKILL: no handler, no atexit
+        p.wait()
+        assert all(Path(f"/proc/{pid}").exists() for pid in pids)
+        assert {f"ll-{run_id}-c", f"ll-{run_id}-e"} <= set(list_netns())
+        assert "LL_L_" in iptables_s(None)
+        assert len(list(piddir.glob("*.pid"))) == 3
+
+        report = cleanup.down(run_id, pid_dir=piddir)
+
+        assert report["errors"] == []
+        assert not [n for n in list_netns() if n.startswith(f"ll-{run_id}-")]
+        assert not [pid for pid in pids if cleanup._alive(pid, None)]
+        assert "LL_" not in iptables_s(None)
+        assert list(piddir.glob("*.pid")) == []
+        assert (tmp_path / "raw-eth.pcap").exists()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for pid in pids:
+            cleanup.stop_pid(pid, grace=0.2)
+        cleanup.down(run_id, pid_dir=piddir)
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+def iptables_s(ns) -> str:
+    with in_netns(ns):
+        return subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+
+
+def tshark_count(pcap: Path, display_filter: str) -> int:
+    out = subprocess.run(["tshark", "-n", "-r", str(pcap), "-Y", display_filter, "-T", "fields",
+                          "-e", "frame.number"], capture_output=True, text=True).stdout
+    return len(out.split())
+
+
+def topology_stop(topo, run_dir: Path) -> Path:
+    topo.capture_stop()
+    return run_dir
