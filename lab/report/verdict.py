@@ -136,6 +136,8 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
     m = metrics_mod.compute(events, meta, twin)
     start = next((e for e in events if e.kind == "run.start"), None)
     info = {k: meta.get(k) for k in META_FIELDS if meta.get(k) is not None}
+    if isinstance(info.get("scenario"), dict):  # the orchestrator stores the whole scenario
+        info["scenario"] = info["scenario"].get("name") or "?"
     for k in ("scenario", "client", "endpoint", "topology"):
         if k not in info and start is not None and start.get(k) is not None:
             info[k] = start.get(k)
@@ -154,6 +156,7 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
         "run_id": run_id,
         **info,
         "pass": ok_run and all(r["held"] for r in checked),
+        "passed": ok_run and all(r["held"] for r in checked),  # alias read by lab.run
         "expectations": rows,
         "failed": [r["name"] for r in checked if not r["held"]],
         "notes": notes,
@@ -181,6 +184,7 @@ def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) ->
         tmp = run_dir / "verdict.json.tmp"
         tmp.write_text(json.dumps(v, indent=2, default=str) + "\n")
         os.replace(tmp, run_dir / "verdict.json")
+    v["checks"] = v["expectations"]  # the name lab.run prints from (not written twice to the file)
     return v
 
 
