@@ -1,0 +1,134 @@
+"""Which live errors end a batch: a bad key (auth) or spent quota stop it at once.
+
+`classify(err)` takes what a live session failed with (an SDK `APIError` with a close code, a
+websockets `InvalidStatus` / `ConnectionClosed`, an HTTP status, or just a code and a reason) and
+returns
+
+- ``"auth"``: close 1008 with an invalid/missing API key, an HTTP 401/403 refusal of the upgrade
+  (`InvalidStatus`), or "API key not valid" anywhere in the message;
+- ``"quota"``: close 1011/1013 whose reason says quota / RESOURCE_EXHAUSTED / rate limit, or HTTP
+  429;
+- ``"other"``: everything else. A plain 1011 "Internal error encountered." is the resume refusal
+  the lab studies, not a reason to stop.
+
+`check(err)` raises `LiveStop` (a LabError with one clear line) for auth and quota so the
+orchestrator stops the batch at the first one; it returns the class otherwise. Messages never
+include the key: reasons are cut to 120 characters and anything looking like a key is masked.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from lab.errors import LabError
+
+AUTH, QUOTA, OTHER = "auth", "quota", "other"
+AUTH_RE = re.compile(r"api[ _-]?key (not valid|invalid|missing|expired)|invalid api[ _-]?key|"
+                     r"API_KEY_INVALID|PERMISSION_DENIED|UNAUTHENTICATED|unregistered callers|"
+                     r"method doesn't allow unregistered", re.I)
+QUOTA_RE = re.compile(r"quota|RESOURCE_EXHAUSTED|rate[ -]?limit|too many requests|exceeded your current", re.I)
+KEYISH_RE = re.compile(r"AIza[0-9A-Za-z_\-]{20,}|[A-Za-z0-9_\-]{32,}")
+
+
+class LiveStop(LabError):
+    """Stop the batch: the key is refused or the quota is spent."""
+    code = 5
+
+    def __init__(self, kind: str, detail: str):
+        self.kind = kind
+        what = ("the endpoint refused the API key" if kind == AUTH else "the API quota is spent")
+        hint = ("check GEMINI_API_KEY (env or .env)" if kind == AUTH else "wait for the quota to reset or lower N/DURATION")
+        super().__init__(f"live batch stopped: {what} ({detail}); {hint}")
+
+
+def _status(err: Any) -> int | None:
+    for path in (("response", "status_code"), ("status_code",), ("response", "status"), ("http_status",)):
+        obj = err
+        for attr in path:
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                break
+        if isinstance(obj, int):
+            return obj
+    return None
+
+
+def _code(err: Any) -> int | None:
+    for attr in ("code", "close_code"):
+        v = getattr(err, attr, None)
+        if isinstance(v, int):
+            return v
+    rcvd = getattr(err, "rcvd", None)  # websockets ConnectionClosed
+    if rcvd is not None and isinstance(getattr(rcvd, "code", None), int):
+        return rcvd.code
+    return None
+
+
+def _text(err: Any) -> str:
+    parts = [str(err)]
+    for attr in ("message", "reason", "status", "details"):
+        v = getattr(err, attr, None)
+        if v and not isinstance(v, int):
+            parts.append(str(v))
+    rcvd = getattr(err, "rcvd", None)
+    if rcvd is not None and getattr(rcvd, "reason", None):
+        parts.append(str(rcvd.reason))
+    return " ".join(parts)
+
+
+def classify(err: Any = None, *, code: int | None = None, reason: str | None = None,
+             status: int | None = None) -> str:
+    """auth | quota | other for an exception, or for a close code / reason / HTTP status."""
+    code = code if code is not None else (_code(err) if err is not None else None)
+    status = status if status is not None else (_status(err) if err is not None else None)
+    if status is None and err is not None and type(err).__name__ == "InvalidStatus":
+        m = re.search(r"HTTP (\d{3})", str(err))
+        status = int(m.group(1)) if m else None
+    text = " ".join(x for x in (reason, _text(err) if err is not None else None) if x)
+    if status in (401, 403) or AUTH_RE.search(text) or (code == 1008 and re.search(r"api[ _-]?key|auth", text, re.I)):
+        return AUTH
+    if status == 429 or (code in (1011, 1013, None) and QUOTA_RE.search(text)):
+        return QUOTA
+    return OTHER
+
+
+def describe(err: Any = None, *, code: int | None = None, reason: str | None = None, status: int | None = None) -> str:
+    code = code if code is not None else (_code(err) if err is not None else None)
+    status = status if status is not None else (_status(err) if err is not None else None)
+    text = reason or (_text(err) if err is not None else "")
+    text = KEYISH_RE.sub("<redacted>", " ".join(text.split()))[:120]
+    head = f"close {code}" if code is not None else (f"HTTP {status}" if status is not None else type(err).__name__)
+    return f"{head}: {text}" if text else head
+
+
+def check(err: Any = None, **kw: Any) -> str:
+    """The class of the error; raises LiveStop for auth and quota."""
+    kind = classify(err, **kw)
+    if kind in (AUTH, QUOTA):
+        raise LiveStop(kind, describe(err, **kw))
+    return kind
+
+
+def stop_reason(run_dir: Any) -> str | None:
+    """Why a live batch must stop after this run (auth or quota seen in its record), else None.
+
+    Reads the run's events.jsonl: closes, resume results, client errors and run.end errors.
+    """
+    from pathlib import Path
+
+    from lab.events import read_events
+
+    p = Path(run_dir) / "events.jsonl"
+    if not p.is_file():
+        return None
+    for e in read_events(p):
+        if e.kind in ("conn.closed", "resume.result") and (e.get("code") is not None or e.get("reason")):
+            code, reason = e.get("code"), str(e.get("reason") or "")
+        elif e.kind in ("client.error", "run.end", "user.say.failed") and e.get("error"):
+            code, reason = None, str(e.get("error"))
+        else:
+            continue
+        kind = classify(code=code if isinstance(code, int) else None, reason=reason)
+        if kind in (AUTH, QUOTA):
+            return str(LiveStop(kind, describe(code=code if isinstance(code, int) else None, reason=reason)))
+    return None
