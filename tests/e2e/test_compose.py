@@ -52,6 +52,26 @@ print(json.dumps({"ep": ep, "lport": lport, "sent": sent, "t_apply": t_apply, "t
 """
 
 
+# Runs inside the client container: websockets reaches the twin through the proxy because
+# HTTPS_PROXY is set (proxy=True is its default); the proxy's control API lists the tunnel.
+PROXY_SCRIPT = r"""
+import asyncio, json, ssl, urllib.request
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+async def main():
+    ctx = ssl.create_default_context(cafile="/certs/ca.pem")
+    try:
+        async with connect("wss://endpoint:8443/", ssl=ctx, open_timeout=10) as ws:
+            status = 101
+    except InvalidStatus as e:           # the twin answers a bare path with an HTTP error: the TLS tunnel worked
+        status = e.response.status_code
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    state = json.loads(opener.open("http://proxy:8081/state", timeout=5).read())
+    print(json.dumps({"status": status, "tunnels": [t["target"] for t in state["tunnels"]]}))
+asyncio.run(main())
+"""
+
+
 def tshark_fields(pcap: Path, display_filter: str, *fields: str) -> list[list[str]]:
     argv = ["tshark", "-n", "-r", str(pcap), "-Y", display_filter, "-T", "fields"]
     for f in fields:
@@ -92,6 +112,13 @@ def test_compose_lab_blackhole_is_captured(docker_setup, tmp_path):
         info = json.loads(out.strip().splitlines()[-1])
         assert info["clean"] and info["sent"] >= 10
 
+        p = topo.client_exec(["python", "-c", PROXY_SCRIPT], env={"HTTPS_PROXY": "http://proxy:8080"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, f"proxy script failed: {err.strip()}"
+        via = json.loads(out.strip().splitlines()[-1])
+        assert via["tunnels"] == ["endpoint:8443"] and 100 <= via["status"] < 500, via
+
         files = topo.capture_stop()
         eth, nflog = topo.run_dir / "raw-eth.pcap", topo.run_dir / "raw-nflog.pcap"
         assert set(files) == {eth, nflog}
@@ -111,7 +138,7 @@ def test_compose_lab_blackhole_is_captured(docker_setup, tmp_path):
         during = [float(t) for (t,) in on_wire if info["t_apply"] + 0.05 < float(t) < info["t_clear"] - 0.05]
         assert during == []
         print(f"\nsetup {docker_setup:.1f} s, up --wait {t_up:.1f} s, {len(on_wire)} packets on eth0, "
-              f"{len(dropped)} dropped and logged")
+              f"{len(dropped)} dropped and logged; via proxy: {via}")
     finally:
         t0 = time.monotonic()
         topo.down()
