@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
         v = build_run(r, timeline=not args.no_timeline)
         m = v["metrics"]
         name = str(r.relative_to(d)) if r != d else r.name
-        print(f"{name[-36:]:<36} {str(v.get('scenario') or '?')[:26]:<26} {'yes' if v['pass'] else 'NO':<5} "
+        name = name if len(name) <= 36 else "\u2026" + name[-35:]
+        print(f"{name:<36} {str(v.get('scenario') or '?')[:26]:<26} {'yes' if v['pass'] else 'NO':<5} "
               f"{m['attempts']:>4}/{m['refused']:<3} {m['told']:<12} {str(m['truth_at_answer'] or m['truth_final']):<12} "
               f"{m['bookings']:>4}")
     out = summarize(d)

@@ -185,6 +185,26 @@ def _first(events: list[Event], kind: str, after: float | None = None, **match: 
     return None
 
 
+def _turn_starts(events: list[Event]) -> dict[int, float]:
+    """For each model.text (by id()), when its turn started: the turn's first audio chunk.
+
+    model.text is written when the turn completes, so a reply that began before the user's next
+    line can be logged after it; only a turn that starts after the question answers it.
+    """
+    start: dict[Any, float | None] = {}
+    out: dict[int, float] = {}
+    for e in events:
+        c = e.get("conn")
+        if e.kind == "model.audio" and start.get(c) is None:
+            start[c] = e.ms
+        elif e.kind == "model.text":
+            out[id(e)] = start.get(c) if start.get(c) is not None else e.ms
+            start[c] = None  # one model.text per turn
+        elif e.kind in ("model.turn_complete", "model.interrupted"):
+            start[c] = None
+    return out
+
+
 def _truth_at(events: list[Event], ms: float) -> str:
     if any(e.kind == "backend.commit" and e.ms <= ms for e in events):
         return claims.BOOKED
@@ -286,8 +306,8 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     restored = _first(events, "session.restored", after=fb.ms if fb else None) if fb else None
     m["fallback"] = fb is not None
     m["fallback_note"] = (fb.get("note") if fb is not None else None)
-    new_conn = next((c for c in conns if c["purpose"] == "new" and loss_ms is not None
-                     and c["open_ms"] is not None and c["open_ms"] >= loss_ms), None)
+    new_conn = next((c for c in conns if c["purpose"] == "new" and c["open_ms"] is not None
+                     and (loss_ms is None or c["open_ms"] >= loss_ms)), None)
     after_restore = _first(events, "model.audio", after=restored.ms) if restored else None
     m["recovery"] = {
         "detection_ms": m["detection_ms"],
@@ -346,7 +366,9 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     answer = None
     if question is not None:
         nxt = next((e.ms for e in says if e.ms > question.ms), math.inf)
-        texts = [e for e in events if e.kind == "model.text" and question.ms <= e.ms < nxt and str(e.get("text", "")).strip()]
+        starts = _turn_starts(events)
+        texts = [e for e in events if e.kind == "model.text" and question.ms <= starts[id(e)] < nxt
+                 and str(e.get("text", "")).strip()]
         answer = next((e for e in texts if claims.classify(e.get("text")) != claims.UNKNOWN), texts[0] if texts else None)
     m["answer_ms"] = _r(answer.ms) if answer else None
     m["answer_after_question_ms"] = _r(answer.ms - question.ms) if answer and question else None

@@ -162,8 +162,10 @@ def render(events: list[Event], out: Path | str, twin: list[Event] | None = None
             ax.barh(y["user"] - 0.25, max(t - s, 0.01), left=s, height=0.12, color="tab:purple", alpha=0.5)
 
     # model
-    for e in events:
-        if e.kind == "model.audio" and e.get("first", True):
+    audio = [e for e in events if e.kind == "model.audio"]
+    marked = any(e.get("first") for e in audio)  # clients mark the first chunk of each turn
+    for e in audio:
+        if e.get("first") or not marked:
             ax.plot([e.ms / 1000.0], [y["model"] - 0.15], marker="|", ms=9, color="tab:blue")
     for j, e in enumerate(x for x in events if x.kind == "model.text"):
         cls = claims.classify(e.get("text"))

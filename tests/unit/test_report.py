@@ -321,3 +321,24 @@ def test_metrics_tolerate_missing_fields():
            Event("model.text", T0, 990, "client", {})]
     m = metrics_mod.compute(evs)
     assert m["loss_ms"] == 10 and m["refused"] == 1 and m["told"] == "never"
+
+
+def test_a_reply_that_began_before_the_question_is_not_its_answer(tmp_path, clock):
+    """model.text is written at turn end: the restore reply can be logged after the question."""
+    r = start_booking(Run(tmp_path, "s2-0009", clock, "s2-recovery", {"told_truth": True}, client="recovery"))
+    r.at(3500, "fault.apply", src="agent", name="blackhole", spec={"kind": "blackhole"})
+    r.at(5300, "loss.detected", conn=1, silent_ms=2000)
+    r.at(6000, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
+    r.at(5400, "fallback.start", conn=1, note=False, turns=2)
+    r.at(5410, "conn.open", conn=3, purpose="new")
+    r.at(5700, "conn.setup_complete", conn=3, setup_ms=290)
+    r.at(6500, "model.audio", conn=3, first=True, bytes=9600)        # the restore reply starts
+    r.at(7000, "user.say", conn=3, text=ASK, line=1, mode="text")    # the question, mid-reply
+    r.at(7100, "model.text", conn=3, text="I'm booking the 3:00 p.m. slot tomorrow for you.")
+    r.at(7110, "model.turn_complete", conn=3)
+    r.at(7900, "model.audio", conn=3, first=True, bytes=9600)        # the answer starts after the question
+    r.at(8400, "model.text", conn=3, text="Yes, your 3 pm slot tomorrow has been booked.")
+    v = build_run(r.end(9000))
+    m = v["metrics"]
+    assert m["first_claim_after_recovery"] == "in_progress"
+    assert m["told"] == "booked" and m["answer_ms"] == 8400 and v["pass"]
