@@ -23,6 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dir", type=Path)
     p.add_argument("--secret-env", action="append", default=[], metavar="NAME",
                    help="also look for the value of this environment variable (repeatable)")
+    p.add_argument("--allow-tls-secrets", action="store_true",
+                   help="accept TLS secrets embedded in pcapng (twin runs: throw-away CA, nothing real)")
     p.set_defaults(func=cmd_scan)
 
     p = sub.add_parser("drift", help="compare live runs under DIR with the twin profile; writes drift.md")
@@ -54,6 +56,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
     secrets = [k for k in [load_key(required=False)] if k]
     secrets += [os.environ[n] for n in args.secret_env if os.environ.get(n)]
     findings = scan(args.dir, secrets)
+    if args.allow_tls_secrets:
+        findings = [f for f in findings if f.kind != "pcapng-secrets"]
     note = "" if secrets else " (no GEMINI_API_KEY to look for: handles, key logs and TLS secrets only)"
     if findings:
         for f in findings:
