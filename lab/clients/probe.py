@@ -12,7 +12,8 @@ the user is never told (finding 3 of the study).
 
 Scripted actions drive the rest: 'abort', 'close' (clean close of the current or the old lost
 connection, waiting briefly for the echo), 'resume' (one attempt now, plus the quick retry after a
-refusal if configured), 'reuse_old'.
+refusal if configured), 'reuse_old'. A connection the probe ended itself (abort, close) does not
+start the policy: after those the scenario decides when to resume.
 """
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ class ProbeClient(SdkClient):
         self._policy: asyncio.Task | None = None
 
     def on_loss(self, c: Connection, cause: str) -> None:
+        if cause == "closed:client":
+            return                                   # its own scripted abort/close: the scenario drives
         if self._policy is not None and not self._policy.done():
             return
         self._policy = self.spawn(self._resume_policy(c, cause), name="probe-policy")

@@ -180,11 +180,12 @@ class ResumeSchedule:
 
     def next_at(self, now: float) -> float | None:
         """The next attempt time (>= now), or None when the episode is over."""
-        while True:
-            b = self._base(self._k)
-            if b is None or b >= now - 1e-9:
+        while True:                           # of slots already passed, keep only the latest
+            nb = self._base(self._k + 1)
+            if nb is None or nb > now + 1e-9:
                 break
-            self._k += 1                      # slots already passed (an attempt ran long)
+            self._k += 1
+        b = self._base(self._k)
         cands = [x for x in (b, self._retry_at) if x is not None]
         if not cands:
             return None
@@ -890,9 +891,13 @@ class SdkClient(Client):
 
     async def scripted_resume(self) -> Connection | None:
         """action('resume'): one attempt now (a subclass may add a retry)."""
-        if self._attempt_lock.locked():
-            self.log.write("resume.skip", src=SRC, reason="attempt in flight", why="action")
-            return None
+        before = self.current
+        if self._attempt_lock.locked():           # let the attempt in flight finish first
+            while self._attempt_lock.locked():
+                await asyncio.sleep(0.01)
+            if self.current is not before:
+                self.log.write("resume.skip", src=SRC, reason="resumed by the attempt in flight", why="action")
+                return None
         c = await self.attempt_resume("action")
         if c is not None:
             await self.accept_resume(c)
