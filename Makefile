@@ -6,14 +6,19 @@ TOPOLOGY ?= netns
 CLIENT ?=
 N ?= 1
 DURATION ?=
-RUN_ARGS = --topology $(TOPOLOGY) -n $(N) $(if $(CLIENT),--client $(CLIENT)) $(if $(DURATION),--duration $(DURATION))
+ENDPOINT ?= twin
+BUDGET ?=
+SCENARIO ?=
+RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),--client $(CLIENT)) \
+           $(if $(DURATION),--duration $(DURATION)) $(if $(BUDGET),--budget $(BUDGET))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-unit test-netns test-e2e lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-all bench soak down clean
+.PHONY: help setup test test-unit test-netns test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-all bench soak down clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo "  variables: TOPOLOGY=netns|compose  CLIENT=probe|recovery|naive  N=runs  DURATION=seconds"
+	@echo "             ENDPOINT=twin|live (live needs GEMINI_API_KEY)  BUDGET=sessions  SCENARIO=name (lab-run)"
 
 setup: ## install system tools (root) and the project venv; idempotent
 	@scripts/setup.sh
@@ -44,6 +49,10 @@ lab-r2: setup ## round 2: application-level freeze through the CONNECT proxy
 
 lab-s2: setup ## stage 2: the reference recovery client, with and without the status note
 	$(LAB) run s2-recovery s2-recovery-no-note s2-control $(RUN_ARGS)
+
+lab-run: setup ## one scenario by name: make lab-run SCENARIO=r2-freeze
+	@test -n "$(SCENARIO)" || { echo "make lab-run: set SCENARIO= (see: .venv/bin/lab list)" >&2; exit 2; }
+	$(LAB) run $(SCENARIO) $(RUN_ARGS)
 
 lab-all: setup ## every scenario in the catalogue
 	$(LAB) run --all $(RUN_ARGS)

@@ -170,6 +170,8 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     batch = Path(out_dir) if out_dir else Path.cwd() / "captures" / f"{stamp}-{scns[0].name if len(scns) == 1 else 'batch'}"
     batch.mkdir(parents=True, exist_ok=True)
+    if budget is not None:
+        budget.attach(batch)
     verdicts = []
     for scn in scns:
         cl = client or scn.client
@@ -181,6 +183,8 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
             v = run_one(RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key,
                                 keylog_live), out=out)
             verdicts.append(v)
+            if budget is not None:
+                budget.settle(run_dir)
             held = v.get("passed")
             out(f"   verdict: {'PASS' if held else 'FAIL'}"
                 + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "

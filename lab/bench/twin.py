@@ -20,7 +20,6 @@ import os
 import random
 import signal
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile

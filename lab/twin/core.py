@@ -33,7 +33,7 @@ import re
 import secrets
 import string
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import Any
 from urllib.parse import parse_qs
 
 from lab.events import redact_handle

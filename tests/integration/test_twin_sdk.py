@@ -7,7 +7,6 @@ slack, never tighter than the measured ranges allow.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import os
