@@ -19,15 +19,19 @@ One FaultTable owns the chains of its namespace; `clear_all()` and `close()` are
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
+import platform
 import signal
+import struct
 import subprocess
+import termios
 import threading
 import time
 from typing import Callable
 
 from netem.errors import NetemError, NoPrivilege, RuleError, ToolMissing
-from netem.faults import IN_CHAIN, OUT_CHAIN, Fault, Loss, render_restore
+from netem.faults import IN_CHAIN, OUT_CHAIN, Fault, render_restore
 from netem.kernel import in_netns
 
 HOOKS = (("OUTPUT", OUT_CHAIN), ("INPUT", IN_CHAIN))
@@ -51,12 +55,95 @@ def _first_error(err: str) -> str:
     return lines[-1] if lines else "no message"
 
 
+# read(2) on this machine's syscall table, for spotting an idle iptables-restore in /proc/PID/syscall
+_READ_SYSCALL = {"x86_64": "0", "aarch64": "63"}.get(platform.machine())
+
+
+class PersistentRestore:
+    """One long-lived `iptables-restore --noflush` fed through a pipe: no process spawn per change.
+
+    iptables-restore (nf_tables backend) commits each `*filter ... COMMIT` block as it reads it and
+    then waits for more input. A change is done when the pipe is empty and the process is back in
+    read(0) (seen in /proc/PID/syscall); the nf_tables commit before that point is synchronous.
+    On a refused block iptables-restore prints the error and exits: that error is raised and a
+    new process is started for the next change. If its parent dies, it reads EOF and exits.
+    """
+
+    def __init__(self, netns: str | None):
+        self.netns = netns
+        self.proc: subprocess.Popen | None = None
+
+    @staticmethod
+    def usable() -> bool:
+        return _READ_SYSCALL is not None and os.path.exists("/proc/self/syscall")
+
+    def _start(self) -> None:
+        with in_netns(self.netns):
+            self.proc = subprocess.Popen(["iptables-restore", "--noflush"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, bufsize=0)
+        self._wait_idle(10.0)
+
+    def _pending(self) -> int:
+        return struct.unpack("i", fcntl.ioctl(self.proc.stdin.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+
+    def _idle(self) -> bool:
+        with open(f"/proc/{self.proc.pid}/syscall") as fh:
+            f = fh.read().split()
+        return len(f) > 1 and f[0] == _READ_SYSCALL and f[1] == "0x0"
+
+    def _wait_idle(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        spins = 0
+        while True:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode(errors="replace")
+                self.proc = None
+                raise RuleError(f"iptables-restore refused the lab's rules: {_first_error(err)}")
+            try:
+                if self._pending() == 0 and self._idle():
+                    return
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # exited between the checks: poll() reports it
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuleError(f"iptables-restore did not finish within {timeout:.0f} s")
+            spins += 1
+            if spins > 50:
+                time.sleep(0.00005)
+
+    def apply(self, text: str, timeout: float = 10.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        try:
+            self.proc.stdin.write(text.encode())
+        except BrokenPipeError:
+            self.proc.wait()
+            err = self.proc.stderr.read().decode(errors="replace")
+            self.proc = None
+            raise RuleError(f"iptables-restore refused the lab's rules: {_first_error(err)}") from None
+        self._wait_idle(timeout)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(2)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
 class FaultTable:
     def __init__(self, netns: str | None = None, *, handle_signals: bool = True,
-                 runner: Runner | None = None):
+                 runner: Runner | None = None, persistent: bool = True):
         self.netns = netns
         self.handle_signals = handle_signals
         self._runner = runner or _run
+        # a long-lived iptables-restore (nf_tables backend only: the legacy one holds the xtables
+        # lock for as long as it runs); off with a custom runner (tests) or persistent=False
+        self._want_persistent = persistent and runner is None and PersistentRestore.usable()
+        self._persistent: PersistentRestore | None = None
         self._faults: list[Fault] = []
         self._stale: list[str] = []
         self._lock = threading.RLock()
@@ -71,6 +158,13 @@ class FaultTable:
             return self._runner(argv, input)
 
     def restore(self, text: str) -> None:
+        if self._persistent is not None:
+            try:
+                self._persistent.apply(text)
+                return
+            except PermissionError:  # /proc/PID/syscall unreadable here: spawn per change instead
+                self._persistent.close()
+                self._persistent = None
         rc, _out, err = self._exec(["iptables-restore", "--noflush"], text)
         if rc != 0:
             msg = _first_error(err)
@@ -95,6 +189,10 @@ class FaultTable:
                     text.append(f"-I {hook} 1 -j {chain}")
             text.append("COMMIT")
             self.restore("\n".join(text) + "\n")
+            if self._want_persistent and self._persistent is None:
+                rc, ver, _ = self._exec(["iptables-restore", "--version"])
+                if rc == 0 and "nf_tables" in ver:
+                    self._persistent = PersistentRestore(self.netns)
             self._ready = True
             self._arm()
             return self
@@ -126,9 +224,8 @@ class FaultTable:
                 self._arm()
             t0 = time.time()
             if fault.iptables:
-                self.restore(render_restore([f for f in self._faults if f.iptables] + [fault],
-                                            stale_chains=self._stale))
-                self._stale = []
+                self.restore(render_restore([f for f in self._faults if f.iptables] + [fault]))
+                self._stale = [c for c in self._stale if c not in fault.rules().chains]
             else:
                 fault.install(self.netns)
             self.last_apply = (t0, time.time())
@@ -143,15 +240,17 @@ class FaultTable:
             rest = [f for f in self._faults if f is not fault]
             t0 = time.time()
             if fault.iptables:
-                stale = list(fault.rules().chains) if isinstance(fault, Loss) else []
-                self.restore(render_restore([f for f in rest if f.iptables], stale_chains=self._stale + stale))
-                self._stale += stale
+                # the fault's own chains are emptied now and deleted by clear_all()/close(): deleting
+                # them here would be one more nf_tables transaction, and a transaction that follows
+                # a removal within ~20 ms waits for the kernel's deferred destroy (an RCU grace period)
+                stale = list(fault.rules().chains)
+                self.restore(render_restore([f for f in rest if f.iptables], stale_chains=stale))
+                self._stale += [c for c in stale if c not in self._stale]
             else:
                 fault.uninstall(self.netns)
             self.last_apply = (t0, time.time())
             self._faults = rest
             fault._table = None
-            self._gc()
 
     def _gc(self) -> None:
         """Delete emptied per-fault chains (a separate step: nf_tables refuses it in the same batch)."""
@@ -177,7 +276,7 @@ class FaultTable:
                 except Exception as e:  # keep going: the rules must go even if a qdisc will not
                     errors.append(str(e))
             if self._ready:
-                stale = self._stale + [c for f in self._faults for c in f.rules().chains]
+                stale = list(dict.fromkeys(self._stale + [c for f in self._faults for c in f.rules().chains]))
                 self.restore(render_restore([], stale_chains=stale))
                 self._stale = stale
                 self._gc()
@@ -196,7 +295,12 @@ class FaultTable:
                 self._disarm()
                 if self._ready:
                     self._ready = False
-                    self._teardown_chains()
+                    try:
+                        self._teardown_chains()
+                    finally:
+                        if self._persistent is not None:
+                            self._persistent.close()
+                            self._persistent = None
 
     def detach(self) -> None:
         """Leave the rules in place and forget them (`lab netem apply`: they outlive this process;
@@ -207,6 +311,9 @@ class FaultTable:
             self._faults = []
             self._ready = False
             self._disarm()
+            if self._persistent is not None:
+                self._persistent.close()
+                self._persistent = None
 
     def _teardown_chains(self) -> None:
         rc, out, _ = self._exec(["iptables", "-S"])

@@ -402,3 +402,15 @@ def tshark_count(pcap: Path, display_filter: str) -> int:
 def topology_stop(topo, run_dir: Path) -> Path:
     topo.capture_stop()
     return run_dir
+
+
+def test_a_refused_rule_set_is_one_line_and_the_table_keeps_working(topo, table):
+    from netem.errors import RuleError
+
+    table.setup()
+    with pytest.raises(RuleError, match="iptables-restore refused the lab's rules: .*line 2"):
+        table.restore("*filter\n-A LL_NO_SUCH_CHAIN -j DROP\nCOMMIT\n")
+    f = build({"kind": "blackhole", "name": "after-error", "target": {"dst": topo.endpoint_host}}).apply(table)
+    assert "after-error" in iptables_s(topo.ns_client)
+    f.clear()
+    assert "after-error" not in iptables_s(topo.ns_client)

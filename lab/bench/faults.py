@@ -1,0 +1,364 @@
+"""`lab bench faults`: how fast a fault takes hold. Figures and ratios only, never asserts.
+
+For each mode (silent, eperm, reject, loss) a worker process *already inside the client
+namespace* (as the agent is) keeps a TCP flow busy (64 B every 0.5 ms) and applies the fault
+through a FaultTable. Per iteration it records, from the scheduled time t (just before the apply):
+
+  active      t -> iptables-restore returned (the nf_tables commit is synchronous: the rule is live)
+  first drop  t -> the first packet the fault logged, as tcpdump on nflog:5 stamps it (read time)
+  clear       the clear's own duration
+
+Baselines, the way a fault is applied from outside: `ip netns exec <ns> iptables-restore` (an
+exec-style spawn into the namespace) and, where a Docker engine answers and a container is named
+(`--docker-container` or $LIVELAB_BENCH_CONTAINER; otherwise a throw-away container from
+`--docker-image`, default lab-base:bookworm, with --network none), `docker exec <c> iptables-restore`. The
+ratios are baseline p50 / in-namespace p50.
+
+Reusable pieces: `worker(config)` runs inside any namespace (compose: `docker exec -i client
+python -m lab.bench.faults --worker JSON`), `run_worker(prefix, config)` runs it under an exec
+prefix and returns its rows, `report(rows, baselines)` prints the table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+from lab.errors import LabError
+
+MODES = ("silent", "eperm", "reject", "loss")
+B2B = "silent-b2b"  # silent, applied immediately after another fault was cleared
+FLOOR_MS = 5.0
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+# ------------------------------------------------------------------------------------ worker
+
+class NflogWatch:
+    """tcpdump on nflog:5 in this namespace; keeps the pcap timestamps of what it sees."""
+
+    def __init__(self):
+        self.stamps: list[float] = []
+        self.cv = threading.Condition()
+        self.proc = subprocess.Popen(["tcpdump", "-i", "nflog:5", "-l", "-n", "-tt", "--immediate-mode"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+        line = ""
+        for _ in range(5):
+            line = self.proc.stderr.readline()
+            if "listening on" in line or not line:
+                break
+        if "listening on" not in line:
+            raise RuntimeError(f"tcpdump on nflog:5 did not start: {line.strip() or self.proc.poll()}")
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                ts = float(line.split(" ", 1)[0])
+            except ValueError:
+                continue
+            with self.cv:
+                self.stamps.append(ts)
+                self.cv.notify_all()
+
+    def first_after(self, t: float, timeout: float = 2.0) -> float | None:
+        deadline = time.monotonic() + timeout
+        with self.cv:
+            while True:
+                for ts in self.stamps:
+                    if ts >= t:
+                        return ts
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self.cv.wait(left)
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(3)
+
+
+class Busy:
+    """A TCP connection that writes 64 B every 0.5 ms until stopped or reset."""
+
+    def __init__(self, host: str, port: int):
+        self.sock = socket.create_connection((host, port), timeout=2)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.stop = threading.Event()
+        self.th = threading.Thread(target=self._run, daemon=True)
+        self.th.start()
+
+    def _run(self):
+        while not self.stop.is_set():
+            try:
+                self.sock.send(b"x" * 64)
+            except OSError:
+                return
+            time.sleep(0.0005)
+
+    def flow(self) -> dict:
+        src, sport = self.sock.getsockname()
+        dst, dport = self.sock.getpeername()
+        return {"src": src, "sport": sport, "dst": dst, "dport": dport}
+
+    def close(self):
+        self.stop.set()
+        self.th.join(1)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def fault_spec(mode: str, flow: dict, p: float) -> dict:
+    if mode == B2B:
+        mode = "silent"
+    if mode in ("silent", "eperm"):
+        return {"kind": "blackhole", "name": f"bench-{mode}", "mode": mode, "direction": "out", "target": flow}
+    if mode == "reject":
+        return {"kind": "reject", "name": "bench-reject", "direction": "out", "target": flow}
+    return {"kind": "loss", "name": "bench-loss", "p": p, "direction": "out", "target": flow}
+
+
+def worker(config: dict) -> dict:
+    """Inside the client namespace: apply each mode n times.
+
+    Returns {"rows": [{mode, active_ms, drop_ms, clear_ms}], "spawn_in_ns": [ms]}: the second is one
+    `iptables-restore` process per change, spawned from inside the namespace (what a FaultTable
+    without its persistent iptables-restore would cost).
+    """
+    from netem.faults import build
+    from netem.table import FaultTable
+
+    host, port, n, p = config["host"], config["port"], config["n"], config.get("p", 0.3)
+    gap = config.get("gap", 0.05)
+    rows = []
+    watch = NflogWatch()
+    try:
+        with FaultTable(handle_signals=False) as table:
+            for mode in config.get("modes", MODES + (B2B,)):
+                for i in range(n + 2):  # two warm-up rounds, not recorded
+                    busy = Busy(host, port)
+                    try:
+                        time.sleep(gap)  # faults in a scenario are far apart; see B2B for back-to-back
+                        f = build(fault_spec(mode, busy.flow(), p))
+                        if mode == B2B:  # apply right after another fault was cleared
+                            g = build({**fault_spec("silent", busy.flow(), p), "name": "bench-prev",
+                                       "target": {"dst": "10.203.255.254"}})
+                            table.add(g)
+                            time.sleep(gap)
+                            table.remove(g)
+                        t = time.time()
+                        table.add(f)
+                        t_active = time.time()
+                        ts = watch.first_after(t)
+                        t0 = time.time()
+                        table.remove(f)
+                        t_clear = time.time() - t0
+                    finally:
+                        busy.close()
+                    if i >= 2:
+                        rows.append({"mode": mode, "active_ms": (t_active - t) * 1e3,
+                                     "drop_ms": None if ts is None else (ts - t) * 1e3,
+                                     "clear_ms": t_clear * 1e3})
+    finally:
+        watch.close()
+    return {"rows": rows, "spawn_in_ns": exec_baseline([], n, gap)}
+
+
+def run_worker(prefix: list[str], config: dict) -> dict:
+    """Run worker(config) under an exec prefix (ip netns exec NS / docker exec -i C); its result."""
+    argv = [*prefix, sys.executable, "-m", "lab.bench.faults", "--worker", json.dumps(config)]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise LabError(f"bench worker failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------------------------ baselines
+
+BASELINE_TEXT = ("*filter\n:LL_BENCH - [0:0]\n"
+                 "-A LL_BENCH -d 10.203.255.254/32 -j NFLOG --nflog-group 5 --nflog-threshold 1\n"
+                 "-A LL_BENCH -d 10.203.255.254/32 -j NFQUEUE --queue-num 99\nCOMMIT\n")
+BASELINE_CLEAN = "*filter\n:LL_BENCH - [0:0]\n-X LL_BENCH\nCOMMIT\n"
+
+
+def exec_baseline(prefix: list[str], n: int, gap: float = 0.05) -> list[float]:
+    """Wall ms of `<prefix> iptables-restore --noflush` with a two-rule fault, spawned from here."""
+    out = []
+    for i in range(n + 2):
+        time.sleep(gap)  # same spacing as the in-namespace rows (see B2B)
+        t = time.time()
+        subprocess.run([*prefix, "iptables-restore", "--noflush"], input=BASELINE_TEXT, text=True,
+                       capture_output=True, check=True)
+        if i >= 2:
+            out.append((time.time() - t) * 1e3)
+    subprocess.run([*prefix, "iptables-restore", "--noflush"], input=BASELINE_CLEAN, text=True, capture_output=True)
+    return out
+
+
+def docker_target(name: str | None, image: str) -> tuple[str | None, bool, str]:
+    """(container, made_here, why-not). Without a named container, a throw-away one is started from
+    `image` (it needs iptables; --network none, so it has its own empty namespace)."""
+    if not shutil.which("docker"):
+        return None, False, "docker CLI not installed"
+    try:
+        ok = subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0
+    except subprocess.TimeoutExpired:
+        ok = False
+    if not ok:
+        return None, False, "no Docker engine answers (`docker info` failed)"
+    if name:
+        return name, False, ""
+    if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
+        return None, False, f"no container named (--docker-container) and no image {image} to start one"
+    cname = f"ll-bench-{os.getpid()}"
+    p = subprocess.run(["docker", "run", "-d", "--rm", "--network", "none", "--cap-add", "NET_ADMIN",
+                        "--name", cname, image, "sleep", "600"], capture_output=True, text=True)
+    if p.returncode != 0:
+        return None, False, f"could not start a throw-away container: {(p.stderr.strip().splitlines() or ['?'])[-1]}"
+    return cname, True, ""
+
+
+# ------------------------------------------------------------------------------------ report
+
+def report(rows: list[dict], baselines: dict[str, list[float]], notes: list[str], out=sys.stdout) -> dict:
+    summary: dict = {"modes": {}, "baselines": {}}
+    w = out.write
+    w(f"{'mode':10} {'n':>3}  {'rule active p50/p99 ms':>24}  {'first drop on nflog p50/p99 ms':>32}  {'clear p50/p99 ms':>18}\n")
+    all_active = []
+    for mode in MODES + (B2B,):
+        r = [x for x in rows if x["mode"] == mode]
+        if not r:
+            continue
+        a = [x["active_ms"] for x in r]
+        d = [x["drop_ms"] for x in r if x["drop_ms"] is not None]
+        c = [x["clear_ms"] for x in r]
+        if mode != B2B:
+            all_active += a
+        miss = len(r) - len(d)
+        s = {"n": len(r), "active_p50": pct(a, .5), "active_p99": pct(a, .99), "drop_p50": pct(d, .5),
+             "drop_p99": pct(d, .99), "clear_p50": pct(c, .5), "clear_p99": pct(c, .99), "no_drop_seen": miss}
+        summary["modes"][mode] = s
+        w(f"{mode:10} {len(r):>3}  {s['active_p50']:>11.2f} / {s['active_p99']:<10.2f}  "
+          f"{s['drop_p50']:>15.2f} / {s['drop_p99']:<14.2f}  {s['clear_p50']:>8.2f} / {s['clear_p99']:<7.2f}"
+          + (f"  ({miss} without a drop)" if miss else "") + "\n")
+    in_p50 = pct(all_active, .5)
+    w(f"\nall modes but {B2B}: rule active p50 {in_p50:.2f} ms, p99 {pct(all_active, .99):.2f} ms "
+      f"(floor p99 <= {FLOOR_MS:.0f} ms: {'met' if pct(all_active, .99) <= FLOOR_MS else 'NOT met'})\n")
+    for name, xs in baselines.items():
+        b50, b99 = pct(xs, .5), pct(xs, .99)
+        ratio = b50 / in_p50 if in_p50 else float("nan")
+        summary["baselines"][name] = {"p50": b50, "p99": b99, "ratio_p50": ratio}
+        w(f"baseline {name}: p50 {b50:.2f} ms, p99 {b99:.2f} ms  ->  {ratio:.1f}x the in-namespace p50\n")
+    for n in notes:
+        w(f"note: {n}\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="lab bench faults", description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=30, help="iterations per mode (default 30)")
+    ap.add_argument("-p", type=float, default=0.3, help="loss probability for the loss mode (default 0.3)")
+    ap.add_argument("--gap", type=float, default=0.05, help="seconds between a clear and the next apply (default 0.05)")
+    ap.add_argument("--docker-container", default=os.environ.get("LIVELAB_BENCH_CONTAINER"))
+    ap.add_argument("--docker-image", default="lab-base:bookworm",
+                    help="image for a throw-away container when none is named (needs iptables)")
+    ap.add_argument("--json", action="store_true", help="also print the summary as JSON")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return 0
+
+    from lab.topology.netns import NetnsTopology
+    from netem import cleanup
+
+    topo = NetnsTopology(f"bench{os.getpid()}")
+    topo.up()
+    sink = None
+    try:
+        from netem.kernel import in_netns
+        with in_netns(topo.ns_endpoint):
+            sink = socket.socket()
+        sink.bind((topo.endpoint_host, 0))
+        sink.listen(64)
+        port = sink.getsockname()[1]
+        threading.Thread(target=_drain, args=(sink,), daemon=True).start()
+
+        print(f"lab bench faults: fault onset in the netns topology, n={args.n} per mode, "
+              f"TCP 64 B every 0.5 ms, loss p={args.p}")
+        prefix = ["ip", "netns", "exec", topo.ns_client]
+        res = run_worker(prefix, {"host": topo.endpoint_host, "port": port, "n": args.n, "p": args.p,
+                                  "gap": args.gap})
+        rows = res["rows"]
+        baselines = {"in the namespace, one iptables-restore process per change": res["spawn_in_ns"],
+                     f"exec-style `ip netns exec {topo.ns_client} iptables-restore`": exec_baseline(prefix, args.n, args.gap)}
+        notes = ["rule active = the iptables-restore call returned, from a process already in the client "
+                 "namespace; first drop = tcpdump's nflog:5 timestamp (read time, +-ms) minus the scheduled time",
+                 f"loss: the first drop also waits for a losing coin toss (about 0.5 ms x (1/p - 1) = "
+                 f"{0.5 * (1 / args.p - 1):.1f} ms at p={args.p})",
+                 f"{B2B}: applied right after another fault was cleared. nf_tables frees a removed rule "
+                 "after an RCU grace period, and the next transaction waits for that: ~10-20 ms on this "
+                 "kernel. Faults in a scenario are seconds apart, so the other rows wait "
+                 f"{args.gap * 1000:.0f} ms first"]
+        container, made, why = docker_target(args.docker_container, args.docker_image)
+        if container:
+            try:
+                baselines[f"`docker exec {container} iptables-restore`"] = exec_baseline(
+                    ["docker", "exec", "-i", container], args.n, args.gap)
+            finally:
+                if made:
+                    subprocess.run(["docker", "rm", "-f", container], capture_output=True)
+        else:
+            notes.append(f"docker exec baseline not measured: {why}; the exec-style baseline is "
+                         "`ip netns exec` (a process spawned into the namespace from outside)")
+        summary = report(rows, baselines, notes)
+        if args.json:
+            print(json.dumps(summary, indent=2))
+    finally:
+        if sink:
+            sink.close()
+        topo.down()
+        cleanup.down(topo.run_id, current_ns=False)
+    return 0
+
+
+def _drain(ls: socket.socket) -> None:
+    while True:
+        try:
+            c, _ = ls.accept()
+        except OSError:
+            return
+        threading.Thread(target=_read_all, args=(c,), daemon=True).start()
+
+
+def _read_all(c: socket.socket) -> None:
+    with c:
+        while True:
+            try:
+                if not c.recv(65536):
+                    return
+            except OSError:
+                return
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
