@@ -115,7 +115,10 @@ class ComposeTopology(Topology):
     def __init__(self, run_id: str, project: str | None = None, captures_dir: Path | str | None = None,
                  run_dir: Path | str | None = None, extra_files: list[Path | str] | None = None,
                  env: dict[str, str] | None = None, twin_args: list[str] | None = None, setup: bool = True,
-                 wait_timeout: int = 120, log=print, **_options):
+                 wait_timeout: int = 120, log=print, secrets_dir: Path | str | None = None,
+                 ca_path: Path | str | None = None, with_proxy: bool = True, **_options):
+        # ca_path: the CA is always /certs/ca.pem inside the containers (a volume `down -v` removes),
+        # so a host-side ca_path is not used; with_proxy: the proxy service always runs (it is cheap).
         self.run_id = run_id
         if run_dir is not None:
             run_dir = Path(run_dir).resolve()
@@ -124,7 +127,10 @@ class ComposeTopology(Topology):
         self.captures_dir = Path(captures_dir or REPO / "captures").resolve()
         self.project = project or _project_name(run_id)
         self.files = [COMPOSE_FILE, *(Path(f).resolve() for f in (extra_files or []))]
+        self.secrets_dir = Path(secrets_dir).resolve() if secrets_dir else None
         self.extra_env = dict(env or {})
+        if self.secrets_dir:
+            self.extra_env["SECRETS_DIR"] = str(self.secrets_dir)
         if twin_args:
             self.extra_env["TWIN_ARGS"] = " ".join(twin_args)   # word-split by sh in the endpoint
         self.setup = setup
@@ -219,18 +225,70 @@ class ComposeTopology(Topology):
     def proxy_control_url(self) -> str:
         return "http://proxy:8081"
 
-    def client_exec(self, argv: list[str], env: dict[str, str] | None = None, **popen_kw) -> subprocess.Popen:
-        """`docker compose exec -T client ARGV`; `env` sets variables inside the container.
+    @property
+    def endpoint_ip(self) -> str:
+        """The endpoint container's address on the lab network (for fault rules that match -d EP)."""
+        c = self.containers().get("endpoint")
+        nets = (c.attrs.get("NetworkSettings", {}).get("Networks", {}) if c is not None else {}) or {}
+        for net in nets.values():
+            if net.get("IPAddress"):
+                return net["IPAddress"]
+        raise LabError(f"compose topology: the endpoint of {self.project} has no address (is the lab up?)")
 
-        Note: stopping this Popen does not signal the process inside the container (docker exec
-        forwards no signals without a TTY); `down()` ends it.
+    def container_path(self, arg: str) -> str:
+        """A host path under the run's captures dir or the secrets dir -> its path in the containers."""
+        for host, inside in ((self.captures_dir, "/captures"), (self.secrets_dir, "/secrets")):
+            if host is not None and (arg == str(host) or arg.startswith(str(host) + "/")):
+                return inside + arg[len(str(host)):]
+        return arg
+
+    def container_argv(self, argv: list[str]) -> list[str]:
+        """Translate a host command line: the host's Python becomes the image's, host paths container paths."""
+        argv = [self.container_path(a) for a in argv]
+        if argv and "/" in argv[0] and Path(argv[0]).name.startswith("python"):
+            argv[0] = "python"
+        return argv
+
+    def client_exec(self, argv: list[str], env: dict[str, str] | None = None, **popen_kw) -> subprocess.Popen:
+        """`docker compose exec -T client ARGV` (host paths and the host's Python translated).
+
+        `env` sets variables inside the container; when it is a full environment (os.environ plus
+        additions), only the variables that differ from this process's environment are passed.
+        Stopping this Popen does not signal the process inside the container (docker exec forwards
+        no signals without a TTY); `down()` ends it.
         """
         extra: list[str] = []
         for k, v in (env or {}).items():
-            extra += ["-e", f"{k}={v}"]
+            if os.environ.get(k) != v:
+                extra += ["-e", f"{k}={self.container_path(v)}"]
         popen_kw.setdefault("cwd", REPO)
         popen_kw.setdefault("env", self._env())
-        return subprocess.Popen(self.compose_argv("exec", "-T", *extra, "client", *argv), **popen_kw)
+        return subprocess.Popen(self.compose_argv("exec", "-T", *extra, "client", *self.container_argv(argv)),
+                                **popen_kw)
+
+    def start_twin(self, api_key: str | None = None, log_path: Path | str | None = None, t0: float | None = None,
+                   extra: list[str] | None = None) -> None:
+        """Restart the endpoint's twin with these options (up() already started one with defaults).
+
+        `log_path` must lie in the run folder (it is written from inside the endpoint container);
+        `t0` is accepted for interface parity and not passed on (the twin CLI has no such option).
+        """
+        args: list[str] = []
+        if api_key:
+            args += ["--api-key", api_key]
+        if log_path:
+            inside = self.container_path(str(Path(log_path).resolve()))
+            if not inside.startswith("/captures/"):
+                raise LabError(f"compose topology: the twin's log {log_path} is outside {self.captures_dir}")
+            args += ["--log", inside]
+        args += list(extra or [])
+        self.extra_env["TWIN_ARGS"] = " ".join(args)
+        t1 = time.monotonic()
+        r = self.compose("up", "-d", "--no-deps", "--wait", "--wait-timeout", "60", "endpoint",
+                         timeout=180, check=False)
+        if r.returncode != 0:
+            raise LabError(f"compose topology: the twin did not restart: {self._failure_detail(r)}")
+        self.timings["start_twin_s"] = time.monotonic() - t1
 
     def endpoint_exec(self, argv: list[str], **popen_kw) -> subprocess.Popen:
         """A process in the endpoint container (the twin itself already runs there since up())."""

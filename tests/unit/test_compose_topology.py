@@ -1,0 +1,34 @@
+"""ComposeTopology's pure parts: project names, host-to-container argv translation (no Docker needed)."""
+import os
+import sys
+from pathlib import Path
+
+from lab.topology.compose import ComposeTopology, _project_name
+
+
+def test_project_name_is_compose_safe():
+    assert _project_name("B1 Silent/Loss-01") == "livelab-b1-silent-loss-01"
+    assert _project_name("///") == "livelab-run"
+
+
+def test_argv_translation(tmp_path):
+    run_dir = tmp_path / "batch" / "r2-freeze-probe-01"
+    t = ComposeTopology("x", run_dir=run_dir, secrets_dir=tmp_path / "sec", setup=False)
+    assert t.run_id == "r2-freeze-probe-01" and t.run_dir == run_dir.resolve()
+    argv = t.container_argv([sys.executable, "-m", "lab", "agent", "--run-dir", str(run_dir.resolve()),
+                             "--keylog", str((tmp_path / "sec" / "keys.log").resolve()), "--ca", "/certs/ca.pem"])
+    assert argv == ["python", "-m", "lab", "agent", "--run-dir", "/captures/r2-freeze-probe-01",
+                    "--keylog", "/secrets/keys.log", "--ca", "/certs/ca.pem"]
+    assert t.container_path(str(tmp_path / "elsewhere")) == str(tmp_path / "elsewhere")
+    env = t._env()
+    assert env["RUN_ID"] == "r2-freeze-probe-01" and env["CAPTURES_DIR"] == str((tmp_path / "batch").resolve())
+    assert env["SECRETS_DIR"] == str((tmp_path / "sec").resolve())
+
+
+def test_compose_argv_layers_files(tmp_path):
+    over = tmp_path / "over.yaml"
+    t = ComposeTopology("run-1", project="p1", extra_files=[over], setup=False)
+    argv = t.compose_argv("ps")
+    assert argv[:4] == ["docker", "compose", "-p", "p1"]
+    assert argv[-1] == "ps" and str(over) in argv and argv[argv.index(str(over)) - 1] == "-f"
+    assert t.ca_path == Path("/certs/ca.pem") and t.endpoint_host == "endpoint" and t.endpoint_port == 8443
