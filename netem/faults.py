@@ -25,7 +25,9 @@ Targets
 -------
 flow         {"src", "sport", "dst", "dport"[, "proto"]}: exactly one connection. A new connection
              to the same endpoint (another source port) passes.
-destination  {"dst"[, "dport"][, "proto"]}: everything to that address (and port).
+destination  {"dst"[, "dport"][, "proto"]}: everything to that address (and port); dst may be a
+             network (a.b.c.0/24).
+proto is tcp|udp|any: tcp by default when a port is given; without a port, any (reject: tcp).
 
 Direction `out` matches packets to the target (OUTPUT), `in` packets from it (INPUT), `both` both.
 Every dropped or rejected packet first hits `-j NFLOG --nflog-group 5 --nflog-threshold 1` with the
@@ -93,11 +95,12 @@ def _host(kind: str, where: str, v: Any, net_ok: bool = False) -> str:
     return str(n)
 
 
-def _target(kind: str, t: Any) -> dict:
+def _target(kind: str, t: Any, portless_proto: str = "any") -> dict:
+    """Validate a target. proto defaults to tcp when ports are given, else to `portless_proto`."""
     if not isinstance(t, dict):
         raise _fail(kind, "target must be an object: a flow {src,sport,dst,dport} or a destination {dst[,dport]}")
     keys = set(t) - {"proto"}
-    proto = t.get("proto", "tcp")
+    proto = t.get("proto", "tcp" if keys & {"sport", "dport"} else portless_proto)
     if proto not in ("tcp", "udp", "any"):
         raise _fail(kind, f"target.proto must be tcp, udp or any, got {proto!r}")
     if keys == {"src", "sport", "dst", "dport"}:
@@ -180,11 +183,12 @@ class Fault:
 class _MatchFault(Fault):
     """A fault that matches a target in one or both directions and drops what it matches."""
     fields = {"target", "direction"}
+    portless_proto = "any"  # a destination without a port: every protocol, a really dead path
 
     def _normalise(self, spec: dict) -> dict:
         if "target" not in spec:
             raise _fail(self.kind, "target is required: a flow {src,sport,dst,dport} or a destination {dst[,dport]}")
-        spec["target"] = _target(self.kind, spec["target"])
+        spec["target"] = _target(self.kind, spec["target"], self.portless_proto)
         spec["direction"] = _direction(self.kind, spec.get("direction", "both"))
         return spec
 
@@ -258,6 +262,7 @@ class Reject(_MatchFault):
     incoming RSTs themselves are never rejected (that would swallow the reset the out side made).
     """
     kind = "reject"
+    portless_proto = "tcp"  # a reset fault: tcp unless told otherwise
 
     def verdict(self, direction: str) -> str:
         if self.spec["target"]["proto"] == "tcp":

@@ -29,7 +29,8 @@ def test_defaults_are_filled_in():
     assert f.spec == {"kind": "blackhole", "name": "blackhole", "target": {"dst": EP, "dport": 8443, "proto": "tcp"},
                       "direction": "both", "mode": "silent", "queue": 99}
     e = build({"kind": "blackhole", "name": "b", "mode": "eperm", "target": {"dst": EP}})
-    assert "queue" not in e.spec
+    assert "queue" not in e.spec and e.spec["target"]["proto"] == "any"   # no port: every protocol
+    assert build({"kind": "reject", "target": {"dst": EP}}).spec["target"]["proto"] == "tcp"
 
 
 @pytest.mark.parametrize("spec, words", [
@@ -118,7 +119,7 @@ def test_reject_udp_uses_port_unreachable():
 
 
 def test_loss_tosses_one_coin_per_packet_into_its_own_chain():
-    f = build({"kind": "loss", "name": "l", "p": 0.3, "direction": "out", "target": {"dst": EP}})
+    f = build({"kind": "loss", "name": "l", "p": 0.3, "direction": "out", "target": {"dst": EP, "proto": "tcp"}})
     chain = f.chain + "_O"
     assert chain.startswith("LL_L_") and len(chain) <= 28
     assert render_restore([f]) == (
@@ -196,3 +197,13 @@ def test_table_turns_a_refusal_into_one_line():
         build({"kind": "blackhole", "target": {"dst": EP}}).apply(t)
     assert str(e.value) == ("iptables-restore refused the lab's rules: line 4: RULE_APPEND failed "
                             "(No such file or directory): rule in chain LL_OUT")
+
+
+def test_cli_apply_with_a_bad_spec_is_one_line_and_exit_2():
+    import subprocess
+    import sys
+
+    for spec, words in (("{bad", "spec is not valid JSON"), ('{"kind": "freeze"}', "unknown fault kind 'freeze'")):
+        out = subprocess.run([sys.executable, "-m", "lab", "netem", "apply", spec], capture_output=True, text=True)
+        assert out.returncode == 2
+        assert out.stderr.startswith("lab: ") and words in out.stderr and out.stderr.count("\n") == 1
