@@ -6,8 +6,9 @@ then removes the lab's iptables chains and netem qdiscs in every lab namespace (
 the current one, and finally deletes the lab namespaces. It never raises: it returns what it did
 and what it could not do. `down(run_id=X)` limits itself to one run's namespaces and pidfiles.
 
-A pidfile holds the pid and the process's start time (field 22 of /proc/PID/stat), so a pid that
-the kernel has since given to an unrelated process is never signalled.
+A pidfile (`<run>.<role>.<pid>.pid`) holds JSON with the pid and the process's start time (field
+22 of /proc/PID/stat), so a pid that the kernel has since given to an unrelated process is never
+signalled. A pidfile holding just a number is accepted too (no start-time check then).
 """
 from __future__ import annotations
 
@@ -140,9 +141,13 @@ def down(run_id: str | None = None, *, current_ns: bool = True, pid_dir: Path | 
     pattern = f"{run_id}.*.pid" if run_id else "*.pid"
     for path in sorted(d.glob(pattern)) if d.is_dir() else []:
         try:
-            info = json.loads(path.read_text())
-            pid, start, role = int(info["pid"]), info.get("start"), info.get("role", "?")
-        except (OSError, ValueError, KeyError):
+            text = path.read_text().strip()
+            if text.isdigit():  # a plain pidfile written by someone else: no start time to check
+                pid, start, role = int(text), None, path.name.split(".")[-3] if path.name.count(".") >= 2 else "?"
+            else:
+                info = json.loads(text)
+                pid, start, role = int(info["pid"]), info.get("start"), info.get("role", "?")
+        except (OSError, ValueError, KeyError, TypeError):
             forget(path)
             continue
         if _alive(pid, start):
