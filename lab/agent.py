@@ -96,18 +96,17 @@ class Agent:
             if not flow:
                 raise LabError("the fault targets the client's open connection, but it has none")
             src, sport, dst, dport = flow
-            spec["flow"] = {"src": src, "sport": sport, "dst": dst, "dport": dport}
+            spec["target"] = {"src": src, "sport": sport, "dst": dst, "dport": dport}
         else:
             dst, dport = (self.client.flow() or (None, None, self.endpoint_ip, None))[2:]
-            spec["dst"] = dst
-            if dport:
-                spec["dport"] = dport
+            spec["target"] = {"dst": dst, **({"dport": dport} if dport else {})}
         return spec
 
     def _faults(self):
         if self.table is None:
             from netem.table import FaultTable
-            self.table = FaultTable()
+            # the agent handles SIGINT/SIGTERM itself (and heals in its finally), so the table must not
+            self.table = FaultTable(handle_signals=False)
         return self.table
 
     def _proxy(self, verb: str) -> None:
@@ -124,7 +123,7 @@ class Agent:
             from netem.faults import build
             spec = self._fault_spec(step.fault)
             fault = build(spec)
-            self._faults().apply(fault)
+            self._faults().add(fault)
             self.log.write("fault.apply", src="agent", name=fault.name, spec=spec)
             self._mark_loss(f"fault:{spec['kind']}")
         elif step.heal:
@@ -249,7 +248,8 @@ class Agent:
     def heal(self) -> None:
         if self.table is not None:
             try:
-                self.table.clear_all()
+                self.table.close()   # clear every fault, then remove the lab's chains
+                self.table = None
                 self.log.write("fault.clear", src="agent", name="all", at_exit=True)
             except Exception as e:  # never mask the run's own outcome
                 print(f"lab agent: heal failed: {e}", file=sys.stderr)

@@ -7,6 +7,7 @@ always taken down.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -87,8 +88,11 @@ def run_one(spec: RunSpec, out=print) -> dict:
     secrets = Path(tempfile.mkdtemp(prefix=f"livelab-{run_id}-"))   # CA key, TLS keylog: never in results
     keylog = secrets / "keys.log" if (spec.endpoint == "twin" or spec.keylog_live) else None
     via_proxy = scn.endpoint.get("via") == "proxy"
-    topo = get_topology(spec.topology)(run_id=run_id, ca_path=secrets / "certs" / "ca.pem",
-                                       secrets_dir=secrets, run_dir=run_dir, with_proxy=via_proxy)
+    if spec.topology == "compose":
+        topo = get_topology("compose")(run_id=run_id, run_dir=run_dir, secrets_dir=secrets, with_proxy=via_proxy,
+                                       log=out)
+    else:
+        topo = get_topology(spec.topology)(run_id=run_id, ca_path=secrets / "certs" / "ca.pem")
     t0 = time.time()
     procs: list[subprocess.Popen] = []
     status = "error"
@@ -97,8 +101,11 @@ def run_one(spec: RunSpec, out=print) -> dict:
         host, port = topo.endpoint_host, topo.endpoint_port
         if spec.endpoint == "twin":
             base_url = f"https://{host}:{port}"
-            twin_args = ["--set", f"seed={abs(hash(run_id)) % 100000}"]
-            topo.start_twin(api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl", t0=t0, extra=twin_args)
+            # a seed per run: the twin's drawn delays differ between runs but replay the same for a run id
+            seed = int(hashlib.sha1(run_id.encode()).hexdigest(), 16) % 100000
+            topo.start_twin(api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl", t0=t0, extra=["--seed", str(seed)])
+            if via_proxy and spec.topology != "compose":
+                topo.start_proxy()
             key = TWIN_KEY
         else:
             base_url = spec.base_url
@@ -109,7 +116,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
         if base_url:
             argv += ["--base-url", base_url]
         if spec.endpoint == "twin":
-            argv += ["--ca", str(topo.ca_path), "--endpoint-ip", host]
+            argv += ["--ca", str(topo.ca_path), "--endpoint-ip", getattr(topo, "endpoint_ip", host)]
         if keylog:
             argv += ["--keylog", str(keylog)]
         if via_proxy:
@@ -237,7 +244,13 @@ def _cmd_run(args) -> int:
     batch = run_batch(names, n=args.n, client=args.client, topology=args.topology, endpoint=args.endpoint,
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live)
-    return 0 if (batch / "summary.md").exists() else 1
+    # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on
+    return 0 if _batch_passed(batch) else 1
+
+
+def _batch_passed(batch: Path) -> bool:
+    verdicts = [json.loads(p.read_text()) for p in batch.glob("*/verdict.json")]
+    return bool(verdicts) and all(v.get("pass", v.get("passed")) for v in verdicts)
 
 
 def _cmd_list(args) -> int:
@@ -250,18 +263,18 @@ def _cmd_list(args) -> int:
 def _cmd_down(args) -> int:
     done = []
     try:
-        from netem.cleanup import down
-        down()
-        done.append("rules, namespaces and processes")
+        from netem.cleanup import describe, down
+        done.append(describe(down()))
     except ModuleNotFoundError:
         pass
     try:
-        from lab.topology.compose import down_all
-        down_all()
-        done.append("compose projects")
+        from lab.topology.compose import docker_ready, down_all
+        if docker_ready():
+            projects = down_all()
+            done.append(f"compose projects: {', '.join(projects) or 'none'}")
     except (ModuleNotFoundError, ImportError):
         pass
     except CapabilityError:
         pass
-    print("lab down: removed lab " + (", ".join(done) if done else "nothing (no room installed)"))
+    print("lab down: " + ("; ".join(done) if done else "nothing to do"))
     return 0

@@ -65,7 +65,7 @@ class Topology(abc.ABC):
         cert_dir = Path(self.ca_path).parent
         argv = [sys.executable, "-m", "lab", "twin", "serve", "--host", self.endpoint_host,
                 "--port", str(self.endpoint_port), "--cert-dir", str(cert_dir), "--api-key", api_key,
-                "--log", str(log_path), *extra]
+                "--log", str(log_path), "--san", self.endpoint_host, *extra]
         self._twin = self.endpoint_exec(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self._wait_ready(self._twin, "twin", timeout)
