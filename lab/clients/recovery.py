@@ -48,6 +48,7 @@ class RecoveryClient(SdkClient):
         "restore_turn_complete": True,
         "new_session_tries": 3,
         "hold_input_while_recovering": True,
+        "obey_resume_action": False,
     }
 
     def __init__(self, ctx: Any):
@@ -73,6 +74,13 @@ class RecoveryClient(SdkClient):
         return c
 
     async def _recover(self, lost: Connection, cause: str) -> None:
+        try:
+            await self._recover_once(lost, cause)
+        finally:
+            if not self.ready.is_set():
+                self.recovering = False          # failed: a later loss may start a new episode
+
+    async def _recover_once(self, lost: Connection, cause: str) -> None:
         t_loss = time.monotonic()
         if not lost.closed:
             self.spawn(lost.close(float(self.p["close_wait_s"])), name="recovery-close-old")
@@ -81,6 +89,12 @@ class RecoveryClient(SdkClient):
         if self.p["hedge"]:
             hedge = self.spawn(self._open_new(new_session), name="recovery-hedge")
         resumed = await self._resume_window(lost, t_loss)
+        if resumed is None and self.current is not lost and self.current is not None and self.current.usable:
+            # someone else (a scripted resume) already got the session back
+            if hedge is not None:
+                self.spawn(self._drop_spare(hedge), name="recovery-drop-spare")
+            self.recovering = False
+            return
         if resumed is not None:
             await self.accept_resume(resumed)
             if hedge is not None:
@@ -97,6 +111,8 @@ class RecoveryClient(SdkClient):
         closed_window = float(self.p["closed_window_s"])
         retry = float(self.p["retry_refused_after_s"])
         while True:
+            if self.current is not lost:
+                return None                           # resumed by other means meanwhile
             known_closed = lost.closed
             end = t_loss + (max(window, closed_window) if known_closed else window)
             left = end - time.monotonic()
@@ -185,7 +201,11 @@ class RecoveryClient(SdkClient):
         self.log.write("session.note", src=SRC, conn=c.n, text=text, sent=ok)
 
     async def scripted_resume(self) -> Connection | None:
-        if self.recovering:
-            self.log.write("resume.skip", src=SRC, reason="recovering", why="action")
+        """The recovery client resumes on its own policy; a scripted attempt (meant for the probe)
+        would only compete with it, or steal a healthy session, unless `obey_resume_action`."""
+        c = self.current
+        if not self.p["obey_resume_action"] or self.recovering or c is None or c.closed or c.lost or c._by_us:
+            self.log.write("resume.skip", src=SRC, reason="recovering" if self.recovering else "own policy",
+                           why="action")
             return None
         return await super().scripted_resume()

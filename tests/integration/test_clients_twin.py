@@ -98,6 +98,8 @@ def test_recovery_idle_abort_recovers_and_answers_truthfully(tmp_path):
             await c.say(BOOK, 0)
             await lab.log.wait_for("tool.call", timeout=5)
             await c.action("abort")            # idle, < 1.5 s after the last data frame: a resume at once is refused
+            await c.action("resume")           # a scenario's scripted resume does not compete with its policy
+            assert lab.kinds("resume.skip", why="action")
             t0 = time.monotonic()
             while not (lab.kinds("resume.result", ok=True) or lab.kinds("session.restored")):
                 await asyncio.sleep(0.05)
