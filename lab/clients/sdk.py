@@ -519,12 +519,14 @@ class Connection:
 
     # ---- sending (False when the socket is gone) ---------------------------------------------
     async def send(self, coro_fn: Callable[[Any], Any]) -> bool:
+        """Run one SDK send on this session. False when the socket is gone, or when the send is
+        still blocked after `send_timeout_s` (a full write buffer on a dead path)."""
         if self.session is None or self.closed:
             return False
         try:
-            await coro_fn(self.session)
+            await asyncio.wait_for(coro_fn(self.session), float(self.owner.p["send_timeout_s"]))
             return True
-        except (ConnectionClosed, genai_errors.APIError, OSError):
+        except (ConnectionClosed, genai_errors.APIError, OSError, asyncio.TimeoutError):
             return False
 
 
@@ -555,6 +557,7 @@ class SdkClient(Client):
         "scheduling": None,                 # FunctionResponse scheduling (None: server default)
         "attempt_timeout_s": 10.0,          # a connect that neither completes nor is refused
         "close_wait_s": 2.0,                # how long close() waits for the echo
+        "send_timeout_s": 2.0,              # a send blocked this long (dead path, full buffer) is dropped
         "answer_pending_after_resume": True,
         "hold_input_while_recovering": False,
         "hold_input_max_s": 10.0,
@@ -644,13 +647,18 @@ class SdkClient(Client):
         pcm = speech.synth(text) + speech.silence(int(self.p["speech_tail_ms"]))
         loop = asyncio.get_running_loop()
         t0 = loop.time()
+        failed: set[int] = set()
         for i, chunk in enumerate(speech.chunks(pcm, 100)):
             delay = t0 + i * 0.1 - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
             cur = self.current or c      # a chunk goes to whatever connection is current now
+            if cur.n in failed:
+                continue                 # that socket is gone or blocked: the rest of the line is lost
             blob = types.Blob(data=chunk, mime_type="audio/pcm;rate=16000")
-            await cur.send(lambda s: s.send_realtime_input(audio=blob))
+            if not await cur.send(lambda s: s.send_realtime_input(audio=blob)):
+                failed.add(cur.n)
+                self.log.write("user.say.failed", src=SRC, conn=cur.n, line=line, at_ms=i * 100)
 
     async def _before_say(self) -> None:
         """Hook: something to send before the user's next line (recovery's status updates)."""

@@ -137,7 +137,7 @@ def test_recovery_silent_loss_falls_back_with_status_note(tmp_path):
             await asyncio.sleep(1.0)
             freeze(c.current)
             det = await lab.log.wait_for("loss.detected", timeout=3)
-            assert 900 <= det["silent_ms"] <= 1500
+            assert 900 <= det["silent_ms"] <= 1800
             refused = await lab.log.wait_for("resume.result", timeout=3)
             assert refused["ok"] is False and refused["code"] == 1011
             fb = await lab.log.wait_for("fallback.start", timeout=3)
@@ -177,7 +177,7 @@ def test_probe_abort_then_immediate_resume_is_refused_then_retry_works(tmp_path)
             await c.action("resume")
             r1 = lab.kinds("resume.result")[0]
             assert r1["ok"] is False and r1["code"] == 1011 and r1["reason"] == "Internal error encountered."
-            assert 400 <= r1["latency_ms"] <= 800
+            assert 400 <= r1["latency_ms"] <= 1000
             r2 = await lab.log.wait_for("resume.result", timeout=4, ok=True)
             assert 1000 <= r2.ms - r1.ms <= 2000 and r2["attempt"] == 2
             assert c.ready.is_set() and c.current.n == r2["conn"]
@@ -236,7 +236,7 @@ def test_naive_loop_records_refusals_and_never_tells_the_user(tmp_path):
             assert len(res) == 4 == gave["attempts"]
             assert all(r["ok"] is False and r["code"] == 1011 for r in res)
             starts = [e.ms for e in lab.kinds("resume.attempt")]
-            assert all(900 <= b - a <= 1300 for a, b in zip(starts, starts[1:]))
+            assert all(900 <= b - a <= 1600 for a, b in zip(starts, starts[1:]))
             assert not lab.kinds("fallback.start") and not c.ready.is_set()
             await lab.log.wait_for("backend.commit", timeout=6)
             assert lab.backend.bookings() == 1 and not lab.kinds("tool.response", sent=True)
