@@ -278,7 +278,8 @@ class Conn:
     resumed: bool = False
     resumption: bool = False    # sessionResumption present in setup
     transparent: bool = False
-    last_data_at: float = 0.0
+    last_data_at: float = 0.0   # last data frame the client sent (the freeze timer)
+    last_activity_at: float = 0.0   # last data frame either way (the idle-release rule)
     inputs: int = 0             # client inputs since setupComplete
     msg_index: int = 0          # client messages on this connection (setup = 0)
     pending: list = field(default_factory=list)   # frames received while setting up
@@ -312,6 +313,7 @@ class TwinCore:
         return self.profile.draw(name, self.rng)
 
     def _send(self, conn: Conn, frame: dict, at: float) -> Send:
+        conn.last_activity_at = max(conn.last_activity_at, at)
         return Send(conn.id, encode_frame(frame, self.binary), frame, at)
 
     def _new_handle(self) -> str:
@@ -362,6 +364,7 @@ class TwinCore:
         if c is None or c.phase in ("closing", "ended"):
             return []
         c.last_data_at = now
+        c.last_activity_at = max(c.last_activity_at, now)
         try:
             kind, body = parse_client_frame(data, self.p("max_client_frame_bytes"))
         except BadInput as e:
@@ -424,7 +427,9 @@ class TwinCore:
         if s is not None and s.conn == c.id:
             s.conn = None
             s.ended_at = now
-            s.last_data_at = c.last_data_at
+            # the session was last active at its last data frame in either direction (a frame the
+            # server scheduled but never sent, cut by the end, does not count)
+            s.last_data_at = min(now, max(c.last_data_at, c.last_activity_at))
             s.speaking_at_end = bool(s.turn and s.turn.speaking)
             fields["speaking"] = s.speaking_at_end
             s.gen += 1          # the turn in flight dies with the connection

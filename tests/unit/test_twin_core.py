@@ -283,6 +283,26 @@ def test_idle_drop_refused_until_idle_release_then_works():
     assert 3 not in sim.closed and "setupComplete" in sim.frames(3)[0]
 
 
+def test_server_activity_counts_for_the_idle_release_of_a_silent_client():
+    # A text client says its line and falls silent; the server's toolCall, 1 s later, is the session's
+    # last activity. An abort 1 s after the call (round 1's timing) finds the client silent for 2 s,
+    # beyond idle_release_s, yet it is an idle drop 1 s after the session's last frame: refused.
+    sim = Sim(tool_call_delay_s=1.0)
+    h = new_session(sim)
+    said_at = sim.now
+    sim.text(1, "Book me the 3pm slot tomorrow, please.")
+    sim.after(1.2)
+    call_at = next(at for at, f, _ in sim.sent[1] if "toolCall" in f)
+    assert call_at - said_at >= 0.9
+    sim.after(call_at + 1.0 - sim.now)
+    assert sim.now - said_at > 1.5
+    sim.end(1, "rst")
+    sim.setup(2, handle=h)
+    sim.after(1.0)
+    assert sim.closed[2][1:] == REFUSE
+    assert sim.logs_of("twin.refuse")[-1]["why"] == "idle_release"
+
+
 def test_speaking_drop_resumes_at_once():
     sim = Sim(reply_delay_s=0.1)
     h = new_session(sim)
