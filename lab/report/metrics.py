@@ -15,8 +15,8 @@ Definitions (all times in ms on the run's clock):
 - recovery: the first `conn.setup_complete` after the loss on a connection opened to resume or
   as a new session; loss -> setupComplete and loss -> first model audio after it.
 - resumed_after_close_ms: from the last close of the old connection before an accepted resume
-  (`action close`, or the lost connection's `conn.closed` by client/server) to that resume's
-  setupComplete (B2 in the study: 0.5 to 0.6 s).
+  (its close echoed by the server, code 1000; else `action close`; else the lost connection's
+  `conn.closed` by client/server) to that resume's setupComplete (B2 in the study: 0.5 to 0.6 s).
 - bookings: `backend.commit` events, grouped by business key for duplicates.
 - status answer: the first model turn (`model.text`) after the last `user.say` of the status
   question that says something about the booking, classified with `claims.classify`; the truth
@@ -294,7 +294,13 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
         window = [e for e in events if loss_ms <= e.ms <= resumed_setup]
         # the scripted close is the moment the client closed; the lost connection's close record
         # stands in when no action was scripted (a client that closes on its own)
-        closes = ([e for e in window if e.kind == "action" and str(e.get("what", "")).lower() == "close"]
+        # The study measured from the close echoed by the server (the moment the server has seen the
+        # old connection end); after a long outage that echo waits behind TCP's retransmission
+        # backoff, seconds after the client started closing. Prefer it; else the scripted close.
+        echoed = [e for e in window if e.kind == "conn.closed" and e.get("conn") == lost_conn
+                  and e.get("code") == 1000]
+        closes = (echoed
+                  or [e for e in window if e.kind == "action" and str(e.get("what", "")).lower() == "close"]
                   or [e for e in window if e.kind == "conn.closed" and e.get("conn") == lost_conn
                       and e.get("by") in ("client", "server")])
         if closes:

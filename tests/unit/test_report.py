@@ -104,7 +104,7 @@ def b1_run(root: Path, clock: Clock, run_id: str = "b1-0001", expect: dict | Non
 
 
 def b2_run(root: Path, clock: Clock, run_id: str = "b2-0001", close_to_setup: float = 600.0,
-           expect: dict | None = None) -> Path:
+           expect: dict | None = None, echo_after: float = 0.0) -> Path:
     expect = expect if expect is not None else {
         "resumed": True, "resumed_after_close_ms": [500, 700], "bookings": 1, "told_truth": True,
         "refusal_code": 1011}
@@ -116,13 +116,14 @@ def b2_run(root: Path, clock: Clock, run_id: str = "b2-0001", close_to_setup: fl
     r.attempt(15_310, 2, 3, ok=False, latency=610)
     r.at(20_000, "fault.clear", src="agent", name="blackhole")
     r.at(20_100, "action", src="agent", what="close")
-    r.at(20_120, "conn.closed", conn=1, code=1000, reason="", by="client")
-    r.attempt(20_100 + close_to_setup - 560, 3, 4, ok=True, latency=560)
-    r.at(20_100 + close_to_setup + 10, "tool.response", conn=4, id="fc-1", name="book_slot", status="ok")
-    r.at(21_500, "user.say", conn=4, text=ASK, line=1, mode="text")
-    r.at(22_300, "model.audio", conn=4, first=True, bytes=9600)
-    r.at(23_000, "model.text", conn=4, text="Yes, your 3 pm slot tomorrow is booked.")
-    r.at(23_010, "model.turn_complete", conn=4)
+    echo = 20_100 + echo_after          # the server's echo of the close (behind TCP's backoff)
+    r.at(echo, "conn.closed", conn=1, code=1000, reason="", by="client")
+    r.attempt(echo + close_to_setup - 560, 3, 4, ok=True, latency=560)
+    r.at(echo + close_to_setup + 10, "tool.response", conn=4, id="fc-1", name="book_slot", status="ok")
+    r.at(echo + 1400, "user.say", conn=4, text=ASK, line=1, mode="text")
+    r.at(echo + 2200, "model.audio", conn=4, first=True, bytes=9600)
+    r.at(echo + 2900, "model.text", conn=4, text="Yes, your 3 pm slot tomorrow is booked.")
+    r.at(echo + 2910, "model.turn_complete", conn=4)
     return r.end(25_000)
 
 
@@ -342,3 +343,12 @@ def test_a_reply_that_began_before_the_question_is_not_its_answer(tmp_path, cloc
     m = v["metrics"]
     assert m["first_claim_after_recovery"] == "in_progress"
     assert m["told"] == "booked" and m["answer_ms"] == 8400 and v["pass"]
+
+
+def test_b2_after_close_is_measured_from_the_echo(tmp_path, clock):
+    # after a long outage the close frame waits behind TCP's backoff: 6 s from the client's close to
+    # the server's echo; the study's 0.5-0.6 s is from the echo to the resumed setupComplete
+    run = b2_run(tmp_path, clock, echo_after=6000.0)
+    v = build_run(run)
+    assert v["metrics"]["resumed_after_close_ms"] == pytest.approx(600, abs=1)
+    assert v["pass"], v["expectations"]
