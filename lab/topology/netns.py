@@ -8,6 +8,16 @@ already uses) so runs can coexist. `up()` builds only the network (setup ~tens o
 starts the twin with `endpoint_exec([...])` and the agent with `client_exec([...])`. Every process
 started here, tcpdump included, is recorded under /run/livelab/ so `lab down` can end it after a
 SIGKILL. `down()` is idempotent and never raises.
+
+With `uplink=True` (live mode) the client namespace also reaches the outside world through the host:
+
+    client  ll-<run>-c   up0 10.204.M.2/30  <── veth ──>  llu-<hash> 10.204.M.1/30   root namespace
+
+a default route via the host end, MASQUERADE for the /30 (nat chain LL_NAT, from POSTROUTING),
+ACCEPT rules in LL_FWD (from FORWARD) where the FORWARD policy is DROP (Docker's), ip_forward on,
+and /etc/netns/ll-<run>-c/resolv.conf so `ip netns exec` processes resolve names. Faults still go
+into the client namespace's OUTPUT/INPUT, so they hit the uplink flows as they hit eth0's. Every
+rule carries the comment `livelab <run>`; `down()` (and `lab down` after a SIGKILL) removes them.
 """
 from __future__ import annotations
 
@@ -26,27 +36,53 @@ from netem import cleanup
 from netem.kernel import in_netns, list_netns
 
 BASE_NET = ipaddress.ip_network("10.203.0.0/16")
+UPLINK_NET = ipaddress.ip_network("10.204.0.0/16")
+UPLINK_SLOTS = UPLINK_NET.num_addresses // 4  # /30s
 DEV = "eth0"
+UPLINK_DEV = "up0"
+HOST_RESOLV = Path("/etc/resolv.conf")
+RESOLVED_UPSTREAM = Path("/run/systemd/resolve/resolv.conf")
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def _lab_addresses(root: bool = False) -> list[ipaddress.IPv4Address]:
+    """IPv4 addresses in every lab namespace (and the current one if `root`)."""
+    from pyroute2 import IPRoute, NetNS
+
+    found = []
+    sources = [lambda: IPRoute()] if root else []
+    sources += [lambda ns=ns: NetNS(ns) for ns in list_netns() if ns.startswith("ll-")]
+    for open_ in sources:
+        try:
+            with open_() as ipr:
+                found += [ipaddress.ip_address(a.get_attr("IFA_ADDRESS")) for a in ipr.get_addr(family=2)]
+        except Exception:
+            continue
+    return found
 
 
 def _used_subnets() -> set[int]:
     """Third octets of 10.203.x.0/24 already used in any lab namespace."""
-    from pyroute2 import NetNS
+    return {ip.packed[2] for ip in _lab_addresses() if ip in BASE_NET}
 
-    used = set()
-    for ns in list_netns():
-        if not ns.startswith("ll-"):
-            continue
-        try:
-            with NetNS(ns) as ipr:
-                for a in ipr.get_addr(family=2):
-                    ip = ipaddress.ip_address(a.get_attr("IFA_ADDRESS"))
-                    if ip in BASE_NET:
-                        used.add(ip.packed[2])
-        except Exception:
-            continue
-    return used
+
+def _used_uplinks() -> set[int]:
+    """Indices of the 10.204.0.0/16 /30s used in a lab namespace or on a link of this one."""
+    return {(int(ip) - int(UPLINK_NET.network_address)) // 4 for ip in _lab_addresses(root=True) if ip in UPLINK_NET}
+
+
+def _host_resolv() -> str:
+    """The host's resolv.conf; systemd-resolved's upstream list if the host's names only a
+    loopback stub (127.0.0.53 is not reachable from another namespace)."""
+    text = HOST_RESOLV.read_text()
+    servers = [l.split()[1] for l in text.splitlines() if l.startswith("nameserver") and len(l.split()) > 1]
+    try:
+        loopback_only = servers and all(ipaddress.ip_address(s.split("%")[0]).is_loopback for s in servers)
+    except ValueError:
+        loopback_only = False
+    if loopback_only and RESOLVED_UPSTREAM.exists():
+        return RESOLVED_UPSTREAM.read_text()
+    return text
 
 
 class NetnsTopology(Topology):
@@ -54,7 +90,7 @@ class NetnsTopology(Topology):
 
     def __init__(self, run_id: str, endpoint_port: int = 8443, ca_path: str | Path | None = None,
                  sysctls: dict[str, str | int] | None = None, subnet: int | None = None,
-                 pid_dir: Path | None = None):
+                 pid_dir: Path | None = None, uplink: bool = False):
         if not _RUN_ID_RE.match(run_id):
             raise LabError(f"run id {run_id!r}: use 1-64 characters of A-Z a-z 0-9 _ . -")
         self.run_id = run_id
@@ -68,6 +104,11 @@ class NetnsTopology(Topology):
         self.pid_dir = pid_dir
         self._procs: list[tuple[subprocess.Popen, Path]] = []
         self._capture: list[tuple[subprocess.Popen, Path, Path]] = []
+        self.uplink = bool(uplink)
+        self.uplink_ifname = cleanup.uplink_ifname(run_id)  # root-namespace end of the uplink veth
+        self.uplink_dev = UPLINK_DEV                          # client-namespace end
+        self._uplink: int | None = None                       # index of the /30 in 10.204.0.0/16
+        self.uplink_forward_rules = False                     # LL_FWD rules added (FORWARD policy DROP)
         self._up = False
 
     # --------------------------------------------------------------------------- addresses
@@ -103,6 +144,24 @@ class NetnsTopology(Topology):
     def ca_path(self, p: str | Path) -> None:
         self._ca_path = Path(p)
 
+    @property
+    def uplink_subnet(self) -> ipaddress.IPv4Network:
+        if not self.uplink:
+            raise LabError("this topology has no uplink (pass uplink=True)")
+        if self._uplink is None:
+            raise LabError("the topology is not up yet: no uplink subnet chosen")
+        return ipaddress.ip_network(f"{UPLINK_NET.network_address + 4 * self._uplink}/30")
+
+    @property
+    def uplink_host_ip(self) -> str:
+        """The root-namespace end of the uplink (the client's default gateway), e.g. 10.204.M.1."""
+        return str(self.uplink_subnet.network_address + 1)
+
+    @property
+    def uplink_client_ip(self) -> str:
+        """The client namespace's address on up0, e.g. 10.204.M.2."""
+        return str(self.uplink_subnet.network_address + 2)
+
     def _pick_subnet(self) -> int:
         used = _used_subnets()
         start = int(hashlib.sha1(self.run_id.encode()).hexdigest(), 16) % 254 + 1
@@ -111,6 +170,15 @@ class NetnsTopology(Topology):
             if n not in used:
                 return n
         raise CapabilityError("every 10.203.x.0/24 is used by lab namespaces; run `lab down`")
+
+    def _pick_uplink(self) -> int:
+        used = _used_uplinks()
+        start = int(hashlib.sha1(b"uplink " + self.run_id.encode()).hexdigest(), 16) % UPLINK_SLOTS
+        for i in range(UPLINK_SLOTS):
+            n = (start + i) % UPLINK_SLOTS
+            if n not in used:
+                return n
+        raise CapabilityError("every 10.204.x.y/30 is in use; run `lab down`")
 
     # --------------------------------------------------------------------------- up / down
     def up(self) -> None:
@@ -147,6 +215,8 @@ class NetnsTopology(Topology):
                 e.link("set", index=e.link_lookup(ifname="lo")[0], state="up")
             for key, value in self.sysctls.items():
                 self.set_sysctl(key, value)
+            if self.uplink:
+                self._uplink_up()
         except NetlinkError as e:
             self.down()
             raise CapabilityError(f"could not build the netns topology: {os.strerror(e.code)}") from None
@@ -156,6 +226,60 @@ class NetnsTopology(Topology):
         except Exception as e:
             self.down()
             raise CapabilityError(f"could not build the netns topology: {type(e).__name__}: {e}") from None
+
+    def _uplink_up(self) -> None:
+        """The veth to the root namespace, its addresses and route, NAT/forwarding, resolv.conf."""
+        from pyroute2 import IPRoute, NetNS
+
+        host = self.uplink_ifname
+        with cleanup.uplink_lock():  # the /30 pick, the shared chains and ip_forward, one run at a time
+            if host in cleanup.uplink_links():
+                raise LabError(f"uplink {host} already exists: run id {self.run_id!r} is in use (or run `lab down`)")
+            self._uplink = self._pick_uplink()
+            net = self.uplink_subnet
+            with IPRoute() as ipr:
+                ipr.link("add", ifname=host, kind="veth", peer={"ifname": UPLINK_DEV, "net_ns_fd": self.ns_client})
+                idx = ipr.link_lookup(ifname=host)[0]
+                ipr.addr("add", index=idx, address=self.uplink_host_ip, prefixlen=30)
+                ipr.link("set", index=idx, state="up")
+            with NetNS(self.ns_client) as c:
+                idx = c.link_lookup(ifname=UPLINK_DEV)[0]
+                c.addr("add", index=idx, address=self.uplink_client_ip, prefixlen=30)
+                c.link("set", index=idx, state="up")
+                c.route("add", dst="0.0.0.0/0", gateway=self.uplink_host_ip, oif=idx)
+            cleanup.enable_ip_forward()
+            self._uplink_rules(host, net)
+        d = cleanup.NETNS_ETC / self.ns_client
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "resolv.conf").write_text(_host_resolv())
+
+    def _uplink_rules(self, host: str, net: ipaddress.IPv4Network) -> None:
+        """MASQUERADE in LL_NAT; ACCEPT in LL_FWD if FORWARD drops by default. Only the lab's chains
+        and one jump to each are created; nothing else in the tables is touched."""
+        tag = f'-m comment --comment "{cleanup.uplink_comment(self.run_id)}"'
+        rc, out, err = cleanup.ipt(["iptables", "-S", "FORWARD"])
+        if rc != 0:
+            raise CapabilityError(f"iptables in the root namespace: {err.strip() or rc}")
+        self.uplink_forward_rules = "-P FORWARD DROP" in out.splitlines()
+        plan = [("nat", "POSTROUTING", cleanup.NAT_CHAIN, [f"-s {net} ! -o {host} {tag} -j MASQUERADE"])]
+        if self.uplink_forward_rules:
+            plan.append(("filter", "FORWARD", cleanup.FWD_CHAIN, [
+                f"-i {host} {tag} -j ACCEPT",
+                f"-o {host} -m conntrack --ctstate RELATED,ESTABLISHED {tag} -j ACCEPT"]))
+        for table, hook, chain, rules in plan:
+            rc, out, err = cleanup.ipt(["iptables", "-t", table, "-S"])
+            if rc != 0:
+                raise CapabilityError(f"iptables -t {table} in the root namespace: {err.strip() or rc}")
+            lines = out.splitlines()
+            text = [f"*{table}"]
+            if f"-N {chain}" not in lines:
+                text.append(f"-N {chain}")  # not ":chain": under --noflush that would flush other runs' rules
+            if f"-A {hook} -j {chain}" not in lines:
+                text.append(f"-I {hook} 1 -j {chain}")
+            text += [f"-A {chain} {r}" for r in rules] + ["COMMIT"]
+            rc, _, err = cleanup.ipt(["iptables-restore", "--noflush"], "\n".join(text) + "\n")
+            if rc != 0:
+                raise CapabilityError(f"could not add the uplink rules ({table}): {err.strip()[-300:]}")
 
     def set_sysctl(self, key: str, value: str | int, where: str = "client") -> None:
         """Set a net.* sysctl inside one namespace (opening /proc/sys from a thread inside it)."""
