@@ -66,11 +66,16 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
 
 
 class RunSpec:
+    """One run's inputs. In live mode `base_url` (None: the SDK's default, the real endpoint) and
+    `ca` (None: the system's CAs) say where the client goes; `endpoint_hook(topology)`, given by
+    tests, may start an endpoint once the topology is up and return (base_url, ca)."""
+
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
-                 keylog_live=False):
+                 keylog_live=False, ca=None, endpoint_hook=None):
         self.scn, self.client, self.topology, self.endpoint = scn, client, topology, endpoint
         self.run_dir, self.duration, self.base_url, self.model = run_dir, duration, base_url, model
         self.live_key, self.keylog_live = live_key, keylog_live
+        self.ca, self.endpoint_hook = ca, endpoint_hook
 
 
 def run_one(spec: RunSpec, out=print) -> dict:
@@ -86,13 +91,24 @@ def run_one(spec: RunSpec, out=print) -> dict:
             "expect": scn.expect_for(spec.client), "started": datetime.now(timezone.utc).isoformat()}
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
     secrets = Path(tempfile.mkdtemp(prefix=f"livelab-{run_id}-"))   # CA key, TLS keylog: never in results
-    keylog = secrets / "keys.log" if (spec.endpoint == "twin" or spec.keylog_live) else None
+    # TLS secrets: a twin run's go into its pcapng (throw-away CA, nothing to protect); a live run's
+    # only with --keylog-live, and then to a private file outside the results, never into the pcapng
+    keylog = None
+    if spec.endpoint == "twin":
+        keylog = secrets / "keys.log"
+    elif spec.keylog_live:
+        keydir = Path.home() / ".cache" / "livelab" / "keylogs"
+        keydir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        keylog = keydir / f"{run_id}.keys.log"
+        out(f"  live TLS key log (kept out of the results): {keylog}")
     via_proxy = scn.endpoint.get("via") == "proxy"
     if spec.topology == "compose":
         topo = get_topology("compose")(run_id=run_id, run_dir=run_dir, secrets_dir=secrets, with_proxy=via_proxy,
                                        log=out)
     else:
-        topo = get_topology(spec.topology)(run_id=run_id, ca_path=secrets / "certs" / "ca.pem")
+        # live mode: the client's namespace gets an uplink through the host (NAT) to reach the endpoint
+        topo = get_topology(spec.topology)(run_id=run_id, ca_path=secrets / "certs" / "ca.pem",
+                                           uplink=spec.endpoint == "live")
     t0 = time.time()
     procs: list[subprocess.Popen] = []
     status = "error"
@@ -108,7 +124,9 @@ def run_one(spec: RunSpec, out=print) -> dict:
                 topo.start_proxy()
             key = TWIN_KEY
         else:
-            base_url = spec.base_url
+            base_url, ca = spec.base_url, spec.ca
+            if spec.endpoint_hook is not None:
+                base_url, ca = spec.endpoint_hook(topo)
             key = spec.live_key
         topo.capture_start(run_dir)
         argv = [_python(), "-m", "lab", "agent", "--scenario", scn.path, "--client", spec.client,
@@ -117,6 +135,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
             argv += ["--base-url", base_url]
         if spec.endpoint == "twin":
             argv += ["--ca", str(topo.ca_path), "--endpoint-ip", getattr(topo, "endpoint_ip", host)]
+        elif ca:
+            argv += ["--ca", str(ca)]
         if keylog:
             argv += ["--keylog", str(keylog)]
         if via_proxy:
@@ -144,7 +164,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
         except Exception as e:
             out(f"  capture stop failed: {e}")
         topo.down()
-        _finish(run_dir, raw, keylog, out)
+        _finish(run_dir, raw, keylog if spec.endpoint == "twin" else None, out)
         shutil.rmtree(secrets, ignore_errors=True)
     from lab.report import build_run
     verdict = build_run(run_dir)
@@ -168,7 +188,7 @@ def _finish(run_dir: Path, raw: list[Path], keylog: Path | None, out) -> None:
 def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topology: str = "netns",
               endpoint: str = "twin", out_dir: Path | None = None, duration: float | None = None,
               base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", out=print,
-              keylog_live: bool = False) -> Path:
+              keylog_live: bool = False, ca: str | None = None, endpoint_hook=None) -> Path:
     scns = preflight(scenarios, client, topology, endpoint)
     live_key = None
     if endpoint == "live":
@@ -188,7 +208,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
             run_dir = batch / f"{scn.name}-{cl}-{i:02d}"
             out(f"== {scn.name} ({cl}, {topology}, {endpoint}) run {i}/{n} -> {run_dir}")
             v = run_one(RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key,
-                                keylog_live), out=out)
+                                keylog_live, ca=ca, endpoint_hook=endpoint_hook), out=out)
             verdicts.append(v)
             if budget is not None:
                 budget.settle(run_dir)
@@ -217,6 +237,7 @@ def add_parser(sub) -> None:
     p.add_argument("--topology", default="netns", choices=["netns", "compose"])
     p.add_argument("--endpoint", default="twin", choices=["twin", "live"])
     p.add_argument("--base-url", default=None, help="live mode: point at any endpoint (the twin, in tests)")
+    p.add_argument("--ca", default=None, help="live mode: CA file the client trusts (default: the system's)")
     p.add_argument("--model", default="gemini-3.8-live")
     p.add_argument("--duration", type=float, default=None, help="override the scenario's duration (s)")
     p.add_argument("--out", default=None, help="batch folder (default captures/<time>-<scenario>)")
@@ -243,7 +264,8 @@ def _cmd_run(args) -> int:
         budget = Budget.for_batch(args.budget)
     batch = run_batch(names, n=args.n, client=args.client, topology=args.topology, endpoint=args.endpoint,
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
-                      base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live)
+                      base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
+                      ca=args.ca)
     # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on
     return 0 if _batch_passed(batch) else 1
 

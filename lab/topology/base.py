@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -66,16 +67,17 @@ class Topology(abc.ABC):
         argv = [sys.executable, "-m", "lab", "twin", "serve", "--host", self.endpoint_host,
                 "--port", str(self.endpoint_port), "--cert-dir", str(cert_dir), "--api-key", api_key,
                 "--log", str(log_path), "--san", self.endpoint_host, *extra]
-        self._twin = self.endpoint_exec(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        self._twin = self.endpoint_exec(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self._wait_ready(self._twin, "twin", timeout)
 
     def start_proxy(self, timeout: float = 20.0) -> None:
         """Start the freeze proxy on the endpoint node (scenarios with endpoint: {via: proxy})."""
         h = self.endpoint_host
+        # only the first tunnel (the session's first connection) freezes: resumes must reach the twin
         argv = [sys.executable, "-m", "lab", "proxy", "serve", "--listen", f"{h}:{self.proxy_port}",
-                "--control", f"{h}:{self.proxy_control_port}"]
-        self._proxy = self.endpoint_exec(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                "--control", f"{h}:{self.proxy_control_port}", "--freeze-first", "1"]
+        self._proxy = self.endpoint_exec(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self._wait_ready(self._proxy, "proxy", timeout)
 
@@ -92,22 +94,37 @@ class Topology(abc.ABC):
 
     @staticmethod
     def _wait_ready(proc: subprocess.Popen, what: str, timeout: float) -> None:
-        """The service prints a line with 'listening' or its URL once it accepts connections."""
+        """Wait until the service prints its address line (it then accepts connections).
+
+        The twin prints its https:// URL, the proxy "proxy: CONNECT on ...". The wait has a real
+        deadline: a service that prints nothing must not hang the run.
+        """
         deadline = time.time() + timeout
-        seen = []
+        seen: list[str] = []
+        buf = b""
+        fd = proc.stdout.fileno()
         while time.time() < deadline:
-            line = proc.stdout.readline()
-            if not line:
+            ready, _, _ = select.select([fd], [], [], max(0.0, min(0.2, deadline - time.time())))
+            if not ready:
                 if proc.poll() is not None:
                     break
                 continue
-            seen.append(line.rstrip())
-            if any(w in line.lower() for w in ("listening", "https://", "ws://", "http://")):
-                # keep draining its output so the service never blocks on a full pipe
-                threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-                return
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                line = raw.decode(errors="replace").rstrip()
+                seen.append(line)
+                if any(w in line.lower() for w in ("listening", "https://", "ws://", "connect on")):
+                    # keep draining its output so the service never blocks on a full pipe
+                    threading.Thread(target=lambda: [None for _ in iter(lambda: os.read(fd, 65536), b"")],
+                                     daemon=True).start()
+                    return
         proc.kill()
-        raise CapabilityError(f"the {what} did not start: {' | '.join(seen[-3:]) or 'no output'}")
+        raise CapabilityError(f"the {what} did not start within {timeout:.0f} s: "
+                              f"{' | '.join(seen[-3:]) or 'no output'}")
 
     def stop_services(self) -> None:
         for name in ("_twin", "_proxy"):

@@ -343,7 +343,9 @@ class NetnsTopology(Topology):
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         common = ["tcpdump", "--immediate-mode", "-U", "-Z", "root"]
-        plan = [("tcpdump-eth", ["-i", self.client_dev, "--time-stamp-precision=nano"], "raw-eth.pcap"),
+        # in live mode the client's traffic leaves through the uplink, not the link to the endpoint
+        dev = self.uplink_dev if getattr(self, "uplink", False) else self.client_dev
+        plan = [("tcpdump-eth", ["-i", dev, "--time-stamp-precision=nano"], "raw-eth.pcap"),
                 ("tcpdump-nflog", ["-i", "nflog:5"], "raw-nflog.pcap")]
         try:
             for role, args, out in plan:

@@ -1,0 +1,134 @@
+"""The live path, end to end, against the twin through --base-url with a fake key.
+
+Live mode gives the client's namespace an uplink through the host (NAT); here the "real endpoint"
+is a twin listening on the host side of that uplink, so nothing leaves the machine. What is tested
+is what a user's nightly relies on: the key handling, the session budget, the stop on an auth
+error, the secret scanner, and drift when the service (here: the twin) changes behaviour.
+"""
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from lab.errors import LabError
+
+pytestmark = pytest.mark.netns
+
+FAKE_KEY = "AIzaSyFAKE-livelab-test-key-0123456789ab"
+
+
+class TwinOnUplink:
+    """An endpoint hook: once the topology is up, serve a twin on the uplink's host side."""
+
+    def __init__(self, tmp_path, api_key=FAKE_KEY, overrides=None):
+        self.tmp, self.api_key, self.overrides = tmp_path, api_key, overrides or {}
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.twins = []
+
+    def __call__(self, topo):
+        from lab.twin.server import TwinServer
+
+        ip = topo.uplink_host_ip
+        twin = TwinServer(host=ip, port=0, cert_dir=self.tmp / f"certs-{len(self.twins)}", san=[ip],
+                          api_key=self.api_key, overrides=self.overrides,
+                          log_path=self.tmp / f"twin-{len(self.twins)}.jsonl")
+        asyncio.run_coroutine_threadsafe(twin.start(), self.loop).result(20)
+        self.twins.append(twin)
+        return twin.base_url, str(twin.ca_path)
+
+    def close(self):
+        for t in self.twins:
+            asyncio.run_coroutine_threadsafe(t.stop(), self.loop).result(20)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture
+def live_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("GEMINI_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("LAB_BUDGET_DAY_FILE", str(tmp_path / "day.json"))
+    monkeypatch.chdir(tmp_path)       # no .env of the developer's is read
+    hooks = []
+
+    def make(**kw):
+        h = TwinOnUplink(tmp_path, **kw)
+        hooks.append(h)
+        return h
+    yield make
+    for h in hooks:
+        h.close()
+
+
+def _batch(tmp_path, hook, scenario="r1-idle-abort-immediate", n=1, budget=None):
+    from lab.run import run_batch
+    lines = []
+    batch = run_batch([scenario], n=n, endpoint="live", endpoint_hook=hook, out_dir=tmp_path / "batch",
+                      budget=budget, out=lines.append)
+    return batch, lines
+
+
+def test_live_run_through_the_uplink_and_nothing_secret_is_kept(tmp_path, live_env):
+    from lab.live.budget import Budget
+    from lab.live.scanner import scan
+
+    hook = live_env()
+    budget = Budget.for_batch(40)
+    batch, lines = _batch(tmp_path, hook, budget=budget)
+    run = next(d for d in batch.iterdir() if d.is_dir())
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["pass"], (verdict["expectations"], lines[-15:])
+    assert not (run / "twin.jsonl").exists()               # the orchestrator started no twin
+    assert json.loads((run / "run.json").read_text())["endpoint"] == "live"
+    # the twin saw the client come through the uplink (NAT'd from the client namespace)
+    twin_events = [json.loads(l) for l in (tmp_path / "twin-0.jsonl").read_text().splitlines()]
+    assert any(e["kind"] == "twin.refuse" for e in twin_events)
+    # the budget counted the sessions really opened; the key is nowhere under the results
+    ledger = json.loads((batch / "budget.json").read_text())
+    assert ledger, "budget.json records the batch"
+    assert scan(batch, [FAKE_KEY]) == []
+    # live captures carry no TLS secrets (no keylog without --keylog-live)
+    out = subprocess.run([sys.executable, "-m", "lab", "scan", str(batch)], capture_output=True, text=True,
+                         env={"GEMINI_API_KEY": FAKE_KEY, "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_planted_key_fails_the_scan(tmp_path, live_env):
+    batch = tmp_path / "batch" / "run-01"
+    batch.mkdir(parents=True)
+    (batch / "events.jsonl").write_text(json.dumps({"kind": "oops", "note": f"x-goog-api-key: {FAKE_KEY}"}) + "\n")
+    out = subprocess.run([sys.executable, "-m", "lab", "scan", str(tmp_path / "batch")], capture_output=True,
+                         text=True, env={"GEMINI_API_KEY": FAKE_KEY, "PATH": "/usr/bin:/bin"})
+    assert out.returncode != 0 and FAKE_KEY not in out.stdout + out.stderr
+
+
+def test_budget_refuses_before_opening_anything(tmp_path, live_env):
+    from lab.live.budget import Budget, BudgetExceeded
+
+    hook = live_env()
+    with pytest.raises(BudgetExceeded):
+        _batch(tmp_path, hook, budget=Budget.for_batch(1))
+    assert not hook.twins, "no topology or endpoint was started"
+    assert not any(d.is_dir() for d in (tmp_path / "batch").iterdir())
+
+
+def test_auth_error_stops_the_batch_with_one_line(tmp_path, live_env):
+    hook = live_env(api_key="a-different-key")            # the endpoint refuses our key at the upgrade
+    with pytest.raises(LabError, match="stopping the batch") as e:
+        _batch(tmp_path, hook, n=3)
+    assert "\n" not in str(e.value) and FAKE_KEY not in str(e.value)
+    assert len([d for d in (tmp_path / "batch").iterdir() if d.is_dir()]) == 1
+
+
+def test_drift_is_flagged_when_the_service_changes(tmp_path, live_env):
+    # the "service" now refuses a locked resume with 1013 instead of 1011
+    hook = live_env(overrides={"refuse_code": 1013})
+    batch, lines = _batch(tmp_path, hook)
+    out = subprocess.run([sys.executable, "-m", "lab", "drift", str(batch)], capture_output=True, text=True)
+    assert out.returncode != 0, out.stdout + out.stderr
+    drift = (batch / "drift.md").read_text()
+    assert "1013" in drift and "changed" in drift.lower()
