@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Installs the peer clients (issue 2) into venvs of their own, outside the project venv:
+#   .venv-livekit  livekit-agents + livekit-plugins-google (google-genai 3.x)
+#   .venv-pipecat  pipecat-ai[google] (pins google-genai<3, which the project cannot share)
+# The peer scripts under tests/peers/ use only the stdlib and these packages, so neither venv needs
+# the project itself. Idempotent: a venv whose stamp matches its pins is skipped at once.
+#
+# Usage: scripts/peers-setup.sh [livekit|pipecat|all]   (default all)
+# Exit: 0 ready; 75 the package index cannot be reached (no network: callers may skip); 1 any other
+# failure. A failure prints one line "peers-setup: <peer>: ..." on stderr; pip's log stays in the venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+LIVEKIT_PKGS=("livekit-agents==1.8.9" "livekit-plugins-google==1.8.9")
+LIVEKIT_CHECK='import livekit.agents, livekit.rtc, livekit.plugins.google, google.genai'
+PIPECAT_PKGS=("pipecat-ai[google]==1.14.0")
+PIPECAT_CHECK='import pipecat, pipecat.services.google.gemini_live.llm, pipecat.tests.utils, google.genai'
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# pip's log says why it failed; a network failure is told apart so a test can skip rather than fail.
+network_error() {
+  grep -qE 'NewConnectionError|Failed to establish a new connection|Network is unreachable|Temporary failure in name resolution|Name or service not known|ConnectTimeout|Max retries exceeded|ProxyError|Connection refused' "$1"
+}
+
+setup_peer() {
+  local name=$1 check=$2; shift 2
+  local dir=".venv-$name" stamp=".venv-$name/.peer-installed" want t0 log
+  want="$(printf '%s\n' "$PY" "$@")"
+  t0=$(now)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$dir/bin/python" ]; then
+    echo "peers-setup: $name ready in $dir (warm, $(since "$t0") s)"
+    return 0
+  fi
+  rm -f "$stamp"
+  if [ ! -x "$dir/bin/python" ]; then
+    "$PY" -m venv "$dir" || { echo "peers-setup: $name: '$PY -m venv $dir' failed" >&2; return 1; }
+  fi
+  log="$dir/pip.log"
+  if ! "$dir/bin/pip" install --upgrade "$@" >"$log" 2>&1; then
+    if ! network_error "$log" && grep -q 'from versions: none' "$log"; then
+      # with retries off pip names no connection error; ask once more, with one retry, to tell
+      # "unreachable" from "no such release"
+      "$dir/bin/pip" download --retries 1 --timeout 15 --no-deps --no-cache-dir -d "$dir/.probe" "$1" \
+        >>"$log" 2>&1 || true
+      rm -rf "$dir/.probe"
+    fi
+    if network_error "$log"; then
+      echo "peers-setup: $name: no network to the package index ($(grep -m1 -oE "Failed to establish a new connection: [^')]*|Network is unreachable|Temporary failure in name resolution|Name or service not known|Max retries exceeded[^(]*" "$log" || true)); see $log" >&2
+      return 75
+    fi
+    echo "peers-setup: $name: pip install $* failed: $(grep -E '^ERROR' "$log" | tail -n1 || tail -n1 "$log"); see $log" >&2
+    return 1
+  fi
+  if ! "$dir/bin/python" -c "$check" >>"$log" 2>&1; then
+    echo "peers-setup: $name: installed but does not import: $(tail -n1 "$log"); see $log" >&2
+    return 1
+  fi
+  printf '%s\n' "$want" >"$stamp"
+  echo "peers-setup: $name installed in $dir (first, $(since "$t0") s): $("$dir/bin/pip" freeze 2>/dev/null | grep -iE '^(livekit-agents|livekit-plugins-google|livekit|pipecat-ai|google-genai)==' | tr '\n' ' ')"
+}
+
+which=${1:-all}
+case "$which" in
+  livekit|pipecat|all) ;;
+  *) echo "usage: scripts/peers-setup.sh [livekit|pipecat|all]" >&2; exit 2 ;;
+esac
+rc=0
+if [ "$which" = all ] || [ "$which" = livekit ]; then
+  setup_peer livekit "$LIVEKIT_CHECK" "${LIVEKIT_PKGS[@]}" || rc=$?
+fi
+if [ "$which" = all ] || [ "$which" = pipecat ]; then
+  r=0; setup_peer pipecat "$PIPECAT_CHECK" "${PIPECAT_PKGS[@]}" || r=$?
+  # the first failure decides the exit, but a network failure (75) wins so callers can skip
+  if [ "$rc" = 0 ] || [ "$r" = 75 ]; then rc=$r; fi
+fi
+exit "$rc"
