@@ -13,7 +13,7 @@ RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),
            $(if $(DURATION),--duration $(DURATION)) $(if $(BUDGET),--budget $(BUDGET))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-unit test-netns test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-all bench soak down clean
+.PHONY: help setup test test-unit test-netns test-peers test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-all bench soak down clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ test-unit: setup ## pure unit tests only (no root, no network)
 
 test-netns: setup ## integration tests in network namespaces (root)
 	$(PYTEST) -q tests/integration
+
+test-peers: setup ## LiveKit's and pipecat's Gemini clients each complete a turn against the twin
+	$(PYTEST) -q tests/integration/test_peers.py
 
 test-e2e: setup ## the Compose end-to-end run (installs and starts dockerd if needed)
 	$(PYTEST) -q tests/e2e
@@ -69,4 +72,4 @@ down: ## remove whatever a killed run left behind (rules, namespaces, processes,
 	$(LAB) down
 
 clean: down ## remove results and the venv
-	rm -rf captures/*/ .venv .pytest_cache
+	rm -rf captures/*/ .venv .venv-livekit .venv-pipecat .pytest_cache

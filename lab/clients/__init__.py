@@ -15,6 +15,7 @@ _BUILTIN = {
     "probe": ("lab.clients.probe", "ProbeClient"),
     "recovery": ("lab.clients.recovery", "RecoveryClient"),
     "naive": ("lab.clients.naive", "NaiveClient"),
+    "recovery-sequential": ("lab.clients.sequential", "SequentialRecoveryClient"),
 }
 
 _REQUIRED = ("start", "say", "action", "flow", "stop")

@@ -627,6 +627,11 @@ class TwinCore:
                 if isinstance(part.get("text"), str):
                     texts.append((str(t.get("role") or "user"), part["text"]))
         if not turns:
+            # `turns: [], turnComplete: true` closes a user turn sent earlier with turnComplete false
+            # (LiveKit's typed-message path on 3.x models): the model answers that pending turn.
+            if turn_complete and s.model.history and s.model.history[-1][0] == "user":
+                _, text = s.model.history.pop()
+                return self._user_text(c, s, text, now, source="client_content")
             return []
         simple = (len(turns) == 1 and str(turns[0].get("role") or "user") == "user" and texts
                   and not any("system note" in x.lower() for _, x in texts))

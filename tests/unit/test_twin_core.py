@@ -644,3 +644,21 @@ def test_logs_never_hold_raw_handles():
     sim.after(1)
     dump = json.dumps([lg.fields for lg in sim.logs])
     assert h not in dump and sim.handle(2) not in dump
+
+
+def test_empty_turn_complete_answers_the_pending_user_turn():
+    # the user's text first with turnComplete false (held in history), then an empty turnComplete
+    sim = Sim(tool_call_delay_s=0.1)
+    new_session(sim)
+    sim.send(1, {"client_content": {"turns": [{"role": "user", "parts": [{"text": "Book me the 3pm slot tomorrow, please."}]}],
+                                    "turnComplete": False}})
+    sim.after(0.5)
+    assert not sim.frames(1, "toolCall")
+    sim.send(1, {"client_content": {"turns": [], "turnComplete": True}})
+    sim.after(0.5)
+    assert sim.frames(1, "toolCall")
+    # an empty turnComplete with nothing pending stays silent
+    before = len(sim.frames(1))
+    sim.send(1, {"client_content": {"turnComplete": True}})
+    sim.after(0.5)
+    assert len(sim.frames(1)) == before
