@@ -142,7 +142,8 @@ class Agent:
             await self.client.action(step.action)
 
     async def _run_step(self, i: int, step: scenario_mod.Step) -> None:
-        await self.log.wait_until(self._anchor_pred(step.at))
+        for anchor in step.ats:
+            await self.log.wait_until(self._anchor_pred(anchor))
         if step.plus:
             await asyncio.sleep(step.plus)
         label = step.id or f"#{i}"

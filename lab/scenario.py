@@ -77,6 +77,11 @@ class Step:
     only_client: list[str] | None = None
     unless_client: list[str] | None = None
     line: int = 0
+    ats: list[str] = field(default_factory=list)   # every anchor that must have happened
+
+    def __post_init__(self):
+        if not self.ats:
+            self.ats = [self.at]
 
     def applies_to(self, client: str) -> bool:
         if self.only_client and client not in self.only_client:
@@ -200,16 +205,23 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
         at = node.get("at")
         if at is None:
             raise err(node, None, "step has no 'at' (an anchor such as tool_call, or step:<id>)")
-        if not isinstance(at, str) or not (at in ANCHORS or (at.startswith("step:") and at[5:] in ids)):
-            known = ", ".join(sorted(ANCHORS)) + (", step:" + ", step:".join(sorted(ids)) if ids else "")
-            raise err(node, "at", f"unknown anchor {at!r}; known: {known} (a step:<id> must name an earlier step)")
+        # `at` is one anchor, or a list of anchors that must all have happened (the step then waits
+        # `plus` after the last of them)
+        ats = at if isinstance(at, list) else [at]
+        if not ats:
+            raise err(node, "at", "at needs at least one anchor")
+        for a in ats:
+            if not isinstance(a, str) or not (a in ANCHORS or (a.startswith("step:") and a[5:] in ids)):
+                known = ", ".join(sorted(ANCHORS)) + (", step:" + ", step:".join(sorted(ids)) if ids else "")
+                raise err(node, "at", f"unknown anchor {a!r}; known: {known} (a step:<id> must name an earlier step)")
         plus = node.get("plus", 0)
         if not isinstance(plus, (int, float)) or plus < 0:
             raise err(node, "plus", f"plus must be a non-negative number of seconds, got {plus!r}")
         kinds = [k for k in ("say", "fault", "heal", "action") if k in node]
         if len(kinds) != 1:
             raise err(node, None, f"a step does exactly one of say, fault, heal, action (found {kinds or 'none'})")
-        step = Step(at=at, plus=float(plus), id=node.get("id"), note=node.get("note"), line=node.line)
+        step = Step(at="+".join(ats), plus=float(plus), id=node.get("id"), note=node.get("note"), line=node.line,
+                    ats=list(ats))
         if "say" in node:
             n = node["say"]
             if not isinstance(n, int) or not 0 <= n < len(script):

@@ -291,6 +291,12 @@ class Conn:
 class TwinCore:
     """All sessions and connections of one twin."""
 
+    _call_seq = 0   # call ids are numbered across sessions (see _next_call_id)
+
+    def _next_call_id(self) -> str:
+        self._call_seq += 1
+        return f"fc-{self._call_seq}"
+
     def __init__(self, profile: Profile | str = "developer-api", overrides=None, seed: int | None = None,
                  api_key: str | None = None):
         self.profile = load_profile(profile, overrides) if isinstance(profile, str) else \
@@ -496,7 +502,7 @@ class TwinCore:
             return acts + self._resume(c, setup, handle, now)
         self._session_seq += 1
         sid = f"s{self._session_seq}"
-        mdl = M.ScriptedModel(self.model_cfg, random.Random(self.rng.random()))
+        mdl = M.ScriptedModel(self.model_cfg, random.Random(self.rng.random()), next_call_id=self._next_call_id)
         det = M.AudioTurnDetector(self.p("vad_threshold_rms"), self.p("vad_onset_ms"), self.p("vad_silence_ms"))
         s = Session(sid, mdl, det)
         self.sessions[sid] = s

@@ -171,8 +171,12 @@ def _draw(v: Any, rng: random.Random) -> float:
 class ScriptedModel:
     """One session's model state. Deterministic for a given config and rng seed."""
 
-    def __init__(self, config: ModelConfig | None = None, rng: random.Random | None = None):
+    def __init__(self, config: ModelConfig | None = None, rng: random.Random | None = None,
+                 next_call_id=None):
         self.cfg = config or ModelConfig()
+        # call ids are unique across the twin's sessions, as the real service's are: a re-issued call
+        # in a new session must not look like the old one (the client never answers the old id there)
+        self._next_call_id = next_call_id
         self.rng = rng or random.Random(0)
         self.script = list(self.cfg.script)
         self.behavior = self.cfg.default_behavior
@@ -224,7 +228,7 @@ class ScriptedModel:
     def new_call(self) -> Call:
         """Called by the core when a call step is actually sent: only then does the id exist."""
         self.call_seq += 1
-        c = Call(id=f"fc-{self.call_seq}", name=self.tool_name, slot=self.cfg.slot, blocking=self.blocking)
+        c = Call(id=self._next_call_id() if self._next_call_id else f"fc-{self.call_seq}", name=self.tool_name, slot=self.cfg.slot, blocking=self.blocking)
         self.calls[c.id] = c
         return c
 

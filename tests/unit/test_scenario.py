@@ -85,3 +85,12 @@ def test_cli_bad_scenario_is_one_line_and_nonzero(tmp_path):
 def test_cli_list_shows_catalogue():
     out = subprocess.run([sys.executable, "-m", "lab", "list"], capture_output=True, text=True)
     assert out.returncode == 0 and "b1-silent-loss" in out.stdout and "s2-recovery" in out.stdout
+
+
+def test_a_step_may_wait_for_several_anchors(tmp_path):
+    s = scenario.load(write(tmp_path, GOOD.replace("{at: step:drop, plus: 30, heal: true}",
+                                                   "{at: [step:drop, commit], plus: 30, heal: true}")))
+    assert s.timeline[2].ats == ["step:drop", "commit"]
+    with pytest.raises(ScenarioError, match=r":8: unknown anchor 'comit'"):
+        scenario.load(write(tmp_path, GOOD.replace("{at: step:drop, plus: 30, heal: true}",
+                                                   "{at: [step:drop, comit], plus: 30, heal: true}")))

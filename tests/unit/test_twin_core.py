@@ -662,3 +662,16 @@ def test_empty_turn_complete_answers_the_pending_user_turn():
     sim.send(1, {"client_content": {"turnComplete": True}})
     sim.after(0.5)
     assert len(sim.frames(1)) == before
+
+
+def test_call_ids_are_unique_across_sessions():
+    # a call re-issued in a new session must not reuse the old session's id
+    sim = Sim(tool_call_delay_s=0.1)
+    new_session(sim, conn=1)
+    sim.text(1, "Book me the 3pm slot tomorrow, please.")
+    sim.after(0.5)
+    new_session(sim, conn=2)
+    sim.text(2, "Book me the 3pm slot tomorrow, please.")
+    sim.after(0.5)
+    ids = [f["toolCall"]["functionCalls"][0]["id"] for c in (1, 2) for f in sim.frames(c, "toolCall")]
+    assert len(ids) == 2 and len(set(ids)) == 2
