@@ -29,7 +29,7 @@ def write(tmp_path, text):
 
 def test_catalogue_is_valid_and_covers_the_study():
     names = scenario.names()
-    for required in ("control", "b1-silent-loss", "b2-path-return", "b2-speaking", "r1-idle-abort-immediate",
+    for required in ("control", "control-speech", "b1-silent-loss", "b2-path-return", "b2-speaking", "r1-idle-abort-immediate",
                      "r1-idle-abort-delayed", "r1-clean-close", "r1-abort-speaking", "r2-freeze",
                      "s2-recovery", "s2-recovery-no-note", "s2-control"):
         assert required in names
