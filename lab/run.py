@@ -90,6 +90,9 @@ def run_one(spec: RunSpec, out=print) -> dict:
             "endpoint": spec.endpoint, "duration": duration, "params": scn.params_for(spec.client),
             "expect": scn.expect_for(spec.client), "started": datetime.now(timezone.utc).isoformat()}
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
+    # the scenario as run, next to its results: provenance, and a path the agent can read in any
+    # topology (a container sees the run folder, not the host's source tree)
+    shutil.copyfile(scn.path, run_dir / "scenario.yaml")
     secrets = Path(tempfile.mkdtemp(prefix=f"livelab-{run_id}-"))   # CA key, TLS keylog: never in results
     # TLS secrets: a twin run's go into its pcapng (throw-away CA, nothing to protect); a live run's
     # only with --keylog-live, and then to a private file outside the results, never into the pcapng
@@ -129,7 +132,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
                 base_url, ca = spec.endpoint_hook(topo)
             key = spec.live_key
         topo.capture_start(run_dir)
-        argv = [_python(), "-m", "lab", "agent", "--scenario", scn.path, "--client", spec.client,
+        argv = [_python(), "-m", "lab", "agent", "--scenario", str(run_dir / "scenario.yaml"), "--client", spec.client,
                 "--run-dir", str(run_dir), "--t0", repr(t0), "--duration", str(duration), "--model", spec.model]
         if base_url:
             argv += ["--base-url", base_url]
