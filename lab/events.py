@@ -109,12 +109,7 @@ class EventLog:
             return (e.kind == kind and (after_ms is None or e.ms >= after_ms)
                     and all(e.data.get(k) == v for k, v in match.items()))
 
-        for e in self.events:
-            if pred(e):
-                return e
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._waiters.append((pred, fut))
-        return await asyncio.wait_for(fut, timeout)
+        return await self.wait_until(pred, timeout)
 
     async def wait_until(self, pred: Callable[[Event], bool], timeout: float | None = None) -> Event:
         """The first event (already recorded or future) for which pred is true."""
