@@ -81,10 +81,11 @@ def classify(err: Any = None, *, code: int | None = None, reason: str | None = N
     """auth | quota | other for an exception, or for a close code / reason / HTTP status."""
     code = code if code is not None else (_code(err) if err is not None else None)
     status = status if status is not None else (_status(err) if err is not None else None)
-    if status is None and err is not None and type(err).__name__ == "InvalidStatus":
-        m = re.search(r"HTTP (\d{3})", str(err))
-        status = int(m.group(1)) if m else None
     text = " ".join(x for x in (reason, _text(err) if err is not None else None) if x)
+    if status is None and "InvalidStatus" in (type(err).__name__ + " " + text):
+        # an upgrade refused with an HTTP status, as an exception or as its recorded text
+        m = re.search(r"HTTP (\d{3})", text)
+        status = int(m.group(1)) if m else None
     if status in (401, 403) or AUTH_RE.search(text) or (code == 1008 and re.search(r"api[ _-]?key|auth", text, re.I)):
         return AUTH
     if status == 429 or (code in (1011, 1013, None) and QUOTA_RE.search(text)):
@@ -97,8 +98,9 @@ def describe(err: Any = None, *, code: int | None = None, reason: str | None = N
     status = status if status is not None else (_status(err) if err is not None else None)
     text = reason or (_text(err) if err is not None else "")
     text = KEYISH_RE.sub("<redacted>", " ".join(text.split()))[:120]
-    head = f"close {code}" if code is not None else (f"HTTP {status}" if status is not None else type(err).__name__)
-    return f"{head}: {text}" if text else head
+    head = (f"close {code}" if code is not None else f"HTTP {status}" if status is not None
+            else type(err).__name__ if err is not None else "")
+    return f"{head}: {text}" if head and text else (text or head)
 
 
 def check(err: Any = None, **kw: Any) -> str:
