@@ -28,9 +28,12 @@ fi
 stamp=.venv/.installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
-  # pip warns about index locations this machine configures but lacks; keep the log readable
-  .venv/bin/pip install -q -e '.[test]' 2>&1 | grep -vE '^WARNING: Location|BuildBackendWarning|^ *(!!|\*+|Please be careful|name as your package|with strategy|)$' || true
-  .venv/bin/python -c 'import lab, google.genai, websockets, pyroute2, scapy, yaml' \
-    || { echo "setup: the project venv did not install; see the pip output above" >&2; exit 3; }
+  # pip's own output goes to a log, shown only when the install fails
+  if ! .venv/bin/pip install -q -e '.[test]' > .venv/pip.log 2>&1 \
+     || ! .venv/bin/python -c 'import lab, google.genai, websockets, pyroute2, scapy, yaml' 2>> .venv/pip.log; then
+    grep -vE '^WARNING: Location' .venv/pip.log | tail -20 >&2
+    echo "setup: the project venv did not install (full log: .venv/pip.log)" >&2
+    exit 3
+  fi
   touch "$stamp"
 fi

@@ -183,10 +183,10 @@ def worker(config: dict) -> dict:
     return {"rows": rows, "spawn_in_ns": exec_baseline([], n, gap)}
 
 
-def run_worker(prefix: list[str], config: dict) -> dict:
+def run_worker(prefix: list[str], config: dict, python: str = sys.executable, env: dict | None = None) -> dict:
     """Run worker(config) under an exec prefix (ip netns exec NS / docker exec -i C); its result."""
-    argv = [*prefix, sys.executable, "-m", "lab.bench.faults", "--worker", json.dumps(config)]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    argv = [*prefix, python, "-m", "lab.bench.faults", "--worker", json.dumps(config)]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
     if p.returncode != 0:
         raise LabError(f"bench worker failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -283,10 +283,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="image for a throw-away container when none is named (needs iptables)")
     ap.add_argument("--json", action="store_true", help="also print the summary as JSON")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--topology", choices=["netns", "compose"], default="netns",
+                    help="where the client's namespace is: plain namespaces, or the compose lab's client container")
     args = ap.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return 0
+    if args.topology == "compose":
+        return _main_compose(args)
 
     from lab.topology.netns import NetnsTopology
     from netem import cleanup
@@ -338,6 +342,41 @@ def main(argv: list[str] | None = None) -> int:
             sink.close()
         topo.down()
         cleanup.down(topo.run_id, current_ns=False)
+    return 0
+
+
+# A sink in the endpoint container that reads whatever the bench's flow sends.
+SINK_SRC = ("import socket,threading\n"
+            "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind(('0.0.0.0',9099));s.listen(64)\n"
+            "def d(c):\n while c.recv(65536): pass\n"
+            "while True:\n c,_=s.accept();threading.Thread(target=d,args=(c,),daemon=True).start()\n")
+
+
+def _main_compose(args) -> int:
+    """The same worker inside the compose lab's client container: the agent's own path there."""
+    from lab.topology.compose import ComposeTopology
+
+    topo = ComposeTopology(f"bench{os.getpid()}", log=lambda s: None)
+    try:
+        topo.up()
+        topo.compose("exec", "-T", "-d", "endpoint", "python", "-c", SINK_SRC)
+        time.sleep(1.0)
+        cid = topo.container_id("client")
+        print(f"lab bench faults: fault onset in the compose topology (client container {cid[:12]}), "
+              f"n={args.n} per mode, TCP 64 B every 0.5 ms, loss p={args.p}")
+        res = run_worker(topo.compose_argv("exec", "-T", "client"),
+                         {"host": topo.endpoint_ip, "port": 9099, "n": args.n, "p": args.p, "gap": args.gap},
+                         python="python", env=topo._env())
+        baselines = {"in the container, one iptables-restore process per change": res["spawn_in_ns"],
+                     f"`docker exec {cid[:12]} iptables-restore`": exec_baseline(["docker", "exec", "-i", cid],
+                                                                                args.n, args.gap)}
+        notes = ["rule active = the iptables-restore call returned, from the agent's place: a process already "
+                 "in the client container; first drop = nflog:5 read time minus the scheduled time"]
+        summary = report(res["rows"], baselines, notes)
+        if args.json:
+            print(json.dumps(summary, indent=2))
+    finally:
+        topo.down()
     return 0
 
 

@@ -364,6 +364,11 @@ class Connection:
                 t0 = self.t_socket or self.t_start
                 self.log.write("conn.setup_complete", src=SRC, conn=self.n,
                                setup_ms=round((time.monotonic() - t0) * 1000, 1), purpose=self.purpose)
+                if self.owner.frames:
+                    self.owner.frames.message(self.n, self.log.now_ms(),
+                                              {"setupComplete": (s.setup_complete.model_dump(
+                                                  mode="json", by_alias=True, exclude_none=True)
+                                                  if s.setup_complete else {})})
                 if not self._setup_fut.done():
                     self._setup_fut.set_result(True)
                 watch = asyncio.get_running_loop().create_task(self._watchdog())
@@ -393,6 +398,8 @@ class Connection:
             while True:
                 async for msg in self.session.receive():
                     self.last_rx = time.monotonic()
+                    if self.owner.frames:
+                        self.owner.frames.message(self.n, self.log.now_ms(), msg)
                     try:
                         self.owner._on_message(self, msg)
                     except Exception as e:   # a bug in handling must not look like a network fault
@@ -424,6 +431,8 @@ class Connection:
                 by = "abnormal"
         self.close_code, self.close_reason, self.closed_by = code, reason, by
         self.closed = True
+        if self.owner.frames and self._opened_logged:
+            self.owner.frames.close(self.n, self.log.now_ms(), code, reason, by)
         if self._opened_logged:
             self.log.write("conn.closed", src=SRC, conn=self.n, code=code, reason=reason, by=by,
                            **({"how": self._by_us} if self._by_us else {}),
@@ -573,6 +582,11 @@ class SdkClient(Client):
         self.genai = make_genai_client(ctx.endpoint, open_timeout=float(self.p["open_timeout"]),
                                        close_timeout=float(self.p["close_wait_s"]))
         self.ledger = ToolLedger()
+        # every server frame, secrets removed, next to the events: a live run can be replayed offline
+        self.frames = None
+        if getattr(ctx.log, "path", None) is not None and self.p.get("record_frames", True):
+            from lab.live.replay import FrameRecorder
+            self.frames = FrameRecorder(ctx.log.path.parent / "frames.jsonl")
         self.transcript: list[tuple[str, str]] = []     # (role, text), the client's own
         self.conns: list[Connection] = []
         self.current: Connection | None = None

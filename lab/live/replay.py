@@ -102,6 +102,8 @@ def replay_script(records: Iterable[dict[str, Any]]) -> dict[int, list[dict[str,
         step: dict[str, Any] = {"conn": r.get("conn", 0), "after_ms": round(r.get("ms", 0) - t0, 3), "_t": t0}
         if r.get("kind") == "close":
             step["close"], step["reason"] = r.get("code"), r.get("reason", "")
+            if r.get("by"):
+                step["by"] = r["by"]     # who closed: a replay repeats only the server's closes
         else:
             step["send"] = r.get("msg", {})
         steps.append(step)
@@ -120,3 +122,44 @@ def materialize(step: dict[str, Any], handle: str) -> dict[str, Any]:
             return [put(v) for v in x]
         return x
     return put(copy.deepcopy(step))
+
+
+class FrameRecorder:
+    """Appends a run's server frames to frames.jsonl as they arrive (flushed per line).
+
+    Clients call `message(conn, ms, msg)` with the SDK's parsed message (or a dict) and
+    `close(conn, ms, code, reason, by)` when a connection ends. Handles become the placeholder and
+    audio its length before anything is written, so the file is safe to keep among the results.
+    """
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self._fh = open(self.path, "a", buffering=1)
+
+    def message(self, conn: int, ms: float, msg: Any) -> None:
+        if hasattr(msg, "model_dump"):
+            msg = msg.model_dump(mode="json", by_alias=True, exclude_none=True)
+        msg = sanitize(msg)
+        self._write({"conn": conn, "ms": round(ms, 3), "dir": "in", "kind": kind_of(msg), "msg": msg})
+
+    def close(self, conn: int, ms: float, code: int | None, reason: str | None, by: str | None) -> None:
+        self._write({"conn": conn, "ms": round(ms, 3), "dir": "close", "kind": "close", "code": code,
+                     "reason": reason or "", "by": by})
+
+    def _write(self, rec: dict[str, Any]) -> None:
+        if self._fh:
+            self._fh.write(json.dumps(rec) + "\n")
+
+    def shutdown(self) -> None:
+        if self._fh:
+            self._fh.close()
+            self._fh = None
+
+
+def audio_bytes(marker: str) -> bytes:
+    """Silence standing in for recorded audio: `<audio N bytes>` (N base64 characters) -> bytes."""
+    try:
+        n = int(marker.split()[1])
+    except (IndexError, ValueError):
+        n = 0
+    return bytes(n * 3 // 4)

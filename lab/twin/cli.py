@@ -31,7 +31,39 @@ def add_parser(sub) -> None:
     s.add_argument("--seed", type=int, default=None, help="random seed for drawn delays and handles")
     s.add_argument("--list-params", action="store_true", help="print the profile's parameters and sources, then exit")
     s.set_defaults(func=_serve)
+    r = tsub.add_parser("replay", help="serve a recorded run's frames.jsonl back, connection by connection")
+    r.add_argument("frames", help="a run's frames.jsonl (or its run folder)")
+    r.add_argument("--host", default="127.0.0.1")
+    r.add_argument("--port", type=int, default=8765)
+    r.add_argument("--cert-dir", default=None)
+    r.add_argument("--san", action="append", default=[])
+    r.set_defaults(func=_replay)
     p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
+
+
+def _replay(args) -> int:
+    from pathlib import Path
+
+    from lab.twin.replay import ReplayServer
+
+    frames = Path(args.frames)
+    if frames.is_dir():
+        frames = frames / "frames.jsonl"
+
+    async def run() -> int:
+        srv = ReplayServer(frames, host=args.host, port=args.port, cert_dir=args.cert_dir, san=args.san)
+        await srv.start()
+        print(f"twin replay of {frames} ({len(srv.order)} connections) at {srv.base_url}", flush=True)
+        print(f"ca_path {srv.ca_path}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await srv.stop()
+        return 0
+
+    return asyncio.run(run())
 
 
 def _serve(args) -> int:
