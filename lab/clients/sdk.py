@@ -365,7 +365,7 @@ class Connection:
                 self.log.write("conn.setup_complete", src=SRC, conn=self.n,
                                setup_ms=round((time.monotonic() - t0) * 1000, 1), purpose=self.purpose)
                 if self.owner.frames:
-                    self.owner.frames.message(self.n, self.log.now_ms(),
+                    self.owner.frames.frame(self.n, self.log.now_ms(),
                                               {"setupComplete": (s.setup_complete.model_dump(
                                                   mode="json", by_alias=True, exclude_none=True)
                                                   if s.setup_complete else {})})
@@ -399,7 +399,7 @@ class Connection:
                 async for msg in self.session.receive():
                     self.last_rx = time.monotonic()
                     if self.owner.frames:
-                        self.owner.frames.message(self.n, self.log.now_ms(), msg)
+                        self.owner.frames.frame(self.n, self.log.now_ms(), msg)
                     try:
                         self.owner._on_message(self, msg)
                     except Exception as e:   # a bug in handling must not look like a network fault
@@ -432,7 +432,7 @@ class Connection:
         self.close_code, self.close_reason, self.closed_by = code, reason, by
         self.closed = True
         if self.owner.frames and self._opened_logged:
-            self.owner.frames.close(self.n, self.log.now_ms(), code, reason, by)
+            self.owner.frames.close_frame(self.n, self.log.now_ms(), code, reason, by)
         if self._opened_logged:
             self.log.write("conn.closed", src=SRC, conn=self.n, code=code, reason=reason, by=by,
                            **({"how": self._by_us} if self._by_us else {}),

@@ -66,15 +66,22 @@ class FrameRecorder:
         self.keep_audio = keep_audio
         self._fh = open(self.path, "a", buffering=1)
 
-    def frame(self, conn: int, ms: float, msg: dict[str, Any] | str | bytes) -> dict[str, Any]:
+    def frame(self, conn: int, ms: float, msg: Any) -> dict[str, Any]:
+        """One server frame: a raw JSON frame, a dict, or the SDK's parsed message."""
+        if hasattr(msg, "model_dump"):
+            msg = msg.model_dump(mode="json", by_alias=True, exclude_none=True)
         if isinstance(msg, (str, bytes)):
             msg = json.loads(msg)
         rec = {"conn": conn, "ms": round(ms, 3), "dir": "in", "kind": kind_of(msg), "msg": sanitize(msg, self.keep_audio)}
         self._fh.write(json.dumps(rec) + "\n")
         return rec
 
-    def close_frame(self, conn: int, ms: float, code: int | None, reason: str = "") -> dict[str, Any]:
-        rec = {"conn": conn, "ms": round(ms, 3), "dir": "close", "kind": "close", "code": code, "reason": reason}
+    def close_frame(self, conn: int, ms: float, code: int | None, reason: str = "",
+                    by: str | None = None) -> dict[str, Any]:
+        """The connection's end; `by` (server, client, abnormal) lets a replay repeat only the server's."""
+        rec = {"conn": conn, "ms": round(ms, 3), "dir": "close", "kind": "close", "code": code, "reason": reason or ""}
+        if by:
+            rec["by"] = by
         self._fh.write(json.dumps(rec) + "\n")
         return rec
 
@@ -123,43 +130,3 @@ def materialize(step: dict[str, Any], handle: str) -> dict[str, Any]:
         return x
     return put(copy.deepcopy(step))
 
-
-class FrameRecorder:
-    """Appends a run's server frames to frames.jsonl as they arrive (flushed per line).
-
-    Clients call `message(conn, ms, msg)` with the SDK's parsed message (or a dict) and
-    `close(conn, ms, code, reason, by)` when a connection ends. Handles become the placeholder and
-    audio its length before anything is written, so the file is safe to keep among the results.
-    """
-
-    def __init__(self, path: Path | str):
-        self.path = Path(path)
-        self._fh = open(self.path, "a", buffering=1)
-
-    def message(self, conn: int, ms: float, msg: Any) -> None:
-        if hasattr(msg, "model_dump"):
-            msg = msg.model_dump(mode="json", by_alias=True, exclude_none=True)
-        msg = sanitize(msg)
-        self._write({"conn": conn, "ms": round(ms, 3), "dir": "in", "kind": kind_of(msg), "msg": msg})
-
-    def close(self, conn: int, ms: float, code: int | None, reason: str | None, by: str | None) -> None:
-        self._write({"conn": conn, "ms": round(ms, 3), "dir": "close", "kind": "close", "code": code,
-                     "reason": reason or "", "by": by})
-
-    def _write(self, rec: dict[str, Any]) -> None:
-        if self._fh:
-            self._fh.write(json.dumps(rec) + "\n")
-
-    def shutdown(self) -> None:
-        if self._fh:
-            self._fh.close()
-            self._fh = None
-
-
-def audio_bytes(marker: str) -> bytes:
-    """Silence standing in for recorded audio: `<audio N bytes>` (N base64 characters) -> bytes."""
-    try:
-        n = int(marker.split()[1])
-    except (IndexError, ValueError):
-        n = 0
-    return bytes(n * 3 // 4)
