@@ -92,8 +92,12 @@ def test_schedule_without_detection_attempt_and_explicit_offsets():
 
 # ---- registry ----------------------------------------------------------------------------------
 def test_registry_names_and_unknown():
-    assert set(names()) == {"probe", "recovery", "naive"}
+    assert set(names()) == {"probe", "recovery", "naive", "recovery-sequential"}
     assert get("recovery").name == "recovery"
+    # the study's sequential pattern is the reference client with the study's timing, nothing else
+    seq = get("recovery-sequential")
+    assert issubclass(seq, get("recovery")) and seq.name == "recovery-sequential"
+    assert (seq.DEFAULTS["hedge"], seq.DEFAULTS["lost_after_s"], seq.DEFAULTS["resume_window_s"]) == (False, 2.0, 4.0)
     with pytest.raises(LabError) as e:
         get("nope")
     assert "probe" in str(e.value) and "pkg.mod:Class" in str(e.value)
