@@ -21,7 +21,7 @@ def test_both_profiles_load_and_every_parameter_has_a_source():
 def test_measured_values_cite_their_seed():
     prof = load_profile("developer-api")
     assert prof["refuse_close_s"] == [0.472, 0.704] and "000" in prof.source("refuse_close_s")
-    assert prof["idle_release_s"] == 1.5 and "B2" in prof.source("idle_release_s")
+    assert prof["idle_release_s"] == 1.3 and "B2" in prof.source("idle_release_s")
     assert prof["freeze_close_s"] == 480 and prof["ping_interval"] is None
     assert prof["reissue_delay_s"] == [0.6, 0.8] and "001" in prof.source("reissue_delay_s")
     assert "002" in prof.source("av_resume_fail")
@@ -73,5 +73,5 @@ def test_draw_ranges():
     rng = random.Random(3)
     xs = [prof.draw("refuse_close_s", rng) for _ in range(200)]
     assert all(0.472 <= x <= 0.704 for x in xs) and max(xs) - min(xs) > 0.1
-    assert prof.draw("idle_release_s", rng) == 1.5
+    assert prof.draw("idle_release_s", rng) == 1.3
     assert is_range([1, 2]) and not is_range([True, 2]) and not is_range("ab")
