@@ -11,12 +11,9 @@ the client's namespace (ip netns exec, or docker compose exec).
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import signal
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any

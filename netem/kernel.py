@@ -15,7 +15,6 @@ socket created or a process spawned inside the block lives there. Python 3.11 ha
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import shutil
 import subprocess

@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import struct
 import subprocess
 import sys

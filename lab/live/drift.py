@@ -270,14 +270,10 @@ def render(behaviours: list[Behaviour], title: str, profile_name: str, runs: int
 
 def drift_dir(d: Path | str, profile: str = "developer-api", tolerance: float = 0.25) -> tuple[Path, list[Behaviour]]:
     """Compare every run under `d` with the profile; writes d/drift.md."""
-    from lab.report.summary import find_runs, load_verdict
+    from lab.report.summary import load_verdict, runs_under
 
     d = Path(d)
-    if not d.is_dir():
-        raise LabError(f"no such folder: {d}")
-    runs = find_runs(d)
-    if not runs:
-        raise LabError(f"no run folders in {d} (a run folder holds events.jsonl or run.json)")
+    runs = runs_under(d)
     prof = load_profile(profile)
     verdicts = [load_verdict(r) for r in runs]
     behaviours = compare(verdicts, prof, tolerance)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.errors import LabError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,17 +17,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.report.summary import find_runs, summarize
+    from lab.report.summary import runs_under, summarize
     from lab.report.verdict import build_run
 
     d: Path = args.dir
-    if not d.exists():
-        raise LabError(f"no such folder: {d}")
-    if not d.is_dir():
-        raise LabError(f"not a folder: {d}")
-    runs = find_runs(d)
-    if not runs:
-        raise LabError(f"no run folders in {d} (a run folder holds events.jsonl or run.json)")
+    runs = runs_under(d)
     print(f"{'run':<36} {'scenario':<26} {'pass':<5} {'att/ref':>8} {'told':<12} {'truth':<12} {'book':>4}")
     for r in runs:
         v = build_run(r, timeline=not args.no_timeline)

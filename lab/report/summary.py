@@ -44,6 +44,19 @@ def find_runs(root: Path | str) -> list[Path]:
     return sorted(out)
 
 
+def runs_under(root: Path | str) -> list[Path]:
+    """find_runs, or one clear LabError when `root` is missing, not a folder, or holds no run."""
+    root = Path(root)
+    if not root.exists():
+        raise LabError(f"no such folder: {root}")
+    if not root.is_dir():
+        raise LabError(f"not a folder: {root}")
+    runs = find_runs(root)
+    if not runs:
+        raise LabError(f"no run folders in {root} (a run folder holds events.jsonl or run.json)")
+    return runs
+
+
 def load_verdict(run_dir: Path, rebuild: bool = False, timeline: bool = False) -> dict[str, Any]:
     vp = run_dir / "verdict.json"
     newest = max((p.stat().st_mtime for p in (run_dir / "events.jsonl", run_dir / "run.json",
@@ -228,11 +241,7 @@ def render_summary(verdicts: list[dict[str, Any]], title: str) -> str:
 def summarize(batch_dir: Path | str, rebuild: bool = False, timeline: bool = False) -> Path:
     """Write batch_dir/summary.md over every run under it; returns its path."""
     batch_dir = Path(batch_dir)
-    if not batch_dir.is_dir():
-        raise LabError(f"no such folder: {batch_dir}")
-    runs = find_runs(batch_dir)
-    if not runs:
-        raise LabError(f"no run folders under {batch_dir} (a run folder holds events.jsonl or run.json)")
+    runs = runs_under(batch_dir)
     verdicts = []
     for r in runs:
         v = load_verdict(r, rebuild=rebuild, timeline=timeline)
