@@ -22,8 +22,6 @@ from lab import scenario as scenario_mod
 from lab.errors import LabError
 from lab.events import Event, EventLog
 
-STATUS_QUESTION_HINT = "did you book"
-
 
 class Agent:
     def __init__(self, scn: scenario_mod.Scenario, client_name: str, run_dir: Path, endpoint,

@@ -23,8 +23,6 @@ from lab import scenario as scenario_mod
 from lab.errors import CapabilityError, LabError
 
 TWIN_KEY = "lab-twin-key"          # the fake key the twin is configured with; never a real one
-TWIN_PORT = 8443
-PROXY_PORT, PROXY_CONTROL_PORT = 8080, 8081
 REPO = Path(__file__).resolve().parent.parent
 
 

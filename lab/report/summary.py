@@ -166,9 +166,7 @@ def render_summary(verdicts: list[dict[str, Any]], title: str) -> str:
                   "| scenario | client | runs | detection | resume window | new session setup | restore \u2192 first audio "
                   "| loss \u2192 first audio | re-issued calls | duplicate bookings |",
                   "| --- | --- | ---: | --- | --- | --- | --- | --- | --- | --- |"]
-        g: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-        for v in fb:
-            g[(v.get("scenario") or "?", v.get("client") or "-")].append(v["metrics"])
+        g = _metrics_by_scenario_client(fb)
         for (s, c), ms in sorted(g.items()):
             rec = [m["recovery"] for m in ms]
             lines.append(f"| {_cell(s)} | {_cell(c)} | {len(ms)} | {fmt_range(r['detection_ms'] for r in rec)} | "
@@ -195,9 +193,7 @@ def render_summary(verdicts: list[dict[str, Any]], title: str) -> str:
                   "| scenario | client | runs | refused before the accept | first accepted attempt after the loss | "
                   "accepted attempt latency | resume after the close | pending call answered after resume |",
                   "| --- | --- | ---: | --- | --- | --- | --- | --- |"]
-        g = defaultdict(list)
-        for v in res:
-            g[(v.get("scenario") or "?", v.get("client") or "-")].append(v["metrics"])
+        g = _metrics_by_scenario_client(res)
         for (s, c), ms in sorted(g.items()):
             pend = [m["pending_call_answered_after_resume"] for m in ms if m["pending_call_answered_after_resume"] is not None]
             lines.append(f"| {_cell(s)} | {_cell(c)} | {len(ms)} | {fmt_range(m['refused_before_accept'] for m in ms)} | "
@@ -236,6 +232,14 @@ def render_summary(verdicts: list[dict[str, Any]], title: str) -> str:
                      f"{m['truth_at_answer'] or m['truth_final']} | {m['bookings']} |")
     lines.append("")
     return "\n".join(lines)
+
+
+def _metrics_by_scenario_client(verdicts: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The runs' metrics grouped as the summary's tables show them: one row per scenario and client."""
+    g: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for v in verdicts:
+        g[(v.get("scenario") or "?", v.get("client") or "-")].append(v["metrics"])
+    return g
 
 
 def summarize(batch_dir: Path | str, rebuild: bool = False, timeline: bool = False) -> Path:
