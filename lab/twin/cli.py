@@ -29,6 +29,8 @@ def add_parser(sub) -> None:
                    help="require this key (x-goog-api-key, ?key= or Authorization); missing = HTTP 401, wrong = 403")
     s.add_argument("--log", default=None, help="twin.jsonl path (default: no file)")
     s.add_argument("--seed", type=int, default=None, help="random seed for drawn delays and handles")
+    s.add_argument("--t0", type=float, default=None,
+                   help="the run's clock (epoch seconds): twin.jsonl counts ms from it, like events.jsonl")
     s.add_argument("--list-params", action="store_true", help="print the profile's parameters and sources, then exit")
     s.set_defaults(func=_serve)
     r = tsub.add_parser("replay", help="serve a recorded run's frames.jsonl back, connection by connection")
@@ -84,7 +86,7 @@ async def _run(args) -> int:
 
     twin = TwinServer(profile=args.profile, host=args.host, port=args.port, tls=not args.no_tls,
                       cert_dir=args.cert_dir, api_key=args.api_key, overrides=args.overrides,
-                      log_path=args.log, seed=args.seed, san=args.san)
+                      log_path=args.log, seed=args.seed, san=args.san, t0=args.t0)
     try:
         await twin.start()
     except OSError as e:

@@ -57,7 +57,7 @@ class TwinServer:
     def __init__(self, profile: str = "developer-api", host: str = "127.0.0.1", port: int = 0, tls: bool = True,
                  cert_dir: str | Path | None = None, api_key: str | None = None, overrides: Any = None,
                  log_path: str | Path | None = None, seed: int | None = None, san: list[str] | None = None,
-                 log: EventLog | None = None):
+                 log: EventLog | None = None, t0: float | None = None):
         self.core = TwinCore(profile, overrides, seed=seed, api_key=api_key)
         self.profile = self.core.profile
         self.host = host
@@ -66,7 +66,8 @@ class TwinServer:
         self._cert_dir = Path(cert_dir) if cert_dir else None
         self._own_cert_dir = cert_dir is None
         self.san = list(san or [])
-        self.log = log if log is not None else EventLog(log_path)
+        # t0: the run's clock, so the twin's marks line up with the client's events (and the pcap)
+        self.log = log if log is not None else EventLog(log_path, t0=t0)
         self._own_log = log is None
         self.ca_path: str | None = None
         self._server = None
