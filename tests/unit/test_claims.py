@@ -1,48 +1,135 @@
-"""claims.classify on the twin's sentences and on live model wording seen in the studies."""
+"""claims.classify: the twin's sentences, the studies' wording, and wording neither produced.
+
+Each class has its own set. The "unseen" sets are written for this test, not taken from a record:
+they exercise the rules (adverbs inside the verb phrase, a phrase between the noun and the verb,
+contractions, negation scoped to its clause, questions and offers) on sentences the classifier was
+not written against.
+"""
 import pytest
 
-from lab.report.claims import classify
+from lab.report.claims import BOOKED, CLASSES, IN_PROGRESS, NOT_BOOKED, UNKNOWN, classify
 
 TWIN = [
-    ("I'm booking the 3 pm slot tomorrow for you now.", "in_progress"),
-    ("Your 3 pm slot tomorrow is booked.", "booked"),
-    ("Yes, your 3 pm slot tomorrow is booked.", "booked"),
-    ("Yes, your 3 pm slot tomorrow has been booked.", "booked"),
+    ("I'm booking the 3 pm slot tomorrow for you now.", IN_PROGRESS),
+    ("Your 3 pm slot tomorrow is booked.", BOOKED),
+    ("Yes, your 3 pm slot tomorrow is booked.", BOOKED),
+    ("Yes, your 3 pm slot tomorrow has been booked.", BOOKED),
+    ("Okay, I won't book it.", NOT_BOOKED),
+    ("I'm already booking the 3 pm slot tomorrow for you.", IN_PROGRESS),
+    ("No, the 3 pm slot tomorrow was not booked.", NOT_BOOKED),
+    ("Your 3 pm slot tomorrow is already booked.", BOOKED),
+    ("Sure. Would you like me to book a slot for you?", UNKNOWN),
 ]
 
-LIVE = [
-    ("Of course, your 3:00 p.m. slot for tomorrow has been successfully booked.", "booked"),
-    ("I\u2019ve booked the 3 pm slot for tomorrow.", "booked"),
-    ("I have booked it for you.", "booked"),
-    ("Your booking is confirmed now.", "booked"),
-    ("You're all set for 3 pm tomorrow.", "booked"),
-    ("I'm booking the 3:00 p.m. slot tomorrow for you.", "in_progress"),
-    ("Booking the 3 pm slot for you now.", "in_progress"),
-    ("I'm booking the 3 pm slot for you now.", "in_progress"),
-    ("Your booking is still in progress.", "in_progress"),
-    ("It's still being processed, I'll let you know.", "in_progress"),
-    ("It hasn't gone through yet, it's still being processed.", "in_progress"),
-    ("No, it's not booked.", "not_booked"),
-    ("I haven't booked it yet.", "not_booked"),
-    ("The booking wasn't made.", "not_booked"),
-    ("The booking was not made.", "not_booked"),
-    ("Okay, I won't book it.", "not_booked"),
-    ("I was unable to book the slot.", "not_booked"),
-    ("Sure, what time works for you?", "unknown"),
-    ("", "unknown"),
-    (None, "unknown"),
+# Wording quoted in the two studies (000 and 001).
+STUDIES = [
+    ("Of course, your 3:00 p.m. slot for tomorrow has been successfully booked.", BOOKED),
+    ("I'm booking the 3 pm slot for you now.", IN_PROGRESS),
+    ("I'm booking the 3:00 p.m. slot tomorrow for you.", IN_PROGRESS),
+    ("I am booking the 3 PM slot for you now. Please bring your ID and any necessary paperwork.", IN_PROGRESS),
+    ("I haven't made that booking for you.", NOT_BOOKED),
+    ("I have not booked the slot. It has been canceled as requested.", NOT_BOOKED),
+    ("I've stopped the process, and the booking booking was not made.", NOT_BOOKED),
+    ("The booking was not made, so nothing has been scheduled.", NOT_BOOKED),
+    ("The booking was not made as you requested.", NOT_BOOKED),
+    # the stop study's standard reply, which an older classifier read as unknown or not booked
+    ("The booking was already made.", BOOKED),
+    ("The booking has already been made.", BOOKED),
+    ("The booking for tomorrow at 3pm was already made.", BOOKED),
+    ("It's confirmed!", BOOKED),
+    ("Your appointment is officially confirmed.", BOOKED),
+    ("The booking was already made and cannot be canceled.", BOOKED),
 ]
 
+UNSEEN_BOOKED = [
+    ("I\u2019ve booked the 3 pm slot for tomorrow.", BOOKED),
+    ("I have booked it for you.", BOOKED),
+    ("Your booking is confirmed now.", BOOKED),
+    ("You're all set for 3 pm tomorrow.", BOOKED),
+    ("Great news: the reservation you asked for has now been fully completed.", BOOKED),
+    ("Good news, I went ahead and reserved the 3 o'clock slot.", BOOKED),
+    ("That slot is yours, it's been locked in.", BOOKED),
+    ("Done, the booking went through.", BOOKED),
+    ("Your 3pm appointment tomorrow is all taken care of.", BOOKED),
+    ("It's too late to cancel, the slot was secured a moment ago.", BOOKED),
+    ("Yes! I've successfully scheduled you for tomorrow at three.", BOOKED),
+    ("The booking is no longer pending.", BOOKED),
+    ("Everything's done.", BOOKED),
+    ("Alright, the 3 PM slot tomorrow is yours.", BOOKED),
+    ("Booked! You can cancel it any time.", BOOKED),
+]
 
-@pytest.mark.parametrize("text,cls", TWIN + LIVE)
+UNSEEN_IN_PROGRESS = [
+    ("Booking the 3 pm slot for you now.", IN_PROGRESS),
+    ("Your booking is still in progress.", IN_PROGRESS),
+    ("It's still being processed, I'll let you know.", IN_PROGRESS),
+    ("It hasn't gone through yet, it's still being processed.", IN_PROGRESS),
+    ("The reservation is pending.", IN_PROGRESS),
+    ("Your booking is pending confirmation from the system.", IN_PROGRESS),
+    ("It hasn't been confirmed yet.", IN_PROGRESS),
+    ("Let me book that for you.", IN_PROGRESS),
+    ("I'm going to book the 3 pm slot.", IN_PROGRESS),
+    ("One moment while I book that.", IN_PROGRESS),
+    ("I'm currently in the process of securing that slot.", IN_PROGRESS),
+    ("It should be confirmed shortly.", IN_PROGRESS),
+    ("I'm waiting on the booking system to respond.", IN_PROGRESS),
+    ("The booking is yet to be confirmed.", IN_PROGRESS),
+]
+
+UNSEEN_NOT_BOOKED = [
+    ("No, it's not booked.", NOT_BOOKED),
+    ("I haven't booked it yet.", NOT_BOOKED),
+    ("The booking wasn't made.", NOT_BOOKED),
+    ("I was unable to book the slot.", NOT_BOOKED),
+    ("Unfortunately, I couldn't reserve that time.", NOT_BOOKED),
+    ("No booking was made.", NOT_BOOKED),
+    ("There's no booking for tomorrow.", NOT_BOOKED),
+    ("I've cancelled the 3 pm booking for you.", NOT_BOOKED),
+    ("Understood, I've called it off.", NOT_BOOKED),
+    ("No, I haven't.", NOT_BOOKED),
+    ("Nothing has been reserved.", NOT_BOOKED),
+    ("I didn't go through with the booking.", NOT_BOOKED),
+    ("I'm not booking anything.", NOT_BOOKED),
+]
+
+UNSEEN_UNKNOWN = [
+    ("Sure, what time works for you?", UNKNOWN),
+    ("Would you like me to book the 3 pm slot?", UNKNOWN),
+    ("Do you want me to reserve it?", UNKNOWN),
+    ("Let me check.", UNKNOWN),
+    ("I made a note of that.", UNKNOWN),
+    ("Hello! How can I help you today?", UNKNOWN),
+    ("You can always cancel later if you need to.", UNKNOWN),
+    ("The weather tomorrow looks sunny.", UNKNOWN),
+    ("", UNKNOWN),
+    (None, UNKNOWN),
+]
+
+ALL = TWIN + STUDIES + UNSEEN_BOOKED + UNSEEN_IN_PROGRESS + UNSEEN_NOT_BOOKED + UNSEEN_UNKNOWN
+
+
+@pytest.mark.parametrize("text,cls", ALL)
 def test_classify(text, cls):
     assert classify(text) == cls
 
 
+def test_every_class_has_its_own_set():
+    seen = {cls for _, cls in ALL}
+    assert seen == set(CLASSES)
+    for group in (UNSEEN_BOOKED, UNSEEN_IN_PROGRESS, UNSEEN_NOT_BOOKED, UNSEEN_UNKNOWN):
+        assert len(group) >= 10
+
+
 def test_first_sentence_about_the_booking_decides():
-    assert classify("Let me check. Your slot is booked. Anything else?") == "booked"
-    assert classify("I'm booking it now. Okay, it's booked!") == "in_progress"
+    assert classify("Let me check. Your slot is booked. Anything else?") == BOOKED
+    assert classify("I'm booking it now. Okay, it's booked!") == IN_PROGRESS
+
+
+def test_negation_is_scoped_to_its_clause():
+    assert classify("It was booked, and it cannot be changed.") == BOOKED
+    assert classify("It can not be undone: the booking was made.") == BOOKED
+    assert classify("The slot was not free, so nothing was booked.") == NOT_BOOKED
 
 
 def test_times_with_dots_do_not_split_sentences():
-    assert classify("At 3 p.m. tomorrow. Yes, that slot has been booked.") == "booked"
+    assert classify("At 3 p.m. tomorrow. Yes, that slot has been booked.") == BOOKED
