@@ -24,6 +24,7 @@ from pathlib import Path
 
 from netem.kernel import in_netns, list_netns
 from netem.kinds.netem import remove_netem
+from netem.rules import is_netem_chain
 
 PID_DIR = Path(os.environ.get("LIVELAB_PID_DIR", "/run/livelab"))
 NS_PREFIX = "ll-"
@@ -106,9 +107,9 @@ def stop_pid(pid: int, start: str | None = None, first: int = signal.SIGTERM, gr
 
 # ---------------------------------------------------------------------------------------- rules
 
-def remove_chains(netns: str | None = None, keep: tuple[str, ...] = ()) -> list[str]:
-    """Unhook and delete every LL_* chain (filter table) in a namespace (None: the current one),
-    except those named in `keep`. Returns the names."""
+def remove_chains(netns: str | None = None) -> list[str]:
+    """Unhook and delete every chain netem makes (filter table: LL_OUT, LL_IN, LL_L_*, LL_PROBE) in a
+    namespace (None: the current one). Returns the names. Other LL_ chains are not netem's."""
     def run(argv, input=None):
         with in_netns(netns):
             try:
@@ -121,7 +122,7 @@ def remove_chains(netns: str | None = None, keep: tuple[str, ...] = ()) -> list[
     if rc != 0:
         return []
     lines = out.splitlines()
-    chains = [l.split()[1] for l in lines if l.startswith("-N LL_") and l.split()[1] not in keep]
+    chains = [l.split()[1] for l in lines if l.startswith("-N ") and is_netem_chain(l.split()[1])]
     jumps = [l for l in lines if l.startswith("-A ") and any(l.endswith(f"-j {c}") for c in chains)
              and not l.split()[1].startswith("LL_")]
     if not chains:
@@ -142,10 +143,8 @@ def _ns_pids(name: str) -> list[int]:
 
 # ----------------------------------------------------------------------------------------- down
 
-def down(run_id: str | None = None, *, current_ns: bool = True, pid_dir: Path | None = None,
-         keep_chains: tuple[str, ...] = ()) -> dict:
-    """Remove lab leftovers; never raises. `keep_chains`: LL_* chains of the current namespace
-    that are someone else's to remove (the topology's uplink chain).
+def down(run_id: str | None = None, *, current_ns: bool = True, pid_dir: Path | None = None) -> dict:
+    """Remove lab leftovers; never raises.
     Returns {"processes", "chains", "qdiscs", "namespaces", "errors"}."""
     report: dict[str, list] = {"processes": [], "chains": [], "qdiscs": [], "namespaces": [], "errors": []}
     d = Path(pid_dir or PID_DIR)
@@ -200,7 +199,7 @@ def down(run_id: str | None = None, *, current_ns: bool = True, pid_dir: Path | 
     # 3. the current namespace (a compose client container, or the host)
     if current_ns:
         try:
-            report["chains"] += remove_chains(None, keep=keep_chains)
+            report["chains"] += remove_chains(None)
             report["qdiscs"] += remove_netem(None, None)
         except Exception as e:
             report["errors"].append(f"current namespace: {e}")

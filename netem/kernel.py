@@ -24,11 +24,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 from netem.errors import NoPrivilege, NetemError
+from netem.rules import PROBE_CHAIN
 
 NETNS_DIR = "/run/netns"
 CLONE_NEWNET = 0x40000000
 CAP_NET_ADMIN = 12
-PROBE_CHAIN = "LL_PROBE"
 
 # One line per thing the probe could not find; the keys of Capabilities they explain.
 MISSING_TEXT = {

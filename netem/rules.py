@@ -4,7 +4,7 @@ The lab's own chains (filter table only):
 
     OUTPUT  -j LL_OUT    LL_OUT  the out-direction rules of all faults
     INPUT   -j LL_IN     LL_IN   the in-direction rules
-                         LL_*    per-fault chains (random loss)
+                         LL_L_*  per-fault chains (random loss)
 
 Every dropped or rejected packet first hits `-j NFLOG --nflog-group 5 --nflog-threshold 1` with the
 prefix `ll <kind> <name> <out|in>`, so a capture of nflog:5 shows it (`nflog()` below).
@@ -16,6 +16,13 @@ from dataclasses import dataclass, field
 NFLOG_GROUP = 5
 OUT_CHAIN = "LL_OUT"
 IN_CHAIN = "LL_IN"
+FAULT_CHAIN_PREFIX = "LL_L_"  # a chain of one fault's own (random loss) starts with this
+PROBE_CHAIN = "LL_PROBE"      # netem.kernel tries xtables targets in it, unhooked
+
+
+def is_netem_chain(name: str) -> bool:
+    """A chain netem makes (and so may remove). Other LL_ chains (the topology's uplink) are not."""
+    return name in (OUT_CHAIN, IN_CHAIN, PROBE_CHAIN) or name.startswith(FAULT_CHAIN_PREFIX)
 
 
 @dataclass

@@ -35,7 +35,7 @@ from typing import Callable
 from netem.errors import NetemError, NoPrivilege, RuleError, ToolMissing
 from netem.fault import Fault, InstalledFault, RuleFault
 from netem.kernel import in_netns
-from netem.rules import IN_CHAIN, OUT_CHAIN, render_restore
+from netem.rules import IN_CHAIN, OUT_CHAIN, is_netem_chain, render_restore
 
 HOOKS = (("OUTPUT", OUT_CHAIN), ("INPUT", IN_CHAIN))
 
@@ -333,7 +333,7 @@ class FaultTable:
         lines = out.splitlines() if rc == 0 else []
         first = ["*filter"] + [f"-D {hook} -j {chain}" for hook, chain in HOOKS
                                for l in lines if l == f"-A {hook} -j {chain}"]
-        chains = [l.split()[1] for l in lines if l.startswith("-N LL_")]
+        chains = [l.split()[1] for l in lines if l.startswith("-N ") and is_netem_chain(l.split()[1])]
         first += [f":{c} - [0:0]" for c in chains] + ["COMMIT"]
         self.restore("\n".join(first) + "\n")
         if chains:

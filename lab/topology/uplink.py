@@ -216,8 +216,7 @@ def remove_uplinks(run_id: str | None = None) -> dict:
 def down(run_id: str | None = None, *, current_ns: bool = True, pid_dir: Path | None = None) -> dict:
     """Remove a run's leftovers (None: every lab run's): netem's, then the uplink's. Never raises.
     Returns netem.cleanup.down()'s report with "uplinks" (the veths removed) added."""
-    # LL_FWD is left to remove_uplinks(): with a run id it still holds other runs' rules
-    report = cleanup.down(run_id, current_ns=current_ns, pid_dir=pid_dir, keep_chains=(FWD_CHAIN,))
+    report = cleanup.down(run_id, current_ns=current_ns, pid_dir=pid_dir)  # leaves LL_NAT/LL_FWD: not netem's
     up = remove_uplinks(run_id)
     report["uplinks"] = up["links"]
     report["chains"] += up["chains"]

@@ -10,7 +10,7 @@ import hashlib
 from netem import spec as S
 from netem.fault import MatchFault
 from netem.kinds.blackhole import DEFAULT_QUEUE
-from netem.rules import Rules
+from netem.rules import FAULT_CHAIN_PREFIX, Rules
 
 
 class Loss(MatchFault):
@@ -32,7 +32,7 @@ class Loss(MatchFault):
 
     @property
     def chain(self) -> str:
-        return "LL_L_" + hashlib.sha1(self.name.encode()).hexdigest()[:10]
+        return FAULT_CHAIN_PREFIX + hashlib.sha1(self.name.encode()).hexdigest()[:10]
 
     def rules(self) -> Rules:
         # One coin toss per packet: the statistic match jumps into the fault's own chain, where the

@@ -160,7 +160,7 @@ def test_pick_uplink_skips_used_slashes_30(monkeypatch):
     assert t.uplink_client_ip == str(net.network_address + 2)
 
 
-def test_down_is_netems_then_the_uplinks_and_keeps_the_forward_chain_for_remove_uplinks(fake, monkeypatch):
+def test_down_is_netems_then_the_uplinks(fake, monkeypatch):
     calls = []
 
     def netem_down(run_id, **kw):
@@ -169,7 +169,7 @@ def test_down_is_netems_then_the_uplinks_and_keeps_the_forward_chain_for_remove_
                 "errors": []}
     monkeypatch.setattr(cleanup, "down", netem_down)
     rep = uplink.down("a", current_ns=False)
-    assert calls == [("netem", "a", {"current_ns": False, "pid_dir": None, "keep_chains": ("LL_FWD",)})]
+    assert calls == [("netem", "a", {"current_ns": False, "pid_dir": None})]
     assert rep["uplinks"] == [uplink.uplink_ifname("a")] and rep["chains"] == ["ll-a-c:LL_OUT"]
     assert uplink.uplink_rules("a") == [] and len(uplink.uplink_rules("b")) == 3
     assert cleanup.describe(rep) == "removed 1 processes, 1 chains, 0 qdiscs, 1 namespaces, 1 uplinks"
