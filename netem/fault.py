@@ -15,7 +15,7 @@ Two small interfaces say how a fault takes effect; a kind implements one or both
                     a qdisc, or a worker process. Installed before its rules go in, removed after.
 
     f = build({"kind": "blackhole", "name": "b1", "target": {"dst": "10.203.7.2", "dport": 8443}})
-    f.apply()      # active in the current namespace (through the process-wide FaultTable)
+    f.apply(table) # active in the table's namespace (table: a netem.table.FaultTable)
     f.clear()      # gone; idempotent
 """
 from __future__ import annotations
@@ -66,11 +66,9 @@ class Fault(ABC):
         return spec
 
     # ---- life cycle --------------------------------------------------------------------------
-    def apply(self, table=None) -> "Fault":
-        """Make the fault active (in `table`, default: the process-wide table of this namespace)."""
-        from netem.table import default_table  # the table module imports this one
-
-        (table or default_table()).add(self)
+    def apply(self, table) -> "Fault":
+        """Make the fault active in `table` (a netem.table.FaultTable: it owns the namespace's chains)."""
+        table.add(self)
         return self
 
     def clear(self) -> None:

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 from netem.errors import NoPrivilege, NetemError
+from netem.nfqueue import NfQueue
 from netem.rules import PROBE_CHAIN
 
 NETNS_DIR = "/run/netns"
@@ -252,8 +253,6 @@ class Prober:
 
     def try_nfqueue_bind(self) -> tuple[bool, str]:
         """Bind a throw-away NFQUEUE queue in this namespace for a moment. (ok, error text)."""
-        from netem.nfqueue import NfQueue  # lazy: unit tests never need netlink
-
         try:
             NfQueue(PROBE_QUEUE + os.getpid() % 500).close()
             return True, ""

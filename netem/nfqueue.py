@@ -23,7 +23,7 @@ import select
 import socket
 import struct
 
-from netem.errors import FaultUnsupported, NetemError, NoPrivilege
+from netem.errors import FaultUnsupported, NetemError
 
 NETLINK_NETFILTER = 12
 NFNL_SUBSYS_QUEUE = 3
@@ -99,10 +99,9 @@ class NfQueue:
                     err = -struct.unpack_from("=i", data, 0)[0]
                     if err == 0:
                         return
-                    if err == errno.EPERM:
-                        raise NoPrivilege(f"nfqueue {self.queue}: binding a queue needs CAP_NET_ADMIN")
-                    if err == errno.EBUSY:
-                        raise NetemError(f"nfqueue {self.queue}: another listener already holds this queue")
+                    if err == errno.EPERM:  # the kernel says EPERM for both
+                        raise NetemError(f"nfqueue {self.queue}: refused (EPERM): another listener holds "
+                                         f"this queue, or no CAP_NET_ADMIN here")
                     raise NetemError(f"nfqueue {self.queue}: the kernel refused the config: {os.strerror(err)}")
                 if kind == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET:
                     self._early += self._packet_id(data)

@@ -385,14 +385,3 @@ class FaultTable:
             self.close()
         except Exception:
             pass
-
-
-_default: FaultTable | None = None
-
-
-def default_table() -> FaultTable:
-    """The process-wide table of the current namespace (what Fault.apply() uses by default)."""
-    global _default
-    if _default is None:
-        _default = FaultTable()
-    return _default

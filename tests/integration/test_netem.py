@@ -22,7 +22,7 @@ import pytest
 from lab.capture import dropped
 from lab.topology.netns import NetnsTopology
 from netem import cleanup
-from netem.errors import FaultUnsupported
+from netem.errors import FaultUnsupported, NetemError
 from netem.faults import build
 from netem.kernel import in_netns, list_netns, probe
 from netem.table import FaultTable
@@ -383,6 +383,19 @@ def test_userspace_delay_adds_what_was_asked_and_clear_goes_back_to_baseline(top
     assert pct(added, 0.5) < asked + 50                                      # loose: the machine is shared
     assert pct(after, 0.5) < pct(base, 0.5) + 0.5 * asked                    # back to baseline, not held
     assert worker not in delay_workers() and "NFQUEUE" not in iptables_s(topo.ns_client)
+
+
+@pytest.mark.skipif(not CAPS.nfqueue_bind, reason="no NFQUEUE queue can be bound here (nfnetlink_queue)")
+def test_a_worker_that_cannot_bind_is_one_line_and_leaves_no_rule(topo, table):
+    spec = {"kind": "delay", "delay_ms": 10, "queue": 4343, "target": {"dst": topo.endpoint_host}}
+    first = build({**spec, "name": "first"}).apply(table)
+    with pytest.raises(NetemError) as e:
+        build({**spec, "name": "second"}).apply(table)
+    assert str(e.value) == ("fault delay second: the worker did not start: netem delay worker: nfqueue 4343: "
+                            "refused (EPERM): another listener holds this queue, or no CAP_NET_ADMIN here")
+    assert table.faults == [first] and iptables_s(topo.ns_client).count("--queue-num 4343") == 1
+    first.clear()
+    assert "4343" not in iptables_s(topo.ns_client)
 
 
 @pytest.mark.skipif(not CAPS.nfqueue_bind, reason="no NFQUEUE queue can be bound here (nfnetlink_queue)")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from netem.errors import FaultSpecError, NetemError, NoPrivilege
+from netem.errors import FaultSpecError, NetemError
 from netem.faults import build
 from netem.kinds.delay import QUEUE_BASE, QUEUE_SPAN, Delay, hold_and_release
 from netem.nfqueue import NfQueue
@@ -171,15 +171,16 @@ def test_packet_ids_are_read_from_a_buffer_of_several_messages():
     assert [NfQueue._packet_id(d) for _k, _s, d in NfQueue._messages(buf)] == [[7], [8]]
 
 
-def test_config_waits_for_its_ack_keeps_early_packets_and_names_a_busy_queue():
+def test_config_waits_for_its_ack_keeps_early_packets_and_names_a_refusal():
     s = FakeSock([_packet_msg(5) + _error_msg(1, 0)])
     q = _queue(s)
     q._config(b"")
     assert q._early == [5]
-    with pytest.raises(NetemError, match="nfqueue 4242: another listener already holds this queue"):
-        _queue(FakeSock([_error_msg(1, errno.EBUSY)]))._config(b"")
-    with pytest.raises(NoPrivilege, match="needs CAP_NET_ADMIN"):
+    with pytest.raises(NetemError, match=r"^nfqueue 4242: refused \(EPERM\): another listener holds this queue, "
+                                         r"or no CAP_NET_ADMIN here$"):
         _queue(FakeSock([_error_msg(1, errno.EPERM)]))._config(b"")
+    with pytest.raises(NetemError, match="the kernel refused the config: Invalid argument"):
+        _queue(FakeSock([_error_msg(1, errno.EINVAL)]))._config(b"")
 
 
 def test_uninstall_before_install_is_quiet():
