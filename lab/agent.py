@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import scenario as scenario_mod
-from lab.errors import LabError
+from lab.errors import ONE_LINE_ERRORS, LabError
 from lab.events import Event, EventLog
 
 
@@ -144,7 +144,7 @@ class Agent:
         label = step.id or f"#{i}"
         try:
             await self._execute(step)
-        except LabError:
+        except ONE_LINE_ERRORS:
             raise
         except Exception as e:  # a step that fails is recorded, and the run goes on to its end
             self.log.write("step.error", src="agent", id=label, error=f"{type(e).__name__}: {e}")
@@ -218,7 +218,7 @@ class Agent:
                 for t in done:
                     if t is not ender and t.exception():
                         raise t.exception()
-        except LabError as e:
+        except ONE_LINE_ERRORS as e:
             status, error = "error", str(e)
         except asyncio.CancelledError:
             status, error = "interrupted", "the run was interrupted"

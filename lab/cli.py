@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-from lab.errors import LabError
+from lab.errors import ONE_LINE_ERRORS
 
 # (module, what it adds): each module exposes add_parser(subparsers) and sets args.func.
 SUBCOMMAND_MODULES = [
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc = args.func(args)
         return int(rc or 0)
-    except LabError as e:
+    except ONE_LINE_ERRORS as e:
         print(f"lab: {e}", file=sys.stderr)
         return e.code
     except KeyboardInterrupt:

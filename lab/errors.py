@@ -3,6 +3,7 @@
 Every room raises a LabError (or a subclass) for bad input or a missing capability; the CLI prints
 `lab: <message>` and exits with `code`. Nothing already recorded is removed on the way out.
 """
+from netem.errors import NetemError
 
 
 class LabError(Exception):
@@ -21,3 +22,8 @@ class ScenarioError(LabError):
 class CapabilityError(LabError):
     """The machine lacks something a run needs (root, NET_ADMIN, netem, Docker, a tool)."""
     code = 3
+
+
+# netem stands alone (it imports nothing from lab), so its errors are not LabErrors; they carry the
+# same one line and `code`. Where lab turns an error into one line (the CLI, the agent) it catches these.
+ONE_LINE_ERRORS = (LabError, NetemError)

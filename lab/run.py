@@ -286,7 +286,8 @@ def _cmd_list(args) -> int:
 def _cmd_down(args) -> int:
     done = []
     try:
-        from netem.cleanup import describe, down
+        from lab.topology.uplink import down  # netem.cleanup.down and the live-mode uplinks
+        from netem.cleanup import describe
         done.append(describe(down()))
     except ModuleNotFoundError:
         pass

@@ -1,4 +1,7 @@
-"""`lab netem probe|apply|clear`: the fault machinery by hand, in the current namespace (or --netns)."""
+"""`lab netem probe|apply|clear`: the fault machinery by hand, in the current namespace (or --netns).
+
+Imports nothing from lab: its errors are NetemErrors, which the lab CLI prints as one line.
+"""
 from __future__ import annotations
 
 import json
@@ -6,8 +9,12 @@ import sys
 import time
 from pathlib import Path
 
-from netem.errors import FaultSpecError, NetemError
-from lab.errors import CapabilityError
+from netem.cleanup import remove_chains
+from netem.errors import CapabilityMissing, FaultSpecError
+from netem.faults import build, kinds, unmet
+from netem.kernel import probe
+from netem.kinds.netem import remove_netem
+from netem.table import FaultTable
 
 
 def add_parser(sub) -> None:
@@ -15,7 +22,7 @@ def add_parser(sub) -> None:
     nsub = p.add_subparsers(dest="netem_command", metavar="WHAT")
     p.set_defaults(func=lambda a: (p.print_help(), 0)[1])
 
-    pr = nsub.add_parser("probe", help="what this kernel and namespace offer (iptables, nflog, nfqueue, netem)")
+    pr = nsub.add_parser("probe", help="what this kernel and namespace offer, and which fault kinds can run")
     pr.add_argument("--json", action="store_true", help="print the capabilities as JSON")
     pr.set_defaults(func=_probe)
 
@@ -32,14 +39,25 @@ def add_parser(sub) -> None:
     cl.set_defaults(func=_clear)
 
 
-def _probe(args) -> int:
-    from netem.kernel import probe
+def kinds_summary(caps) -> str:
+    """One line per fault kind: yes, or NO and what it lacks (from the kind's `requires`)."""
+    lines = ["fault kinds:"]
+    for k in kinds():
+        lacks = unmet(k, caps)
+        lines.append(f"  {k:10s} {'yes' if not lacks else 'NO   needs ' + '; '.join(lacks)}")
+    return "\n".join(lines)
 
+
+def _probe(args) -> int:
     caps = probe()
-    print(json.dumps(caps.as_dict(), indent=2) if args.json else caps.summary())
+    if args.json:
+        print(json.dumps({**caps.as_dict(), "kinds": {k: unmet(k, caps) for k in kinds()}}, indent=2))
+    else:
+        print(caps.summary())
+        print(kinds_summary(caps))
     if not caps.iptables:
         why = caps.missing[0] if caps.missing else "iptables-restore failed"
-        raise CapabilityError(f"iptables is not usable here: {why}")
+        raise CapabilityMissing(f"iptables is not usable here: {why}")
     return 0
 
 
@@ -60,10 +78,10 @@ def _load_specs(text: str) -> list[dict]:
 
 
 def _apply(args) -> int:
-    from netem.faults import build
-    from netem.table import FaultTable
-
     faults = [build(s) for s in _load_specs(args.spec)]
+    if args.hold is None and any(f.lives_with_owner for f in faults):
+        held = ", ".join(f.kind for f in faults if f.lives_with_owner)
+        raise FaultSpecError(f"{held} lasts only while the process that applied it runs: give --hold SECONDS")
     table = FaultTable(netns=args.netns, handle_signals=args.hold is not None)
     try:
         for f in faults:
@@ -88,13 +106,7 @@ def _apply(args) -> int:
 
 
 def _clear(args) -> int:
-    from netem.cleanup import remove_chains
-    from netem.faults import remove_netem
-
-    try:
-        chains = remove_chains(args.netns)
-        qdiscs = remove_netem(None, args.netns)
-    except NetemError:
-        raise
+    chains = remove_chains(args.netns)
+    qdiscs = remove_netem(None, args.netns)
     print(f"removed {len(chains)} lab chain(s)" + (f" and netem on {', '.join(qdiscs)}" if qdiscs else ""))
     return 0

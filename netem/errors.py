@@ -1,33 +1,37 @@
-"""Errors of the netem room. Each carries one clear line; the CLI prints it as `lab: <message>`.
+"""Errors of the netem room. Each carries one clear line, and the exit code it means.
 
-Everything derives from NetemError (a LabError). What the machine lacks (a kernel feature, a tool,
-the privilege) is also a CapabilityError, so callers that only know lab.errors can still tell
-"bad input" (exit 2) from "this machine cannot" (exit 3).
+netem stands alone (it imports nothing from lab), so its errors are not LabErrors: `lab netem ...`
+prints them itself, and lab code that calls netem catches NetemError next to LabError. `code` keeps
+the lab's convention: 2 for bad input, 3 for "this machine cannot" (CapabilityMissing and below).
 """
 from __future__ import annotations
 
-from lab.errors import CapabilityError, LabError
 
-
-class NetemError(LabError):
+class NetemError(Exception):
     """Any failure of the fault machinery."""
+    code = 2
 
 
 class FaultSpecError(NetemError):
-    """A fault spec that does not validate; the message names the field and what is allowed."""
-
-
-class FaultUnsupported(NetemError, CapabilityError):
-    """The kernel lacks what a fault needs (sch_netem, an xtables target)."""
-
-
-class NoPrivilege(NetemError, CapabilityError):
-    """Not root / no CAP_NET_ADMIN in this namespace."""
-
-
-class ToolMissing(NetemError, CapabilityError):
-    """A command-line tool (iptables-restore, tcpdump, ip) is not installed."""
+    """A fault spec that does not validate; the message names the key and what is allowed."""
 
 
 class RuleError(NetemError):
     """iptables-restore refused a rule set; the message carries its first error line."""
+
+
+class CapabilityMissing(NetemError):
+    """The machine lacks something a fault needs; exit code 3, as lab's CapabilityError."""
+    code = 3
+
+
+class FaultUnsupported(CapabilityMissing):
+    """The kernel lacks what a fault needs (sch_netem, an xtables target, nfnetlink_queue)."""
+
+
+class NoPrivilege(CapabilityMissing):
+    """Not root / no CAP_NET_ADMIN in this namespace."""
+
+
+class ToolMissing(CapabilityMissing):
+    """A command-line tool (iptables-restore, tcpdump, ip) is not installed."""

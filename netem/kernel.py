@@ -1,8 +1,9 @@
 """What this kernel and this namespace offer the fault machinery, found by trying, not by guessing.
 
 `probe()` answers with a `Capabilities`: root and CAP_NET_ADMIN, a usable iptables (and which
-xtables targets it accepts: NFLOG, NFQUEUE, statistic, REJECT), tcpdump's nflog interface, and
-whether the `netem` qdisc exists. netem is probed by really adding a netem qdisc to a veth in a
+xtables targets it accepts: NFLOG, NFQUEUE, statistic, REJECT), whether a queue can be bound
+(nfnetlink_queue: the userspace delay), tcpdump's nflog interface, and whether the `netem` qdisc
+exists. `Capabilities.features()` names what is there, in the words fault kinds use in `requires`. netem is probed by really adding a netem qdisc to a veth in a
 throw-away namespace (`ll-probe-<pid>`) and removing it; where namespaces cannot be made
 (a container without CAP_SYS_ADMIN) a throw-away veth in the current namespace is used instead.
 The iptables targets are tried in an unhooked throw-away chain (`LL_PROBE`), so no packet is touched.
@@ -23,11 +24,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 from netem.errors import NoPrivilege, NetemError
+from netem.nfqueue import NfQueue
+from netem.rules import PROBE_CHAIN
 
 NETNS_DIR = "/run/netns"
 CLONE_NEWNET = 0x40000000
 CAP_NET_ADMIN = 12
-PROBE_CHAIN = "LL_PROBE"
 
 # One line per thing the probe could not find; the keys of Capabilities they explain.
 MISSING_TEXT = {
@@ -38,7 +40,8 @@ MISSING_TEXT = {
     "nfqueue": "the xtables NFQUEUE target (xt_NFQUEUE): no silent blackhole or random loss",
     "statistic": "the xtables statistic match (xt_statistic): no random loss",
     "reject": "the xtables REJECT target (nft_reject / ipt_REJECT): no reset fault",
-    "netem": "sch_netem: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM); delay/jitter/rate faults are unavailable",
+    "nfqueue_bind": "nfnetlink_queue: no NFQUEUE queue can be bound here, so no userspace delay",
+    "netem": "sch_netem: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM); the delay kind (userspace) stands in for delay/jitter",
     "netns": "network namespaces cannot be created here (the netns topology needs root and CAP_SYS_ADMIN)",
     "tcpdump_nflog": "tcpdump cannot open nflog:5 (libpcap without nflog support, or tcpdump missing)",
 }
@@ -50,6 +53,9 @@ IPTABLES_TRIALS = {
     "statistic": "-m statistic --mode random --probability 0.5 -j RETURN",
     "reject": "-p tcp -j REJECT --reject-with tcp-reset",
 }
+# Capabilities fields that are features a fault kind may require (the rest describe the machine)
+FEATURES = ("iptables", "nflog", "nfqueue", "statistic", "reject", "nfqueue_bind", "netem")
+PROBE_QUEUE = 65000  # + pid % 500: a queue bound for a moment by the probe; never the blackhole's 99
 
 
 # --------------------------------------------------------------------------------------- namespaces
@@ -98,6 +104,22 @@ def list_netns() -> list[str]:
         return []
 
 
+def netns_name() -> str | None:
+    """The name (under /run/netns) of the calling thread's network namespace; None if it has none."""
+    try:
+        here = os.stat("/proc/thread-self/ns/net")
+    except OSError:
+        return None
+    for name in list_netns():
+        try:
+            st = os.stat(os.path.join(NETNS_DIR, name))
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino):
+            return name
+    return None
+
+
 # ----------------------------------------------------------------------------------- capabilities
 
 @dataclass
@@ -110,6 +132,7 @@ class Capabilities:
     nfqueue: bool = False
     statistic: bool = False
     reject: bool = False
+    nfqueue_bind: bool = False
     netem: bool = False
     netns: bool = False
     tcpdump_nflog: bool = False
@@ -121,6 +144,10 @@ class Capabilities:
     def faults_ok(self) -> bool:
         """iptables faults (blackhole, reject, loss) can run here."""
         return self.iptables and self.nflog and self.nfqueue
+
+    def features(self) -> frozenset[str]:
+        """The features present, named as fault kinds name them in `requires`."""
+        return frozenset(f for f in FEATURES if getattr(self, f))
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -135,6 +162,7 @@ class Capabilities:
             f"  NFQUEUE target     {yes(self.nfqueue)}",
             f"  statistic match    {yes(self.statistic)}",
             f"  REJECT target      {yes(self.reject)}",
+            f"NFQUEUE bind         {yes(self.nfqueue_bind)}",
             f"tc qdisc netem       {yes(self.netem)}",
             f"network namespaces   {yes(self.netns)}",
             f"tcpdump nflog:5      {yes(self.tcpdump_nflog)}",
@@ -223,6 +251,14 @@ class Prober:
                 except Exception:
                     pass
 
+    def try_nfqueue_bind(self) -> tuple[bool, str]:
+        """Bind a throw-away NFQUEUE queue in this namespace for a moment. (ok, error text)."""
+        try:
+            NfQueue(PROBE_QUEUE + os.getpid() % 500).close()
+            return True, ""
+        except NetemError as e:
+            return False, str(e)
+
     def can_make_netns(self) -> bool:
         from pyroute2 import netns
 
@@ -274,6 +310,10 @@ def probe(prober: Prober | None = None, *, netem: bool = True) -> Capabilities:
 
     if c.root:
         c.netns = p.can_make_netns()
+    if c.root or c.net_admin:
+        c.nfqueue_bind, err = p.try_nfqueue_bind()
+        if err:
+            c.notes.append(f"nfqueue bind: {err}")
     if netem and (c.root or c.net_admin):
         ok, where, err = p.try_qdisc("netem")
         c.netem = ok
@@ -292,6 +332,8 @@ def probe(prober: Prober | None = None, *, netem: bool = True) -> Capabilities:
         if key == "netem" and not (c.root or c.net_admin):
             c.missing.append("sch_netem could not be probed (needs root / CAP_NET_ADMIN)")
             continue
+        if key == "nfqueue_bind" and not (c.root or c.net_admin):
+            continue  # already said: no CAP_NET_ADMIN
         if not getattr(c, key):
             c.missing.append(text)
     return c

@@ -15,6 +15,8 @@ Layout (filter table only; the nat table, where Docker keeps its DNS rules, is n
 Every change rewrites LL_OUT and LL_IN whole in one nf_tables transaction (declaring a chain under
 --noflush flushes it), so the rule set is never half-applied and a change costs one process spawn.
 One FaultTable owns the chains of its namespace; `clear_all()` and `close()` are idempotent.
+A fault that installs something besides rules (netem.fault.InstalledFault: a qdisc, a worker)
+is installed before its rules go in and uninstalled after they went.
 """
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ import time
 from typing import Callable
 
 from netem.errors import NetemError, NoPrivilege, RuleError, ToolMissing
-from netem.faults import IN_CHAIN, OUT_CHAIN, Fault, render_restore
+from netem.fault import Fault, InstalledFault, RuleFault
 from netem.kernel import in_netns
+from netem.rules import IN_CHAIN, OUT_CHAIN, is_netem_chain, render_restore
 
 HOOKS = (("OUTPUT", OUT_CHAIN), ("INPUT", IN_CHAIN))
 
@@ -218,16 +221,21 @@ class FaultTable:
                 raise NetemError(f"fault {fault.name} is already active in another table")
             if any(f.name == fault.name for f in self._faults):
                 raise NetemError(f"a fault named {fault.name!r} is already active; give each fault its own name")
-            if fault.iptables:
+            if isinstance(fault, RuleFault):
                 self.setup()
             else:
                 self._arm()
             t0 = time.time()
-            if fault.iptables:
-                self.restore(render_restore([f for f in self._faults if f.iptables] + [fault]))
-                self._stale = [c for c in self._stale if c not in fault.rules().chains]
-            else:
+            if isinstance(fault, InstalledFault):
                 fault.install(self.netns)
+            if isinstance(fault, RuleFault):
+                try:
+                    self.restore(render_restore(self._rule_faults() + [fault]))
+                except BaseException:
+                    if isinstance(fault, InstalledFault):
+                        fault.uninstall(self.netns)
+                    raise
+                self._stale = [c for c in self._stale if c not in fault.rules().chains]
             self.last_apply = (t0, time.time())
             self._faults.append(fault)
             fault._table = self
@@ -239,14 +247,14 @@ class FaultTable:
                 return
             rest = [f for f in self._faults if f is not fault]
             t0 = time.time()
-            if fault.iptables:
+            if isinstance(fault, RuleFault):
                 # the fault's own chains are emptied now and deleted by clear_all()/close(): deleting
                 # them here would be one more nf_tables transaction, and a transaction that follows
                 # a removal within ~20 ms waits for the kernel's deferred destroy (an RCU grace period)
                 stale = list(fault.rules().chains)
-                self.restore(render_restore([f for f in rest if f.iptables], stale_chains=stale))
+                self.restore(render_restore([f for f in rest if isinstance(f, RuleFault)], stale_chains=stale))
                 self._stale += [c for c in stale if c not in self._stale]
-            else:
+            if isinstance(fault, InstalledFault):
                 fault.uninstall(self.netns)
             self.last_apply = (t0, time.time())
             self._faults = rest
@@ -266,20 +274,25 @@ class FaultTable:
     def faults(self) -> list[Fault]:
         return list(self._faults)
 
+    def _rule_faults(self) -> list[Fault]:
+        return [f for f in self._faults if isinstance(f, RuleFault)]
+
     def clear_all(self) -> None:
-        """Remove every fault (rules and netem qdiscs). Idempotent; safe before setup()."""
+        """Remove every fault (rules, then qdiscs and workers). Idempotent; safe before setup()."""
         with self._lock:
             errors = []
-            for f in [f for f in self._faults if not f.iptables]:
-                try:
-                    f.uninstall(self.netns)
-                except Exception as e:  # keep going: the rules must go even if a qdisc will not
-                    errors.append(str(e))
-            if self._ready:
-                stale = list(dict.fromkeys(self._stale + [c for f in self._faults for c in f.rules().chains]))
-                self.restore(render_restore([], stale_chains=stale))
-                self._stale = stale
-                self._gc()
+            try:
+                if self._ready:
+                    stale = list(dict.fromkeys(self._stale + [c for f in self._rule_faults() for c in f.rules().chains]))
+                    self.restore(render_restore([], stale_chains=stale))
+                    self._stale = stale
+                    self._gc()
+            finally:  # what is installed goes even if the rules would not
+                for f in [f for f in self._faults if isinstance(f, InstalledFault)]:
+                    try:
+                        f.uninstall(self.netns)
+                    except Exception as e:  # keep going: one qdisc that will not go must not keep the rest
+                        errors.append(str(e))
             for f in self._faults:
                 f._table = None
             self._faults = []
@@ -320,7 +333,7 @@ class FaultTable:
         lines = out.splitlines() if rc == 0 else []
         first = ["*filter"] + [f"-D {hook} -j {chain}" for hook, chain in HOOKS
                                for l in lines if l == f"-A {hook} -j {chain}"]
-        chains = [l.split()[1] for l in lines if l.startswith("-N LL_")]
+        chains = [l.split()[1] for l in lines if l.startswith("-N ") and is_netem_chain(l.split()[1])]
         first += [f":{c} - [0:0]" for c in chains] + ["COMMIT"]
         self.restore("\n".join(first) + "\n")
         if chains:
@@ -372,14 +385,3 @@ class FaultTable:
             self.close()
         except Exception:
             pass
-
-
-_default: FaultTable | None = None
-
-
-def default_table() -> FaultTable:
-    """The process-wide table of the current namespace (what Fault.apply() uses by default)."""
-    global _default
-    if _default is None:
-        _default = FaultTable()
-    return _default

@@ -8,6 +8,10 @@ through a FaultTable. Per iteration it records, from the scheduled time t (just 
   first drop  t -> the first packet the fault logged, as tcpdump on nflog:5 stamps it (read time)
   clear       the clear's own duration
 
+The userspace delay (kind delay: NFQUEUE and a worker process) has its own row: onset (the worker
+starts and binds its queue, then the rule goes in), clear, and how far the added delay of a TCP
+connect (its SYN held) is from what was asked: connect time with the fault minus without, minus asked.
+
 Baselines, the way a fault is applied from outside: `ip netns exec <ns> iptables-restore` (an
 exec-style spawn into the namespace) and, where a Docker engine answers and a container is named
 (`--docker-container` or $LIVELAB_BENCH_CONTAINER; otherwise a throw-away container from
@@ -32,6 +36,12 @@ import threading
 import time
 
 from lab.errors import LabError
+from lab.topology.netns import NetnsTopology
+from lab.topology.uplink import down
+from netem.errors import NetemError
+from netem.faults import build
+from netem.kernel import in_netns
+from netem.table import FaultTable
 
 MODES = ("silent", "eperm", "reject", "loss")
 B2B = "silent-b2b"  # silent, applied immediately after another fault was cleared
@@ -143,9 +153,6 @@ def worker(config: dict) -> dict:
     `iptables-restore` process per change, spawned from inside the namespace (what a FaultTable
     without its persistent iptables-restore would cost).
     """
-    from netem.faults import build
-    from netem.table import FaultTable
-
     host, port, n, p = config["host"], config["port"], config["n"], config.get("p", 0.3)
     gap = config.get("gap", 0.05)
     rows = []
@@ -179,7 +186,40 @@ def worker(config: dict) -> dict:
                                      "clear_ms": t_clear * 1e3})
     finally:
         watch.close()
-    return {"rows": rows, "spawn_in_ns": exec_baseline([], n, gap)}
+    return {"rows": rows, "spawn_in_ns": exec_baseline([], n, gap), "delay": delay_rows(config)}
+
+
+def _connect_ms(host: str, port: int) -> float:
+    t = time.monotonic()
+    socket.create_connection((host, port), timeout=5).close()
+    return (time.monotonic() - t) * 1e3
+
+
+def delay_rows(config: dict) -> dict:
+    """The userspace delay, n times: onset and clear (ms), and the added-delay error (ms) of a
+    connect whose SYN is held, against a connect just before without the fault."""
+    host, port, n, asked = config["host"], config["port"], config["n"], config.get("delay_ms", 40.0)
+    out: dict = {"asked_ms": asked, "active_ms": [], "clear_ms": [], "error_ms": []}
+    spec = {"kind": "delay", "name": "bench-delay", "delay_ms": asked, "direction": "out",
+            "target": {"dst": host, "dport": port}}
+    try:
+        with FaultTable(handle_signals=False) as table:
+            for i in range(n + 2):  # two warm-up rounds, not recorded
+                base = _connect_ms(host, port)
+                f = build(spec)
+                t = time.time()
+                table.add(f)
+                active = (time.time() - t) * 1e3
+                held = _connect_ms(host, port)
+                t = time.time()
+                table.remove(f)
+                if i >= 2:
+                    out["active_ms"].append(active)
+                    out["clear_ms"].append((time.time() - t) * 1e3)
+                    out["error_ms"].append(held - base - asked)
+    except NetemError as e:
+        out["error"] = str(e)
+    return out
 
 
 def run_worker(prefix: list[str], config: dict, python: str = sys.executable, env: dict | None = None) -> dict:
@@ -238,7 +278,8 @@ def docker_target(name: str | None, image: str) -> tuple[str | None, bool, str]:
 
 # ------------------------------------------------------------------------------------ report
 
-def report(rows: list[dict], baselines: dict[str, list[float]], notes: list[str], out=sys.stdout) -> dict:
+def report(rows: list[dict], baselines: dict[str, list[float]], notes: list[str], out=sys.stdout,
+           delay: dict | None = None) -> dict:
     summary: dict = {"modes": {}, "baselines": {}}
     w = out.write
     w(f"{'mode':10} {'n':>3}  {'rule active p50/p99 ms':>24}  {'first drop on nflog p50/p99 ms':>32}  {'clear p50/p99 ms':>18}\n")
@@ -267,6 +308,17 @@ def report(rows: list[dict], baselines: dict[str, list[float]], notes: list[str]
         ratio = b50 / in_p50 if in_p50 else float("nan")
         summary["baselines"][name] = {"p50": b50, "p99": b99, "ratio_p50": ratio}
         w(f"baseline {name}: p50 {b50:.2f} ms, p99 {b99:.2f} ms  ->  {ratio:.1f}x the in-namespace p50\n")
+    if delay and delay.get("error"):
+        w(f"delay (userspace, NFQUEUE): not measured: {delay['error']}\n")
+    elif delay and delay.get("active_ms"):
+        a, c, e = delay["active_ms"], delay["clear_ms"], delay["error_ms"]
+        summary["delay"] = {"asked_ms": delay["asked_ms"], "n": len(a), "active_p50": pct(a, .5),
+                            "active_p99": pct(a, .99), "clear_p50": pct(c, .5), "clear_p99": pct(c, .99),
+                            "error_p50": pct(e, .5), "error_p99": pct(e, .99)}
+        d = summary["delay"]
+        w(f"delay (userspace, NFQUEUE) asked {d['asked_ms']:g} ms, n={d['n']}: onset (worker + rule) p50 "
+          f"{d['active_p50']:.1f} / p99 {d['active_p99']:.1f} ms, clear p50 {d['clear_p50']:.1f} / p99 "
+          f"{d['clear_p99']:.1f} ms, added-delay error p50 {d['error_p50']:+.2f} / p99 {d['error_p99']:+.2f} ms\n")
     for n in notes:
         w(f"note: {n}\n")
     return summary
@@ -291,14 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.topology == "compose":
         return _main_compose(args)
 
-    from lab.topology.netns import NetnsTopology
-    from netem import cleanup
-
     topo = NetnsTopology(f"bench{os.getpid()}")
     topo.up()
     sink = None
     try:
-        from netem.kernel import in_netns
         with in_netns(topo.ns_endpoint):
             sink = socket.socket()
         sink.bind((topo.endpoint_host, 0))
@@ -333,14 +381,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             notes.append(f"docker exec baseline not measured: {why}; the exec-style baseline is "
                          "`ip netns exec` (a process spawned into the namespace from outside)")
-        summary = report(rows, baselines, notes)
+        summary = report(rows, baselines, notes, delay=res.get("delay"))
         if args.json:
             print(json.dumps(summary, indent=2))
     finally:
         if sink:
             sink.close()
         topo.down()
-        cleanup.down(topo.run_id, current_ns=False)
+        down(topo.run_id, current_ns=False)
     return 0
 
 
@@ -353,7 +401,7 @@ SINK_SRC = ("import socket,threading\n"
 
 def _main_compose(args) -> int:
     """The same worker inside the compose lab's client container: the agent's own path there."""
-    from lab.topology.compose import ComposeTopology
+    from lab.topology.compose import ComposeTopology  # lazy: the docker SDK is on the host only, not in the images
 
     topo = ComposeTopology(f"bench{os.getpid()}", log=lambda s: None)
     try:
@@ -371,7 +419,7 @@ def _main_compose(args) -> int:
                                                                                 args.n, args.gap)}
         notes = ["rule active = the iptables-restore call returned, from the agent's place: a process already "
                  "in the client container; first drop = nflog:5 read time minus the scheduled time"]
-        summary = report(res["rows"], baselines, notes)
+        summary = report(res["rows"], baselines, notes, delay=res.get("delay"))
         if args.json:
             print(json.dumps(summary, indent=2))
     finally:

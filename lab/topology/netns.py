@@ -32,6 +32,7 @@ from pathlib import Path
 
 from lab.errors import CapabilityError, LabError
 from lab.topology.base import Topology
+from lab.topology import uplink as uplinks  # the module; `uplink` is the flag below
 from netem import cleanup
 from netem.kernel import in_netns, list_netns
 
@@ -105,7 +106,7 @@ class NetnsTopology(Topology):
         self._procs: list[tuple[subprocess.Popen, Path]] = []
         self._capture: list[tuple[subprocess.Popen, Path, Path]] = []
         self.uplink = bool(uplink)
-        self.uplink_ifname = cleanup.uplink_ifname(run_id)  # root-namespace end of the uplink veth
+        self.uplink_ifname = uplinks.uplink_ifname(run_id)  # root-namespace end of the uplink veth
         self.uplink_dev = UPLINK_DEV                          # client-namespace end
         self._uplink: int | None = None                       # index of the /30 in 10.204.0.0/16
         self.uplink_forward_rules = False                     # LL_FWD rules added (FORWARD policy DROP)
@@ -232,8 +233,8 @@ class NetnsTopology(Topology):
         from pyroute2 import IPRoute, NetNS
 
         host = self.uplink_ifname
-        with cleanup.uplink_lock():  # the /30 pick, the shared chains and ip_forward, one run at a time
-            if host in cleanup.uplink_links():
+        with uplinks.uplink_lock():  # the /30 pick, the shared chains and ip_forward, one run at a time
+            if host in uplinks.uplink_links():
                 raise LabError(f"uplink {host} already exists: run id {self.run_id!r} is in use (or run `lab down`)")
             self._uplink = self._pick_uplink()
             net = self.uplink_subnet
@@ -247,27 +248,27 @@ class NetnsTopology(Topology):
                 c.addr("add", index=idx, address=self.uplink_client_ip, prefixlen=30)
                 c.link("set", index=idx, state="up")
                 c.route("add", dst="0.0.0.0/0", gateway=self.uplink_host_ip, oif=idx)
-            cleanup.enable_ip_forward()
+            uplinks.enable_ip_forward()
             self._uplink_rules(host, net)
-        d = cleanup.NETNS_ETC / self.ns_client
+        d = uplinks.NETNS_ETC / self.ns_client
         d.mkdir(parents=True, exist_ok=True)
         (d / "resolv.conf").write_text(_host_resolv())
 
     def _uplink_rules(self, host: str, net: ipaddress.IPv4Network) -> None:
         """MASQUERADE in LL_NAT; ACCEPT in LL_FWD if FORWARD drops by default. Only the lab's chains
         and one jump to each are created; nothing else in the tables is touched."""
-        tag = f'-m comment --comment "{cleanup.uplink_comment(self.run_id)}"'
-        rc, out, err = cleanup.ipt(["iptables", "-S", "FORWARD"])
+        tag = f'-m comment --comment "{uplinks.uplink_comment(self.run_id)}"'
+        rc, out, err = uplinks.ipt(["iptables", "-S", "FORWARD"])
         if rc != 0:
             raise CapabilityError(f"iptables in the root namespace: {err.strip() or rc}")
         self.uplink_forward_rules = "-P FORWARD DROP" in out.splitlines()
-        plan = [("nat", "POSTROUTING", cleanup.NAT_CHAIN, [f"-s {net} ! -o {host} {tag} -j MASQUERADE"])]
+        plan = [("nat", "POSTROUTING", uplinks.NAT_CHAIN, [f"-s {net} ! -o {host} {tag} -j MASQUERADE"])]
         if self.uplink_forward_rules:
-            plan.append(("filter", "FORWARD", cleanup.FWD_CHAIN, [
+            plan.append(("filter", "FORWARD", uplinks.FWD_CHAIN, [
                 f"-i {host} {tag} -j ACCEPT",
                 f"-o {host} -m conntrack --ctstate RELATED,ESTABLISHED {tag} -j ACCEPT"]))
         for table, hook, chain, rules in plan:
-            rc, out, err = cleanup.ipt(["iptables", "-t", table, "-S"])
+            rc, out, err = uplinks.ipt(["iptables", "-t", table, "-S"])
             if rc != 0:
                 raise CapabilityError(f"iptables -t {table} in the root namespace: {err.strip() or rc}")
             lines = out.splitlines()
@@ -277,7 +278,7 @@ class NetnsTopology(Topology):
             if f"-A {hook} -j {chain}" not in lines:
                 text.append(f"-I {hook} 1 -j {chain}")
             text += [f"-A {chain} {r}" for r in rules] + ["COMMIT"]
-            rc, _, err = cleanup.ipt(["iptables-restore", "--noflush"], "\n".join(text) + "\n")
+            rc, _, err = uplinks.ipt(["iptables-restore", "--noflush"], "\n".join(text) + "\n")
             if rc != 0:
                 raise CapabilityError(f"could not add the uplink rules ({table}): {err.strip()[-300:]}")
 
@@ -312,7 +313,7 @@ class NetnsTopology(Topology):
         if not self._up:
             return
         try:
-            cleanup.down(self.run_id, current_ns=False, pid_dir=self.pid_dir)
+            uplinks.down(self.run_id, current_ns=False, pid_dir=self.pid_dir)
         except Exception:
             pass
         self._up = False

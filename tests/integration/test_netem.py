@@ -22,7 +22,7 @@ import pytest
 from lab.capture import dropped
 from lab.topology.netns import NetnsTopology
 from netem import cleanup
-from netem.errors import FaultUnsupported
+from netem.errors import FaultUnsupported, NetemError
 from netem.faults import build
 from netem.kernel import in_netns, list_netns, probe
 from netem.table import FaultTable
@@ -308,6 +308,143 @@ def test_netem_delay_where_the_kernel_has_it(topo, table, sink):
     t0 = time.monotonic()
     connect(topo, port).close()
     assert time.monotonic() - t0 < 0.045
+
+
+# ------------------------------------------------------------------------------------ userspace delay
+
+class UdpEcho:
+    """A UDP echo in the endpoint namespace; `rtts()` times N request/answer pairs from the client."""
+
+    def __init__(self, topo: NetnsTopology, port: int = 9788):
+        with in_netns(topo.ns_endpoint):
+            self.s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.s.bind((topo.endpoint_host, port))
+        self.addr = (topo.endpoint_host, port)
+        with in_netns(topo.ns_client):
+            self.c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.c.settimeout(2)
+        threading.Thread(target=self._echo, daemon=True).start()
+
+    def _echo(self):
+        while True:
+            try:
+                d, a = self.s.recvfrom(2048)
+                self.s.sendto(d, a)
+            except OSError:
+                return
+
+    def rtts(self, n: int = 40, every: float = 0.01) -> list[float]:
+        """Round trips in ms; a lost one (2 s) fails the test."""
+        out = []
+        for i in range(n):
+            t0 = time.monotonic()
+            self.c.sendto(str(i).encode(), self.addr)
+            while int(self.c.recv(64)) != i:
+                pass
+            out.append((time.monotonic() - t0) * 1000)
+            time.sleep(every)
+        return out
+
+    def close(self):
+        self.s.close()
+        self.c.close()
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def delay_workers() -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "netem.kinds.delay"], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+@pytest.mark.skipif(not CAPS.nfqueue_bind, reason="no NFQUEUE queue can be bound here (nfnetlink_queue)")
+def test_userspace_delay_adds_what_was_asked_and_clear_goes_back_to_baseline(topo, table):
+    asked = 40.0
+    echo = UdpEcho(topo)
+    try:
+        base = echo.rtts()
+        f = build({"kind": "delay", "name": "d40", "delay_ms": asked, "direction": "out",
+                   "target": {"dst": topo.endpoint_host, "dport": echo.addr[1], "proto": "udp"}}).apply(table)
+        worker = f.worker_pid
+        assert worker in delay_workers() and "--queue-bypass" in iptables_s(topo.ns_client)
+        held = echo.rtts()
+        f.clear()
+        after = echo.rtts()
+    finally:
+        echo.close()
+    added = [h - pct(base, 0.5) for h in held]
+    err = sorted(a - asked for a in added)
+    print(f"\ndelay asked {asked:.0f} ms: baseline rtt p50 {pct(base, .5):.2f} ms; added p50 {pct(added, .5):.2f} "
+          f"ms; error p50 {pct(err, .5):+.2f} ms, p99 {pct(err, .99):+.2f} ms; after clear p50 {pct(after, .5):.2f} ms")
+    assert pct(added, 0.5) >= 0.8 * asked and min(added) >= 0.8 * asked     # never early
+    assert pct(added, 0.5) < asked + 50                                      # loose: the machine is shared
+    assert pct(after, 0.5) < pct(base, 0.5) + 0.5 * asked                    # back to baseline, not held
+    assert worker not in delay_workers() and "NFQUEUE" not in iptables_s(topo.ns_client)
+
+
+@pytest.mark.skipif(not CAPS.nfqueue_bind, reason="no NFQUEUE queue can be bound here (nfnetlink_queue)")
+def test_a_worker_that_cannot_bind_is_one_line_and_leaves_no_rule(topo, table):
+    spec = {"kind": "delay", "delay_ms": 10, "queue": 4343, "target": {"dst": topo.endpoint_host}}
+    first = build({**spec, "name": "first"}).apply(table)
+    with pytest.raises(NetemError) as e:
+        build({**spec, "name": "second"}).apply(table)
+    assert str(e.value) == ("fault delay second: the worker did not start: netem delay worker: nfqueue 4343: "
+                            "refused (EPERM): another listener holds this queue, or no CAP_NET_ADMIN here")
+    assert table.faults == [first] and iptables_s(topo.ns_client).count("--queue-num 4343") == 1
+    first.clear()
+    assert "4343" not in iptables_s(topo.ns_client)
+
+
+@pytest.mark.skipif(not CAPS.nfqueue_bind, reason="no NFQUEUE queue can be bound here (nfnetlink_queue)")
+def test_delay_worker_dies_with_its_owner_on_kill_9_and_down_removes_the_rule(tmp_path):
+    """The owner is killed -9 (no handler, no atexit): its worker sees the end of its lifeline and
+    exits by itself; the rule left behind has --queue-bypass, so traffic passes; down(run id) removes it."""
+    run_id = f"td{os.getpid()}"
+    piddir = tmp_path / "pids"
+    script = textwrap.dedent(f"""
+        import json, pathlib, time
+        from lab.topology.netns import NetnsTopology
+        from netem.faults import build
+        from netem.table import FaultTable
+        topo = NetnsTopology({run_id!r}, pid_dir=pathlib.Path({str(piddir)!r}))
+        topo.up()
+        f = build({{"kind": "delay", "name": "k9", "delay_ms": 30, "direction": "out",
+                   "target": {{"dst": topo.endpoint_host, "proto": "udp"}}}}).apply(FaultTable(netns=topo.ns_client))
+        print(json.dumps({{"worker": f.worker_pid, "ns": topo.ns_client, "ep": topo.endpoint_host}}), flush=True)
+        time.sleep(60)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "LIVELAB_PID_DIR": str(piddir)},
+                         start_new_session=True)
+    info = {}
+    try:
+        info = json.loads(p.stdout.readline())
+        assert info["worker"] in delay_workers()
+        assert [f.name.split(".")[1] for f in piddir.glob(f"{run_id}.*.pid")] == ["fault-delay"]
+        p.kill()
+        p.wait()
+        assert wait_for(lambda: info["worker"] not in delay_workers(), 3.0), "the worker outlived its owner"
+        assert "--queue-bypass" in iptables_s(info["ns"])          # the rule stays until down() ...
+        with in_netns(info["ns"]):
+            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.sendto(b"x", (info["ep"], 9))                              # ... and passes traffic (no EPERM)
+        u.close()
+
+        report = cleanup.down(run_id, current_ns=False, pid_dir=piddir)   # this run only: nothing in the root ns
+
+        assert report["errors"] == []
+        assert not [n for n in list_netns() if n.startswith(f"ll-{run_id}-")]
+        assert list(piddir.glob("*.pid")) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if info.get("worker"):
+            cleanup.stop_pid(info["worker"], grace=0.2)
+        cleanup.down(run_id, current_ns=False, pid_dir=piddir)
 
 
 # ------------------------------------------------------------------------------------ clean-up

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.topology import uplink
 from lab.topology.netns import NetnsTopology
-from netem import cleanup
 from netem.faults import build
 from netem.kernel import in_netns, list_netns
 from netem.table import FaultTable
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def ip_forward() -> str:
-    return Path(cleanup.IP_FORWARD).read_text().strip()
+    return Path(uplink.IP_FORWARD).read_text().strip()
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def topo():
         yield t
     finally:
         t.down()
-        cleanup.down(t.run_id, current_ns=False)
+        uplink.down(t.run_id, current_ns=False)
         assert ip_forward() == before
 
 
@@ -121,7 +121,7 @@ def iptables_s(table: str = "filter") -> str:
 
 
 def ours(run_id: str) -> list[tuple[str, str]]:
-    return cleanup.uplink_rules(run_id)
+    return uplink.uplink_rules(run_id)
 
 
 # ------------------------------------------------------------------------------- reachability
@@ -169,15 +169,15 @@ def test_masquerade_while_up_gone_after_down_and_ip_forward_restored():
         policy_drop = "-P FORWARD DROP" in iptables_s().splitlines()
         assert t.uplink_forward_rules == policy_drop
         assert len(fwd) == (2 if policy_drop else 0)
-        assert t.uplink_ifname in cleanup.uplink_links()
+        assert t.uplink_ifname in uplink.uplink_links()
     finally:
         t.down()
         t.down()                                             # idempotent
     assert ours(t.run_id) == []
-    assert t.uplink_ifname not in cleanup.uplink_links()
+    assert t.uplink_ifname not in uplink.uplink_links()
     assert not Path(f"/etc/netns/{t.ns_client}").exists()
     assert ip_forward() == before
-    if not cleanup.uplink_rules():                           # no other lab uplink: the chains went too
+    if not uplink.uplink_rules():                           # no other lab uplink: the chains went too
         assert "LL_NAT" not in iptables_s("nat") and "LL_FWD" not in iptables_s()
 
 
@@ -199,7 +199,7 @@ def _spawn_and_kill(run_id: str, piddir: Path) -> dict:
     finally:
         p.kill()                                             # SIGKILL: no handler, no atexit
         p.wait()
-    assert info["ifname"] in cleanup.uplink_links()
+    assert info["ifname"] in uplink.uplink_links()
     assert info["ns"] in list_netns()
     assert {tb for tb, _ in ours(run_id)} >= {"nat"}
     assert Path(f"/etc/netns/{info['ns']}/resolv.conf").exists()
@@ -208,7 +208,7 @@ def _spawn_and_kill(run_id: str, piddir: Path) -> dict:
 
 def _assert_gone(run_id: str, info: dict, report: dict) -> None:
     assert report["errors"] == []
-    assert info["ifname"] not in cleanup.uplink_links()
+    assert info["ifname"] not in uplink.uplink_links()
     assert ours(run_id) == []
     assert not [n for n in list_netns() if n.startswith(f"ll-{run_id}-")]
     assert not Path(f"/etc/netns/{info['ns']}").exists()
@@ -219,30 +219,30 @@ def test_down_for_the_run_after_kill_9_leaves_no_uplink(tmp_path):
     before = ip_forward()
     try:
         info = _spawn_and_kill(run_id, tmp_path)
-        report = cleanup.down(run_id, pid_dir=tmp_path)
+        report = uplink.down(run_id, pid_dir=tmp_path)
         _assert_gone(run_id, info, report)
         assert ip_forward() == before
     finally:
-        cleanup.down(run_id, pid_dir=tmp_path)
+        uplink.down(run_id, pid_dir=tmp_path)
 
 
 def test_global_down_after_kill_9_leaves_nothing(tmp_path):
-    """`netem.cleanup.down()` with no run id: everything. It would also end other lab runs live on
+    """`netem.uplink.down()` with no run id: everything. It would also end other lab runs live on
     this machine, so it only runs when there are none."""
-    others = [n for n in list_netns() if n.startswith("ll-")] + cleanup.uplink_links()
+    others = [n for n in list_netns() if n.startswith("ll-")] + uplink.uplink_links()
     if others:
         pytest.skip(f"other lab runs are live here ({', '.join(others[:3])}); a global down would end them")
     run_id = f"tx{os.getpid()}"
     try:
         info = _spawn_and_kill(run_id, tmp_path)
-        report = cleanup.down(pid_dir=tmp_path)
+        report = uplink.down(pid_dir=tmp_path)
         _assert_gone(run_id, info, report)
-        assert cleanup.uplink_links() == []
-        assert cleanup.uplink_rules() == []
+        assert uplink.uplink_links() == []
+        assert uplink.uplink_rules() == []
         assert "LL_NAT" not in iptables_s("nat") and "LL_FWD" not in iptables_s()
         assert not [n for n in list_netns() if n.startswith("ll-")]
     finally:
-        cleanup.down(run_id, pid_dir=tmp_path)
+        uplink.down(run_id, pid_dir=tmp_path)
 
 
 SANDBOXED = textwrap.dedent("""
@@ -253,25 +253,26 @@ SANDBOXED = textwrap.dedent("""
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     subprocess.run(["iptables", "-P", "FORWARD", "DROP"], check=True)   # as under dockerd
     pathlib.Path("/proc/sys/net/ipv4/ip_forward").write_text("0")
+    from lab.topology import uplink
     from netem import cleanup
     from netem.kernel import list_netns
     sys.path.insert(0, os.environ["TEST_DIR"])
     import test_netns_uplink as T
     run_id = "sbx"
     info = T._spawn_and_kill(run_id, cleanup.PID_DIR)
-    during = {"ip_forward": T.ip_forward(), "rules": cleanup.uplink_rules()}
-    report = cleanup.down()
+    during = {"ip_forward": T.ip_forward(), "rules": uplink.uplink_rules()}
+    report = uplink.down()
     ipt = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
     nat = subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True, text=True).stdout
-    print(json.dumps({"during": during, "report": report, "links": cleanup.uplink_links(),
-                      "rules": cleanup.uplink_rules(), "ns": list_netns(), "ip_forward": T.ip_forward(),
+    print(json.dumps({"during": during, "report": report, "links": uplink.uplink_links(),
+                      "rules": uplink.uplink_rules(), "ns": list_netns(), "ip_forward": T.ip_forward(),
                       "etc": os.listdir("/etc/netns"), "pids": os.listdir(cleanup.PID_DIR),
                       "lab_chains": [l for l in (ipt + nat).splitlines() if "LL_" in l]}))
 """)
 
 
 def test_global_down_after_kill_9_in_a_private_namespace(tmp_path):
-    """The same with `netem.cleanup.down()` (no run id), inside `unshare --net --mount`: there the
+    """The same with `netem.uplink.down()` (no run id), inside `unshare --net --mount`: there the
     "host" is a fresh namespace (ip_forward 0, FORWARD policy DROP) and no other run can be hit."""
     Path("/etc/netns").mkdir(exist_ok=True)                  # the mount point of the private tmpfs
     env = {**os.environ, "PYTHONPATH": f"{REPO}", "LIVELAB_PID_DIR": str(tmp_path / "run"),

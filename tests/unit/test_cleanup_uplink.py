@@ -1,4 +1,5 @@
-"""Uplink bookkeeping without a kernel: names, per-run rule selection, ip_forward restore, /30 pick."""
+"""Uplink bookkeeping (lab.topology.uplink) without a kernel: names, per-run rule selection,
+ip_forward restore, /30 pick, and the whole down() of a run."""
 from __future__ import annotations
 
 import ipaddress
@@ -8,22 +9,23 @@ import pytest
 from lab.errors import LabError
 from lab.topology import netns as topo_mod
 from lab.topology.netns import NetnsTopology
+from lab.topology import uplink
 from netem import cleanup
 
 
 def test_uplink_ifname_fits_ifnamsiz_and_is_stable():
-    names = {cleanup.uplink_ifname(f"run-{i}") for i in range(500)}
+    names = {uplink.uplink_ifname(f"run-{i}") for i in range(500)}
     assert len(names) == 500
     for n in names:
         assert n.startswith("llu-") and len(n) <= 15
-    assert cleanup.uplink_ifname("x" * 64) == cleanup.uplink_ifname("x" * 64)
+    assert uplink.uplink_ifname("x" * 64) == uplink.uplink_ifname("x" * 64)
 
 
 def test_comment_matches_exactly():
     line = '-A LL_NAT -s 10.204.0.4/30 ! -o llu-0 -m comment --comment "livelab tn10" -j MASQUERADE'
-    assert cleanup._comment(line) == "livelab tn10"
-    assert cleanup._comment(line) != cleanup.uplink_comment("tn1")
-    assert cleanup._comment("-A LL_NAT -j MASQUERADE") is None
+    assert uplink._comment(line) == "livelab tn10"
+    assert uplink._comment(line) != uplink.uplink_comment("tn1")
+    assert uplink._comment("-A LL_NAT -j MASQUERADE") is None
 
 
 class FakeTables:
@@ -63,7 +65,7 @@ def _rules(run_id, host):
 
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
-    la, lb = cleanup.uplink_ifname("a"), cleanup.uplink_ifname("b")
+    la, lb = uplink.uplink_ifname("a"), uplink.uplink_ifname("b")
     nat_a, fwd_a = _rules("a", la)
     nat_b, fwd_b = _rules("b", lb)
     t = FakeTables({
@@ -71,14 +73,14 @@ def fake(monkeypatch, tmp_path):
                 "-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE", *nat_a, *nat_b],
         "filter": ["-P FORWARD DROP", "-N DOCKER-USER", "-N LL_FWD", "-A FORWARD -j LL_FWD",
                    "-A FORWARD -j DOCKER-USER", *fwd_a, *fwd_b]})
-    monkeypatch.setattr(cleanup, "ipt", t)
+    monkeypatch.setattr(uplink, "ipt", t)
     monkeypatch.setattr(cleanup, "PID_DIR", tmp_path / "run")
-    monkeypatch.setattr(cleanup, "NETNS_ETC", tmp_path / "etc-netns")
-    monkeypatch.setattr(cleanup, "IP_FORWARD", str(tmp_path / "ip_forward"))
+    monkeypatch.setattr(uplink, "NETNS_ETC", tmp_path / "etc-netns")
+    monkeypatch.setattr(uplink, "IP_FORWARD", str(tmp_path / "ip_forward"))
     (tmp_path / "ip_forward").write_text("1\n")
     links = {la, lb}
-    monkeypatch.setattr(cleanup, "uplink_links", lambda: sorted(links))
-    monkeypatch.setattr(cleanup, "_del_link", lambda n: (n in links, links.discard(n))[0])
+    monkeypatch.setattr(uplink, "uplink_links", lambda: sorted(links))
+    monkeypatch.setattr(uplink, "_del_link", lambda n: (n in links, links.discard(n))[0])
     t.links = links
     return t
 
@@ -87,31 +89,31 @@ def test_one_run_leaves_the_others_rules_and_the_chains(fake, tmp_path):
     d = tmp_path / "etc-netns" / "ll-a-c"
     d.mkdir(parents=True)
     (d / "resolv.conf").write_text("nameserver 192.0.2.1\n")
-    rep = cleanup.remove_uplinks("a")
-    assert rep["errors"] == [] and rep["chains"] == [] and rep["links"] == [cleanup.uplink_ifname("a")]
+    rep = uplink.remove_uplinks("a")
+    assert rep["errors"] == [] and rep["chains"] == [] and rep["links"] == [uplink.uplink_ifname("a")]
     assert len(rep["rules"]) == 3
     assert not d.exists()
-    assert [tb for tb, _ in cleanup.uplink_rules("b")] == ["nat", "filter", "filter"]
-    assert cleanup.uplink_rules("a") == []
+    assert [tb for tb, _ in uplink.uplink_rules("b")] == ["nat", "filter", "filter"]
+    assert uplink.uplink_rules("a") == []
     assert "-A POSTROUTING -j LL_NAT" in fake.tables["nat"]
     assert "-A FORWARD -j LL_FWD" in fake.tables["filter"]
 
 
 def test_the_last_run_unhooks_and_deletes_the_chain_in_one_commit(fake):
-    cleanup.remove_uplinks("a")
-    rep = cleanup.remove_uplinks("b")
+    uplink.remove_uplinks("a")
+    rep = uplink.remove_uplinks("b")
     assert sorted(rep["chains"]) == ["filter:LL_FWD", "nat:LL_NAT"]
     last_nat = [r for r in fake.restores if r.startswith("*nat")][-1].splitlines()
     assert last_nat[-3:] == ["-D POSTROUTING -j LL_NAT", "-X LL_NAT", "COMMIT"]
     assert fake.tables["nat"] == ["-P POSTROUTING ACCEPT", "-N DOCKER",
                                   "-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE"]
     assert fake.tables["filter"] == ["-P FORWARD DROP", "-N DOCKER-USER", "-A FORWARD -j DOCKER-USER"]
-    assert cleanup.remove_uplinks("b")["chains"] == []      # idempotent: nothing left to do
+    assert uplink.remove_uplinks("b")["chains"] == []      # idempotent: nothing left to do
 
 
 def test_no_run_id_removes_every_uplink(fake):
-    rep = cleanup.remove_uplinks()
-    assert sorted(rep["links"]) == sorted([cleanup.uplink_ifname("a"), cleanup.uplink_ifname("b")])
+    rep = uplink.remove_uplinks()
+    assert sorted(rep["links"]) == sorted([uplink.uplink_ifname("a"), uplink.uplink_ifname("b")])
     assert len(rep["rules"]) == 6 and len(rep["chains"]) == 2
     assert not any("LL_" in l for tb in fake.tables.values() for l in tb)
 
@@ -119,22 +121,22 @@ def test_no_run_id_removes_every_uplink(fake):
 def test_ip_forward_is_restored_only_when_the_lab_changed_it_and_the_last_uplink_went(fake, tmp_path):
     fwd = tmp_path / "ip_forward"
     fwd.write_text("0\n")
-    cleanup.enable_ip_forward()
+    uplink.enable_ip_forward()
     assert fwd.read_text() == "1"
-    cleanup.enable_ip_forward()                                # a second run: the first value stays
+    uplink.enable_ip_forward()                                # a second run: the first value stays
     assert (cleanup.PID_DIR / "uplink.ip_forward").read_text().strip() == "0"
-    cleanup.remove_uplinks("a")
+    uplink.remove_uplinks("a")
     assert fwd.read_text() == "1"                              # b's uplink is still there
-    rep = cleanup.remove_uplinks("b")
+    rep = uplink.remove_uplinks("b")
     assert rep["errors"] == []
     assert fwd.read_text() == "0"
     assert not (cleanup.PID_DIR / "uplink.ip_forward").exists()
 
 
 def test_ip_forward_already_on_is_left_alone(fake, tmp_path):
-    cleanup.enable_ip_forward()
+    uplink.enable_ip_forward()
     assert not (cleanup.PID_DIR / "uplink.ip_forward").exists()
-    cleanup.remove_uplinks()
+    uplink.remove_uplinks()
     assert (tmp_path / "ip_forward").read_text().strip() == "1"
 
 
@@ -156,3 +158,18 @@ def test_pick_uplink_skips_used_slashes_30(monkeypatch):
     assert net.prefixlen == 30 and net.subnet_of(ipaddress.ip_network("10.204.0.0/16"))
     assert t.uplink_host_ip == str(net.network_address + 1)
     assert t.uplink_client_ip == str(net.network_address + 2)
+
+
+def test_down_is_netems_then_the_uplinks(fake, monkeypatch):
+    calls = []
+
+    def netem_down(run_id, **kw):
+        calls.append(("netem", run_id, kw))
+        return {"processes": ["agent:1"], "chains": ["ll-a-c:LL_OUT"], "qdiscs": [], "namespaces": ["ll-a-c"],
+                "errors": []}
+    monkeypatch.setattr(cleanup, "down", netem_down)
+    rep = uplink.down("a", current_ns=False)
+    assert calls == [("netem", "a", {"current_ns": False, "pid_dir": None})]
+    assert rep["uplinks"] == [uplink.uplink_ifname("a")] and rep["chains"] == ["ll-a-c:LL_OUT"]
+    assert uplink.uplink_rules("a") == [] and len(uplink.uplink_rules("b")) == 3
+    assert cleanup.describe(rep) == "removed 1 processes, 1 chains, 0 qdiscs, 1 namespaces, 1 uplinks"

@@ -5,9 +5,10 @@ from netem.kernel import Capabilities, Prober, probe
 class FakeProber(Prober):
     def __init__(self, root=True, tools=("iptables", "iptables-restore", "ip", "tcpdump", "tshark", "editcap", "mergecap"),
                  restore_fails=(), restore_broken=False, netem=(False, "namespace ll-probe-1", "No such file or directory (errno 2)"),
-                 nflog_dev=True):
+                 nflog_dev=True, nfqueue_bind=(True, "")):
         self.root, self.tools, self.restore_fails = root, set(tools), restore_fails
         self.restore_broken, self.netem, self.nflog_dev = restore_broken, netem, nflog_dev
+        self.nfqueue_bind = nfqueue_bind
         self.inputs = []
 
     def euid(self):
@@ -36,6 +37,9 @@ class FakeProber(Prober):
 
     def try_qdisc(self, kind="netem"):
         return self.netem
+
+    def try_nfqueue_bind(self):
+        return self.nfqueue_bind
 
     def can_make_netns(self):
         return self.root
