@@ -684,3 +684,29 @@ def test_call_ids_are_unique_across_sessions():
     sim.after(0.5)
     ids = [f["toolCall"]["functionCalls"][0]["id"] for c in (1, 2) for f in sim.frames(c, "toolCall")]
     assert len(ids) == 2 and len(set(ids)) == 2
+
+
+# ------------------------------------------------------------------------------------------ close reasons
+
+def test_close_reason_fits_a_close_frame_utf8_safe():
+    assert W.fit_close_reason("short") == "short"
+    exact = "x" * W.MAX_CLOSE_REASON_BYTES
+    assert W.fit_close_reason(exact) == exact
+    assert W.fit_close_reason(exact + "y") == exact
+    # 122 ASCII bytes then a 2-byte character: it cannot half-fit, so it is dropped whole
+    cut = W.fit_close_reason("a" * 122 + "é" + "b")
+    assert cut == "a" * 122 and len(cut.encode()) == 122
+    many = W.fit_close_reason("é" * 100)
+    assert many == "é" * 61 and len(many.encode()) <= W.MAX_CLOSE_REASON_BYTES
+
+
+@pytest.mark.parametrize("key", ["k" * 58, "k" * 300, "ключ" * 40])
+def test_long_unknown_key_closes_1007_with_a_reason_a_close_frame_can_carry(key):
+    sim = Sim()
+    new_session(sim)
+    sim.send(1, json.dumps({key: {}}))
+    at, code, reason = sim.closed[1]
+    assert code == 1007 and len(reason.encode()) <= 123
+    assert reason.startswith('Invalid JSON payload received. Unknown name "')
+    reason.encode("utf-8").decode("utf-8")                      # whole characters only
+    assert sim.logs_of("twin.bad_input")[-1]["reason"].endswith('Cannot find field.')   # the log keeps it all
