@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, TypeVar
+from typing import Any, ClassVar, Mapping, TypeVar
 
 from lab.errors import LabError
 
@@ -75,8 +75,13 @@ class Spec:
             raise BadParameter(f"bad value for {name}: {value!r} (expected {self.expected()})")
         return out
 
+    says: ClassVar[str] = ""        # what a value looks like, for the error line
+
     def expected(self) -> str:
-        raise NotImplementedError
+        return self._says() + (" or null" if self.nullable else "")
+
+    def _says(self) -> str:
+        return self.says
 
     def _check(self, value: Any) -> Any:
         raise NotImplementedError
@@ -91,13 +96,13 @@ class Number(Spec):
     hi: float | None = None
     integer: bool = False
 
-    def expected(self) -> str:
+    def _says(self) -> str:
         what = "an integer" if self.integer else "a number"
         if self.lo is not None and self.hi is not None:
             what += f" in [{self.lo:g}, {self.hi:g}]"
         elif self.lo is not None:
             what += f" >= {self.lo:g}"
-        return what + (" or null" if self.nullable else "")
+        return what
 
     def _check(self, value: Any) -> Any:
         value = _number_from_text(value)
@@ -115,9 +120,7 @@ class Number(Spec):
 @dataclass(frozen=True)
 class Delay(Spec):
     """Seconds: one number, or a [lo, hi] range drawn uniformly per event."""
-
-    def expected(self) -> str:
-        return "seconds >= 0 or [lo, hi]" + (" or null" if self.nullable else "")
+    says: ClassVar[str] = "seconds >= 0 or [lo, hi]"
 
     def _check(self, value: Any) -> Any:
         value = _number_from_text(value)
@@ -130,8 +133,7 @@ class Delay(Spec):
 
 @dataclass(frozen=True)
 class Flag(Spec):
-    def expected(self) -> str:
-        return "true or false"
+    says: ClassVar[str] = "true or false"
 
     def _check(self, value: Any) -> Any:
         return value if isinstance(value, bool) else _BAD
@@ -142,7 +144,7 @@ class Text(Spec):
     pattern: str | None = None
     hint: str = "a string"
 
-    def expected(self) -> str:
+    def _says(self) -> str:
         return self.hint
 
     def _check(self, value: Any) -> Any:
@@ -158,7 +160,7 @@ class Text(Spec):
 class Choice(Spec):
     options: tuple[str, ...] = ()
 
-    def expected(self) -> str:
+    def _says(self) -> str:
         return "one of " + ", ".join(self.options)
 
     def _check(self, value: Any) -> Any:
@@ -172,8 +174,7 @@ class Choice(Spec):
 
 @dataclass(frozen=True)
 class Lines(Spec):
-    def expected(self) -> str:
-        return "a list of strings (on the command line: a | b)"
+    says: ClassVar[str] = "a list of strings (on the command line: a | b)"
 
     def _check(self, value: Any) -> Any:
         if isinstance(value, str):

@@ -65,34 +65,29 @@ class SessionParams:
     av_fail_reason: str
 
 
-# ---- timers ---------------------------------------------------------------------------------
+# ---- timers (subclasses inherit the frozen dataclass: equal only to their own type) -----------
 
 @dataclass(frozen=True)
 class ConnTimer(TimerKey):
     conn: int
 
 
-@dataclass(frozen=True)
 class FreezeCheck(ConnTimer):
     """Close a connection the client has sent no data on for freeze_close_s (re-armed on data)."""
 
 
-@dataclass(frozen=True)
 class SetupDone(ConnTimer):
     """Send setupComplete (new_setup_s or resume_setup_s after the setup)."""
 
 
-@dataclass(frozen=True)
 class HandleUpdate(ConnTimer):
     """The first sessionResumptionUpdate, handle_update_delay_s after setupComplete."""
 
 
-@dataclass(frozen=True)
 class GoAway(ConnTimer):
     """Send goAway goaway_after_s after setupComplete."""
 
 
-@dataclass(frozen=True)
 class GoAwayClose(ConnTimer):
     """Close the connection when the goAway's timeLeft has run out."""
 

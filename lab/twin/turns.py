@@ -34,7 +34,7 @@ class TurnParams:
     vad_silence_ms: float
 
 
-# ---- timers ---------------------------------------------------------------------------------
+# ---- timers (subclasses inherit the frozen dataclass: equal only to their own type) -----------
 
 @dataclass(frozen=True)
 class SessionTimer(TimerKey):
@@ -42,18 +42,18 @@ class SessionTimer(TimerKey):
 
 
 @dataclass(frozen=True)
-class Step(SessionTimer):
+class TurnTimer(SessionTimer):
+    gen: int        # the turn it belongs to: stale once the session's generation moved on
+
+
+class Step(TurnTimer):
     """Play the turn's next step (a say, a call, turnComplete)."""
-    gen: int
 
 
-@dataclass(frozen=True)
-class Chunk(SessionTimer):
+class Chunk(TurnTimer):
     """Send the next audio chunk of the sentence being spoken."""
-    gen: int
 
 
-@dataclass(frozen=True)
 class Flush(SessionTimer):
     """End an utterance whose audio stopped (no audio for vad_silence_ms on the wall clock)."""
 
@@ -328,7 +328,7 @@ class Turns:
         return [Timer(Step(sid, p.gen), now + plan.steps[0].delay)]
 
     def _on_step_timer(self, sid: str, p: Playback, key: TimerKey, now: float) -> list:
-        assert isinstance(key, (Step, Chunk))
+        assert isinstance(key, TurnTimer)
         if p.turn is None or p.turn.gen != key.gen or p.gen != key.gen:
             return []           # a turn since cut or finished
         return self._on_step(sid, p, now) if isinstance(key, Step) else self._on_chunk(sid, p, now)
