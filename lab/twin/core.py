@@ -52,8 +52,7 @@ class TwinCore:
         return self.sessions.live_conn(sid)
 
     def open_conn(self, sid: str) -> int | None:
-        s = self.sessions.session(sid)
-        return s.conn if s.conn is not None and s.conn in self.sessions.conns else None
+        return self.sessions.open_conn(sid)
 
     def before_turn_complete(self, sid: str, now: float) -> list:
         return self.sessions.before_turn_complete(sid, now)

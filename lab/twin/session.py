@@ -186,6 +186,10 @@ class Sessions:
         c = self.conns.get(s.conn) if s.conn is not None else None
         return c.id if c is not None and c.phase is Phase.LIVE else None
 
+    def open_conn(self, sid: str) -> int | None:
+        """The id of the session's connection while the server holds it, live or closing."""
+        return self.session(sid).conn      # cleared when that connection ends
+
     def note_sent(self, acts: list) -> None:
         """A data frame the server sends is activity for the idle-release rule."""
         for a in acts:
