@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
 def _replay(args) -> int:
     from pathlib import Path
 
-    from lab.twin.replay import ReplayServer
+    from lab.twin.replay import ReplayServer   # here: `lab` builds every parser; websockets loads when used
 
     frames = Path(args.frames)
     if frames.is_dir():
@@ -69,7 +69,7 @@ def _replay(args) -> int:
 
 
 def _serve(args) -> int:
-    from lab.twin.profile import load_profile
+    from lab.twin.profile import load_profile   # here, like the others: the parsers load without the twin
 
     prof = load_profile(args.profile, args.overrides)   # LabError on a bad profile or --set
     if args.list_params:
@@ -82,7 +82,7 @@ def _serve(args) -> int:
 
 
 async def _run(args) -> int:
-    from lab.twin.server import TwinServer
+    from lab.twin.server import TwinServer   # here: websockets and trustme load only to serve
 
     twin = TwinServer(profile=args.profile, host=args.host, port=args.port, tls=not args.no_tls,
                       cert_dir=args.cert_dir, api_key=args.api_key, overrides=args.overrides,

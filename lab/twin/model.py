@@ -11,8 +11,8 @@ What it models (seeds 000 and 001):
   model answers from it and does not call again; without it the model re-issues book_slot (000 s2).
 
 Speech input is not transcribed: the Nth utterance found by `AudioTurnDetector` stands for line N of
-the script. The model returns `Plan`s (steps with delays); the core (lab.twin.core) times and sends
-them, turns text into audio, and handles barge-in.
+the script. The model returns `Plan`s (steps with delays); the turn room (lab.twin.turns) times and
+sends them, turns text into audio, and handles barge-in.
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+from lab.twin.params import draw
 
 BOOK, STATUS, STOP, OTHER = "BOOK", "STATUS", "STOP", "OTHER"
 
@@ -161,13 +163,6 @@ class ModelConfig:
                    stop_while_pending_reply=profile["stop_while_pending_reply"])
 
 
-def _draw(v: Any, rng: random.Random) -> float:
-    if isinstance(v, (list, tuple)):
-        lo, hi = float(v[0]), float(v[1])
-        return lo if hi <= lo else rng.uniform(lo, hi)
-    return float(v)
-
-
 class ScriptedModel:
     """One session's model state. Deterministic for a given config and rng seed."""
 
@@ -243,14 +238,14 @@ class ScriptedModel:
         self.history.append(("user", text))
         intent = classify(text)
         status, source = self.booking_status()
-        d = lambda: _draw(self.cfg.reply_delay_s, self.rng)  # noqa: E731
+        d = lambda: draw(self.cfg.reply_delay_s, self.rng)  # noqa: E731
         if intent == BOOK:
             if status == "pending":
                 return Plan([Step("say", d(), SAY_ALREADY_BOOKING), Step("turn_complete")], why="book-pending")
             if status == "booked":
                 return Plan([Step("say", d(), "Your 3 pm slot tomorrow is already booked."),
                              Step("turn_complete")], why="book-booked")
-            return self._call_plan(_draw(self.cfg.tool_call_delay_s, self.rng), why="book")
+            return self._call_plan(draw(self.cfg.tool_call_delay_s, self.rng), why="book")
         if intent == STATUS:
             if status == "pending":
                 return Plan([Step("say", d(), SAY_IN_PROGRESS), Step("turn_complete")], why="status-pending")
@@ -264,7 +259,7 @@ class ScriptedModel:
             pending = self.pending_calls()
             if pending and any(c.blocking for c in pending):
                 # 001 C: interrupted, then a second call with a new id and the same slot
-                return self._call_plan(_draw(self.cfg.reissue_delay_s, self.rng), why="stop-reissue")
+                return self._call_plan(draw(self.cfg.reissue_delay_s, self.rng), why="stop-reissue")
             if pending:
                 return Plan([Step("say", d(), self.cfg.stop_while_pending_reply), Step("turn_complete")],
                             why="stop-pending")
@@ -300,7 +295,7 @@ class ScriptedModel:
         if scheduling == "SILENT":
             return True, status, (Plan([Step("turn_complete")], why="response-silent-end")
                                   if call.blocking else None)
-        return True, status, Plan([Step("say", _draw(self.cfg.reply_delay_s, self.rng), text),
+        return True, status, Plan([Step("say", draw(self.cfg.reply_delay_s, self.rng), text),
                                    Step("turn_complete")], why=f"response-{status}")
 
     def restore(self, turns: list[dict], turn_complete: bool) -> Plan | None:
@@ -326,7 +321,7 @@ class ScriptedModel:
                         self.note_status = s
         if not turn_complete:
             return None
-        delay = _draw(self.cfg.restore_first_audio_s, self.rng)
+        delay = draw(self.cfg.restore_first_audio_s, self.rng)
         status, source = self.booking_status()
         last = user_texts[-1] if user_texts else ""
         if classify(last) == STATUS:

@@ -4,22 +4,30 @@ A profile is a YAML file in lab/twin/profiles/ (or any path). Each parameter is
 `name: {value: ..., source: "..."}`; `extends: other` inherits another profile's parameters.
 A value [lo, hi] (two numbers) is a range, drawn uniformly per event with `draw()`.
 
-Overrides (`--set name=value`) are parsed as YAML scalars/lists and must match the type of the
-parameter they replace; an unknown name or a wrong type raises LabError (one line in the CLI).
-Pure: reads files, no network, no clocks.
+Every name and value is checked against the twin's declarations (lab.twin.params) as the profile
+loads: an unknown name, a value of the wrong shape, or a declared parameter the profile lacks
+raises LabError (one line and exit 2 in the CLI), before anything listens. Overrides
+(`--set name=value`) are parsed as YAML scalars/lists and checked the same way.
+
+This room reads files; it knows nothing of sockets, clocks or sessions.
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeVar
 
 import yaml
 
 from lab.errors import LabError
+from lab.twin.params import DECLARED, UnknownParameter, draw, is_range, read_view, spec_of
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
+
+__all__ = ["Param", "Profile", "available_profiles", "is_range", "load_profile", "PROFILE_DIR"]
+
+V = TypeVar("V")
 
 
 def available_profiles() -> list[str]:
@@ -44,7 +52,7 @@ class Profile:
         try:
             return self.params[name].value
         except KeyError:
-            raise KeyError(f"profile {self.name!r} has no parameter {name!r}") from None
+            raise UnknownParameter(f"profile {self.name!r} has no parameter {name!r}") from None
 
     def get(self, name: str, default: Any = None) -> Any:
         p = self.params.get(name)
@@ -53,12 +61,9 @@ class Profile:
     def draw(self, name: str, rng: random.Random) -> float:
         """A number from the parameter: a range [lo, hi] is drawn uniformly, a number is itself."""
         v = self[name]
-        if is_range(v):
-            lo, hi = float(v[0]), float(v[1])
-            return lo if hi <= lo else rng.uniform(lo, hi)
         if v is None:
             raise KeyError(f"parameter {name!r} is null")
-        return float(v)
+        return draw(v, rng)
 
     def source(self, name: str) -> str:
         return self.params[name].source
@@ -66,23 +71,20 @@ class Profile:
     def as_dict(self) -> dict[str, Any]:
         return {k: p.value for k, p in self.params.items()}
 
+    def view(self, cls: type[V]) -> V:
+        """A room's frozen dataclass of the parameters it reads (lab.twin.params.read_view)."""
+        return read_view(cls, self.as_dict())
+
     def with_overrides(self, overrides: Mapping[str, Any] | Iterable[str] | None) -> "Profile":
         """A copy with overrides applied: a mapping name -> value, or 'name=value' strings."""
         out = Profile(self.name, self.description,
                       {k: Param(p.name, p.value, p.source, p.overridden) for k, p in self.params.items()})
         for name, value in _override_items(overrides):
-            if name not in out.params:
-                raise LabError(f"unknown twin parameter {name!r} (profile {self.name}); "
-                               f"known: {', '.join(sorted(out.params))}")
+            spec = spec_of(name)        # UnknownParameter (a LabError) lists the known names
             old = out.params[name]
-            value = _coerce(name, old.value, value)
-            out.params[name] = Param(name, value, f"override (was {old.value!r}; {old.source})", True)
+            out.params[name] = Param(name, spec.check(name, value), f"override (was {old.value!r}; {old.source})",
+                                     True)
         return out
-
-
-def is_range(v: Any) -> bool:
-    return (isinstance(v, (list, tuple)) and len(v) == 2
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v))
 
 
 def _override_items(overrides) -> list[tuple[str, Any]]:
@@ -104,40 +106,6 @@ def _override_items(overrides) -> list[tuple[str, Any]]:
             raise LabError(f"bad --set {s!r}: {str(e).splitlines()[0]}")
         items.append((name, value))
     return items
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _coerce(name: str, old: Any, new: Any) -> Any:
-    """Check an override against the default's type; numbers and ranges are interchangeable."""
-    if old is None or new is None:
-        return new  # a null default (a switch that is off) accepts any value, and anything can be nulled
-    if _is_num(old) or is_range(old):
-        if _is_num(new) or is_range(new):
-            return list(new) if isinstance(new, tuple) else new
-        if isinstance(new, str):
-            try:
-                return float(new)
-            except ValueError:
-                pass
-        raise LabError(f"bad value for {name}: {new!r} (expected a number or [lo, hi])")
-    if isinstance(old, bool):
-        if isinstance(new, bool):
-            return new
-        raise LabError(f"bad value for {name}: {new!r} (expected true or false)")
-    if isinstance(old, str):
-        if isinstance(new, (str, int, float)) and not isinstance(new, bool):
-            return str(new)
-        raise LabError(f"bad value for {name}: {new!r} (expected a string)")
-    if isinstance(old, list):
-        if isinstance(new, list):
-            return new
-        if isinstance(new, str):
-            return [x.strip() for x in new.split("|")]
-        raise LabError(f"bad value for {name}: {new!r} (expected a list)")
-    return new
 
 
 def _read(path: Path) -> dict:
@@ -162,18 +130,35 @@ def _resolve(name_or_path: str) -> Path:
     raise LabError(f"unknown twin profile {name_or_path!r} (available: {', '.join(available_profiles())})")
 
 
-def load_profile(name_or_path: str = "developer-api", overrides=None, _seen: tuple = ()) -> Profile:
-    path = _resolve(name_or_path)
-    if path in _seen:
+def _load(path: Path, seen: tuple) -> tuple[dict, dict[str, Param]]:
+    """The file's data and its parameters merged over the ones it extends, each name and value checked."""
+    if path in seen:
         raise LabError(f"twin profile {path}: 'extends' loops")
     data = _read(path)
     params: dict[str, Param] = {}
     if data.get("extends"):
-        base = load_profile(str(data["extends"]), None, _seen + (path,))
-        params.update(base.params)
+        params.update(_load(_resolve(str(data["extends"])), seen + (path,))[1])
     for name, spec in data["params"].items():
         if not isinstance(spec, dict) or "value" not in spec or not spec.get("source"):
             raise LabError(f"twin profile {path}: parameter {name!r} needs 'value' and 'source'")
-        params[name] = Param(name, spec["value"], str(spec["source"]))
-    prof = Profile(str(data.get("name") or path.stem), str(data.get("description") or ""), params)
+        if name not in DECLARED:
+            raise UnknownParameter(f"twin profile {path}: unknown parameter {name!r}; "
+                                   f"known: {', '.join(sorted(DECLARED))}")
+        try:
+            value = DECLARED[name].check(name, spec["value"])
+        except LabError as e:
+            raise LabError(f"twin profile {path}: {e}") from None
+        params[name] = Param(name, value, str(spec["source"]))
+    return data, params
+
+
+def load_profile(name_or_path: str = "developer-api", overrides=None) -> Profile:
+    path = _resolve(name_or_path)
+    data, params = _load(path, ())
+    missing = sorted(set(DECLARED) - set(params))
+    if missing:
+        raise LabError(f"twin profile {path}: missing parameters {', '.join(missing)}")
+    # the declared order, so --list-params and the twin's logs read the same for every profile
+    ordered = {n: params[n] for n in DECLARED}
+    prof = Profile(str(data.get("name") or path.stem), str(data.get("description") or ""), ordered)
     return prof.with_overrides(overrides)

@@ -1,5 +1,8 @@
 """The twin's thin asyncio shell: websockets in, lab.twin.core decides, actions out.
 
+This room is the only one with sockets, TLS and a clock; it knows nothing of sessions, turns or
+frames' meaning (it moves bytes and runs timers when the core says).
+
 Real TCP state is the point: the server never pings (ping_interval=None unless the profile sets it)
 and never enables TCP keepalive, so a connection whose client went silent stays open server-side
 until a close frame, EOF/FIN or RST reaches it, or the profile's freeze timeout closes it. The
@@ -28,7 +31,8 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from lab.events import EventLog
-from lab.twin.core import Close, Log, Send, Timer, TwinCore
+from lab.twin.actions import Close, Log, Send, Timer
+from lab.twin.core import TwinCore
 
 DEFAULT_SANS = ("localhost", "127.0.0.1", "endpoint")
 
@@ -60,6 +64,9 @@ class TwinServer:
                  log: EventLog | None = None, t0: float | None = None):
         self.core = TwinCore(profile, overrides, seed=seed, api_key=api_key)
         self.profile = self.core.profile
+        # read here, not in start(): a bad profile fails before anything listens
+        self._ping_interval = self.profile["ping_interval"]
+        self._ping_timeout = self.profile["ping_timeout"]
         self.host = host
         self._port = port
         self.tls = tls
@@ -89,8 +96,7 @@ class TwinServer:
             ctx.load_cert_chain(str(chain), str(key))
             if os.environ.get("SSLKEYLOGFILE"):
                 ctx.keylog_filename = os.environ["SSLKEYLOGFILE"]
-        pi = self.profile.get("ping_interval")
-        pt = self.profile.get("ping_timeout")
+        pi, pt = self._ping_interval, self._ping_timeout
         self._server = await serve(
             self._handler, self.host, self._port, ssl=ctx, process_request=self._process_request,
             ping_interval=float(pi) if pi is not None else None,
@@ -214,8 +220,8 @@ class TwinServer:
             self._timers.discard(holder[0])
             try:
                 self._dispatch(self.core.timer_fired(t.key, loop.time()))
-            except Exception as e:  # a bug in one session must not stop the others
-                self.log.write("twin.error", src="twin", timer=str(t.key[0]), error=repr(e))
+            except Exception as e:  # a bug in one session must not stop the others, but it is recorded
+                self.log.write("twin.error", src="twin", timer=type(t.key).__name__, error=repr(e))
 
         h = loop.call_at(t.at, fire)
         holder.append(h)

@@ -355,6 +355,24 @@ def test_bad_input_closes_1007_and_other_sessions_are_unaffected():
     run(go())
 
 
+def test_a_long_unknown_key_closes_1007_promptly():
+    # fidelity §6: the key is echoed in the 1007 reason; past 123 bytes websockets refused to send
+    # the close frame and the connection hung open and silent
+    async def go():
+        async with twin_server(overrides=FAST) as twin:
+            client = sdk(twin)
+            for key in ("k" * 58, "long_unknown_field_" * 20, "ключ" * 40):
+                async with Live(client, cfg()) as bad:
+                    t0 = time.monotonic()
+                    await bad.s._ws.send(json.dumps({key: {}}))
+                    with pytest.raises(errors.APIError) as ei:
+                        await asyncio.wait_for(bad.turn(), 10)
+                    assert ei.value.code == 1007 and time.monotonic() - t0 < 10
+                    assert len(ei.value.details.encode()) <= 123
+            assert not [e for e in twin.log.events if e.kind == "twin.error"]
+    run(go())
+
+
 # ------------------------------------------------------------------------------------------ upgrade
 
 def test_wrong_or_missing_key_is_refused_at_the_upgrade_and_unknown_path_is_404():

@@ -6,10 +6,13 @@ import heapq
 import itertools
 import json
 import math
+from dataclasses import dataclass
 
 import pytest
 
-from lab.twin import core as C
+from lab.twin import actions as A
+from lab.twin import wire as W
+from lab.twin.core import TwinCore
 from lab.twin.model import tone
 
 SERVER_KEYS = {"setupComplete", "serverContent", "toolCall", "toolCallCancellation", "usageMetadata", "goAway",
@@ -17,30 +20,36 @@ SERVER_KEYS = {"setupComplete", "serverContent", "toolCall", "toolCallCancellati
 REFUSE = (1011, "Internal error encountered.")
 
 
+@dataclass(frozen=True)
+class CloseDue:
+    """The simulated client sees the server's close frame arrive (not a twin timer)."""
+    conn: int
+
+
 class Sim:
     """Runs a TwinCore with a heap of timers and closes; a Close ends its connection when due."""
 
     def __init__(self, profile="developer-api", **overrides):
-        self.core = C.TwinCore(profile, overrides or None, seed=7)
+        self.core = TwinCore(profile, overrides or None, seed=7)
         self.now = 0.0
         self.heap: list = []
         self.seq = itertools.count()
         self.sent: dict[int, list[tuple[float, dict, object]]] = {}
         self.closed: dict[int, tuple[float, int, str]] = {}
-        self.logs: list[C.Log] = []
+        self.logs: list[A.Log] = []
         self.ended: set[int] = set()
 
     def apply(self, acts):
         for a in acts:
-            if isinstance(a, C.Send):
+            if isinstance(a, A.Send):
                 assert a.at >= self.now - 1e-9
                 self.sent.setdefault(a.conn, []).append((a.at, a.frame, a.data))
-            elif isinstance(a, C.Close):
+            elif isinstance(a, A.Close):
                 self.closed[a.conn] = (a.at, a.code, a.reason)
-                heapq.heappush(self.heap, (a.at, next(self.seq), ("__close__", a.conn)))
-            elif isinstance(a, C.Timer):
+                heapq.heappush(self.heap, (a.at, next(self.seq), CloseDue(a.conn)))
+            elif isinstance(a, A.Timer):
                 heapq.heappush(self.heap, (a.at, next(self.seq), a.key))
-            elif isinstance(a, C.Log):
+            elif isinstance(a, A.Log):
                 self.logs.append(a)
         return acts
 
@@ -48,9 +57,9 @@ class Sim:
         while self.heap and self.heap[0][0] <= until:
             at, _, key = heapq.heappop(self.heap)
             self.now = max(self.now, at)
-            if key[0] == "__close__":
-                if key[1] not in self.ended:
-                    self.end(key[1], "close_frame")
+            if isinstance(key, CloseDue):
+                if key.conn not in self.ended:
+                    self.end(key.conn, "close_frame")
             else:
                 self.apply(self.core.timer_fired(key, self.now))
         self.now = max(self.now, until)
@@ -114,14 +123,14 @@ def new_session(sim: Sim, conn=1, **kw) -> str:
     ("/ws/google.ai.generativelanguage.v1.GenerativeService.BidiGenerateContent?key=abc", "v1"),
 ])
 def test_routes_accepted(path, route):
-    up = C.check_upgrade(path, {})
+    up = W.check_upgrade(path, {})
     assert up.status is None and up.route == route
 
 
 @pytest.mark.parametrize("path", ["/", "/ws/google.ai.generativelanguage.v2.GenerativeService.BidiGenerateContent",
                                   "/ws/google.ai.generativelanguage.v1.GenerativeService.GenerateContent"])
 def test_unknown_path_is_404(path):
-    assert C.check_upgrade(path, {}).status == 404
+    assert W.check_upgrade(path, {}).status == 404
 
 
 P = "/ws/google.ai.generativelanguage.v1.GenerativeService.BidiGenerateContent"
@@ -139,25 +148,25 @@ P = "/ws/google.ai.generativelanguage.v1.GenerativeService.BidiGenerateContent"
     (P, {"x-goog-api-key": "auth_tokens/x", "Authorization": "Token sekrit"}, None),
 ])
 def test_key_check(path, headers, status):
-    assert C.check_upgrade(path, headers, api_key="sekrit").status == status
+    assert W.check_upgrade(path, headers, api_key="sekrit").status == status
 
 
 def test_no_configured_key_accepts_anything():
-    assert C.check_upgrade(P, {"x-goog-api-key": "anything"}).status is None
-    assert C.check_upgrade(P, {}).status is None
+    assert W.check_upgrade(P, {"x-goog-api-key": "anything"}).status is None
+    assert W.check_upgrade(P, {}).status is None
 
 
 # ------------------------------------------------------------------------------------------ parsing
 
 def test_parse_normalises_snake_and_camel_everywhere_but_user_data():
-    kind, body = C.parse_client_frame(json.dumps({"tool_response": {"function_responses": [
+    kind, body = W.parse_client_frame(json.dumps({"tool_response": {"function_responses": [
         {"id": "fc-1", "will_continue": False, "response": {"some_field": 1}}]}}))
     assert kind == "toolResponse"
     fr = body["functionResponses"][0]
     assert fr["willContinue"] is False and fr["response"] == {"some_field": 1}
-    kind, body = C.parse_client_frame(b'{"setup": {"generation_config": {"response_modalities": ["AUDIO"]}}}')
+    kind, body = W.parse_client_frame(b'{"setup": {"generation_config": {"response_modalities": ["AUDIO"]}}}')
     assert kind == "setup" and body["generationConfig"]["responseModalities"] == ["AUDIO"]
-    kind, _ = C.parse_client_frame('{"contextUpdate": {"systemInstruction": {}}}')
+    kind, _ = W.parse_client_frame('{"contextUpdate": {"systemInstruction": {}}}')
     assert kind == "contextUpdate"
 
 
@@ -170,24 +179,24 @@ def test_parse_normalises_snake_and_camel_everywhere_but_user_data():
     ('{"realtime_input": 5}', "Expected an object"),
 ])
 def test_parse_rejects(raw, fragment):
-    with pytest.raises(C.BadInput) as ei:
-        C.parse_client_frame(raw)
+    with pytest.raises(W.BadInput) as ei:
+        W.parse_client_frame(raw)
     assert fragment in ei.value.reason
 
 
 def test_parse_rejects_oversize():
-    with pytest.raises(C.BadInput, match="exceeds"):
-        C.parse_client_frame('{"realtime_input": {"text": "' + "x" * 2000 + '"}}', max_bytes=1000)
+    with pytest.raises(W.BadInput, match="exceeds"):
+        W.parse_client_frame('{"realtime_input": {"text": "' + "x" * 2000 + '"}}', max_bytes=1000)
 
 
 def test_base64_both_alphabets_and_padding():
     raw = bytes([0xFF, 0xFE, 0xFD, 0x00, 0x10])
     for enc in (base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode(),
                 base64.urlsafe_b64encode(raw).decode().rstrip("=")):
-        assert C.b64decode_any(enc) == raw
+        assert W.b64decode_any(enc) == raw
     for bad in ("@@@@", "abcde", 5):
-        with pytest.raises(C.BadInput):
-            C.b64decode_any(bad)
+        with pytest.raises(W.BadInput):
+            W.b64decode_any(bad)
 
 
 # ------------------------------------------------------------------------------------------ handshake
@@ -675,3 +684,29 @@ def test_call_ids_are_unique_across_sessions():
     sim.after(0.5)
     ids = [f["toolCall"]["functionCalls"][0]["id"] for c in (1, 2) for f in sim.frames(c, "toolCall")]
     assert len(ids) == 2 and len(set(ids)) == 2
+
+
+# ------------------------------------------------------------------------------------------ close reasons
+
+def test_close_reason_fits_a_close_frame_utf8_safe():
+    assert W.fit_close_reason("short") == "short"
+    exact = "x" * W.MAX_CLOSE_REASON_BYTES
+    assert W.fit_close_reason(exact) == exact
+    assert W.fit_close_reason(exact + "y") == exact
+    # 122 ASCII bytes then a 2-byte character: it cannot half-fit, so it is dropped whole
+    cut = W.fit_close_reason("a" * 122 + "é" + "b")
+    assert cut == "a" * 122 and len(cut.encode()) == 122
+    many = W.fit_close_reason("é" * 100)
+    assert many == "é" * 61 and len(many.encode()) <= W.MAX_CLOSE_REASON_BYTES
+
+
+@pytest.mark.parametrize("key", ["k" * 58, "k" * 300, "ключ" * 40])
+def test_long_unknown_key_closes_1007_with_a_reason_a_close_frame_can_carry(key):
+    sim = Sim()
+    new_session(sim)
+    sim.send(1, json.dumps({key: {}}))
+    at, code, reason = sim.closed[1]
+    assert code == 1007 and len(reason.encode()) <= 123
+    assert reason.startswith('Invalid JSON payload received. Unknown name "')
+    reason.encode("utf-8").decode("utf-8")                      # whole characters only
+    assert sim.logs_of("twin.bad_input")[-1]["reason"].endswith('Cannot find field.')   # the log keeps it all

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import random
+import socket
 
 import pytest
 
+from lab.cli import main
 from lab.errors import LabError
 from lab.twin.profile import available_profiles, is_range, load_profile
 
@@ -75,3 +77,58 @@ def test_draw_ranges():
     assert all(0.472 <= x <= 0.704 for x in xs) and max(xs) - min(xs) > 0.1
     assert prof.draw("idle_release_s", rng) == 1.3
     assert is_range([1, 2]) and not is_range([True, 2]) and not is_range("ab")
+
+
+@pytest.mark.parametrize("body,fragment", [
+    ("  idel_release_s: {value: 1, source: test}\n", "unknown parameter 'idel_release_s'"),
+    ("  refuse_code: {value: soon, source: test}\n", "bad value for refuse_code"),
+    ("  idle_release_s: {value: [1, 2], source: test}\n", "bad value for idle_release_s"),
+    ("  handle_updates: {value: twice, source: test}\n", "bad value for handle_updates"),
+])
+def test_a_profile_file_is_checked_against_the_declarations(tmp_path, body, fragment):
+    f = tmp_path / "mine.yaml"
+    f.write_text("name: mine\nextends: developer-api\nparams:\n" + body)
+    with pytest.raises(LabError, match=fragment) as ei:
+        load_profile(str(f))
+    assert str(f) in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_a_profile_without_every_declared_parameter_is_refused(tmp_path):
+    f = tmp_path / "partial.yaml"
+    f.write_text("name: partial\nparams:\n  idle_release_s: {value: 1, source: test}\n")
+    with pytest.raises(LabError, match="missing parameters .*freeze_close_s"):
+        load_profile(str(f))
+
+
+@pytest.mark.parametrize("bad", ["idle_release_s=[1, 2]", "refuse_code=1011.5", "frame_type=json",
+                                 "goaway_time_left=soon", "new_setup_s=[0.3, 0.1]", "freeze_close_code=null"])
+def test_overrides_are_checked_against_the_declared_shape(bad):
+    with pytest.raises(LabError, match="bad value for"):
+        load_profile("developer-api", [bad])
+
+
+def test_overrides_keep_their_canonical_form():
+    prof = load_profile("developer-api", ["default_tool_behavior=blocking", "freeze_close_s=null",
+                                          "new_setup_s=0.01", "max_client_frame_bytes=10000"])
+    assert prof["default_tool_behavior"] == "BLOCKING" and prof["freeze_close_s"] is None
+    assert prof["new_setup_s"] == 0.01 and prof["max_client_frame_bytes"] == 10000
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--set", "idel_release_s=1"], "unknown twin parameter 'idel_release_s'"),
+    (["--set", "freeze_close_s=soon"], "bad value for freeze_close_s"),
+])
+def test_twin_serve_refuses_a_bad_parameter_in_one_line_before_it_listens(capsys, argv, fragment):
+    with socket.socket() as busy:       # a taken port: reaching listen() would fail differently
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        rc = main(["twin", "serve", "--port", str(port), "--no-tls", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and fragment in err and "cannot listen" not in err
+
+
+def test_twin_serve_list_params(capsys):
+    assert main(["twin", "serve", "--profile", "vertex", "--list-params", "--set", "idle_release_s=2"]) == 0
+    out = capsys.readouterr().out
+    assert "idle_release_s = 2\n    source: override" in out and "transparent_supported = True" in out

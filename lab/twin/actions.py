@@ -1,0 +1,66 @@
+"""What the twin's sans-I/O rooms hand the asyncio shell: the actions, and the base of timer keys.
+
+    Send(conn, data, frame, at)     send one frame (data: bytes for binary, str for text) at `at`
+    Close(conn, code, reason, at)   close that connection with a close frame at `at`
+    Timer(key, at)                  call timer_fired(key, ...) at `at` (timers are never cancelled:
+                                    a stale one finds nothing to do)
+    Log(kind, fields)               one twin.jsonl record (no raw handles or keys)
+
+Build Send and Close with lab.twin.wire (it encodes frames and fits close reasons to the 123 bytes a
+close frame allows). Knows nothing of sockets, sessions or turns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class TwinBug(Exception):
+    """A caller broke the core's contract (an id it never issued, a timer no room owns)."""
+
+
+class UnknownConnection(TwinBug):
+    pass
+
+
+class UnknownSession(TwinBug):
+    pass
+
+
+class UnknownTimer(TwinBug):
+    pass
+
+
+@dataclass(frozen=True)
+class TimerKey:
+    """Base of every timer a room arms; each room's subclasses say what is due."""
+
+
+@dataclass
+class Send:
+    conn: int
+    data: bytes | str
+    frame: dict
+    at: float
+
+
+@dataclass
+class Close:
+    conn: int
+    code: int
+    reason: str
+    at: float
+
+
+@dataclass
+class Timer:
+    key: TimerKey
+    at: float
+
+
+@dataclass
+class Log:
+    kind: str
+    fields: dict
+
+
+Action = Send | Close | Timer | Log

@@ -1,0 +1,263 @@
+"""The twin's parameter declarations: every name the twin reads, once, with the shape of its value.
+
+A profile (lab.twin.profile) is checked against DECLARED when it is loaded, so a profile file or a
+`--set` with an unknown name or a value of the wrong shape fails with one line before the twin
+listens. The rooms that read parameters (session, turns, the model, the shell) name them in small
+frozen dataclasses built by `read_view()` at construction: a field that is not declared here
+raises UnknownParameter then, never later inside a timer.
+
+Shapes: Number (optionally integer, bounded, nullable), Delay (seconds: a number or a [lo, hi]
+range drawn per event), Flag (true/false), Text (optionally matching a pattern), Choice (one of a
+few words, case-insensitive), Lines (a list of strings; `--set a | b` on the command line).
+There is no quantile-table shape: no profile holds one yet.
+
+Knows nothing of files, YAML, sockets, clocks or what the parameters mean to a session.
+"""
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Mapping, TypeVar
+
+from lab.errors import LabError
+
+
+class UnknownParameter(LabError, KeyError):
+    """A parameter name the twin does not declare (a KeyError too, for callers that index)."""
+
+    __str__ = Exception.__str__     # KeyError would quote the whole message
+
+
+class BadParameter(LabError):
+    """A parameter value of the wrong shape."""
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_range(v: Any) -> bool:
+    """A [lo, hi] pair of numbers."""
+    return isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_num(x) for x in v)
+
+
+def draw(v: Any, rng: random.Random) -> float:
+    """A Delay's value for one event: a range [lo, hi] drawn uniformly, a number is itself."""
+    if is_range(v):
+        lo, hi = float(v[0]), float(v[1])
+        return lo if hi <= lo else rng.uniform(lo, hi)
+    return float(v)
+
+
+def _number_from_text(v: Any) -> Any:
+    # YAML reads "1e3" as a string; a number written that way on the command line is still a number
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return v
+
+
+@dataclass(frozen=True)
+class Spec:
+    nullable: bool = False
+
+    def check(self, name: str, value: Any) -> Any:
+        """The value in its canonical form, or BadParameter naming the parameter."""
+        if value is None:
+            if self.nullable:
+                return None
+            raise BadParameter(f"bad value for {name}: null (expected {self.expected()})")
+        out = self._check(value)
+        if out is _BAD:
+            raise BadParameter(f"bad value for {name}: {value!r} (expected {self.expected()})")
+        return out
+
+    says: ClassVar[str] = ""        # what a value looks like, for the error line
+
+    def expected(self) -> str:
+        return self._says() + (" or null" if self.nullable else "")
+
+    def _says(self) -> str:
+        return self.says
+
+    def _check(self, value: Any) -> Any:
+        raise NotImplementedError
+
+
+_BAD = object()
+
+
+@dataclass(frozen=True)
+class Number(Spec):
+    lo: float | None = None
+    hi: float | None = None
+    integer: bool = False
+
+    def _says(self) -> str:
+        what = "an integer" if self.integer else "a number"
+        if self.lo is not None and self.hi is not None:
+            what += f" in [{self.lo:g}, {self.hi:g}]"
+        elif self.lo is not None:
+            what += f" >= {self.lo:g}"
+        return what
+
+    def _check(self, value: Any) -> Any:
+        value = _number_from_text(value)
+        if not _is_num(value):
+            return _BAD
+        if self.integer:
+            if value != int(value):
+                return _BAD
+            value = int(value)
+        if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi):
+            return _BAD
+        return value
+
+
+@dataclass(frozen=True)
+class Delay(Spec):
+    """Seconds: one number, or a [lo, hi] range drawn uniformly per event."""
+    says: ClassVar[str] = "seconds >= 0 or [lo, hi]"
+
+    def _check(self, value: Any) -> Any:
+        value = _number_from_text(value)
+        if _is_num(value):
+            return value if value >= 0 else _BAD
+        if is_range(value) and 0 <= value[0] <= value[1]:
+            return list(value)
+        return _BAD
+
+
+@dataclass(frozen=True)
+class Flag(Spec):
+    says: ClassVar[str] = "true or false"
+
+    def _check(self, value: Any) -> Any:
+        return value if isinstance(value, bool) else _BAD
+
+
+@dataclass(frozen=True)
+class Text(Spec):
+    pattern: str | None = None
+    hint: str = "a string"
+
+    def _says(self) -> str:
+        return self.hint
+
+    def _check(self, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            return _BAD
+        value = str(value)
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            return _BAD
+        return value
+
+
+@dataclass(frozen=True)
+class Choice(Spec):
+    options: tuple[str, ...] = ()
+
+    def _says(self) -> str:
+        return "one of " + ", ".join(self.options)
+
+    def _check(self, value: Any) -> Any:
+        if not isinstance(value, str):
+            return _BAD
+        for opt in self.options:
+            if opt.lower() == value.strip().lower():
+                return opt
+        return _BAD
+
+
+@dataclass(frozen=True)
+class Lines(Spec):
+    says: ClassVar[str] = "a list of strings (on the command line: a | b)"
+
+    def _check(self, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [x.strip() for x in value.split("|")]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) for x in value):
+            return _BAD
+        return list(value)
+
+
+CLOSE_CODE = Number(lo=1000, hi=4999, integer=True)
+SECONDS = Number(lo=0)
+
+DECLARED: dict[str, Spec] = {
+    # wire
+    "frame_type": Choice(options=("binary", "text")),
+    "max_client_frame_bytes": Number(lo=1, integer=True, nullable=True),
+    "bad_input_code": CLOSE_CODE,
+    "bad_input_close_s": SECONDS,
+    "ping_interval": Number(lo=0, nullable=True),
+    "ping_timeout": Number(lo=0, nullable=True),
+    # setup and resumption
+    "new_setup_s": Delay(),
+    "resume_setup_s": Delay(),
+    "refuse_close_s": Delay(),
+    "refuse_code": CLOSE_CODE,
+    "refuse_reason": Text(),
+    "idle_release_s": SECONDS,
+    "speaking_release_immediate": Flag(),
+    "unknown_handle_code": CLOSE_CODE,
+    "handle_updates": Choice(options=("once", "per_turn")),
+    "handle_update_delay_s": Number(lo=0, nullable=True),
+    "transparent_supported": Flag(),
+    "transparent_reject_code": CLOSE_CODE,
+    "transparent_reject_reason": Text(),
+    "setup_error_close_s": SECONDS,
+    "reject_text_only": Flag(),
+    # the server ending connections itself
+    "freeze_close_s": Number(lo=0, nullable=True),
+    "freeze_close_code": CLOSE_CODE,
+    "freeze_close_reason": Text(),
+    "server_close_kills_session": Flag(),
+    "goaway_after_s": Number(lo=0, nullable=True),
+    "goaway_time_left": Text(pattern=r"\d+(\.\d+)?s", hint="a duration like '50s'"),
+    "goaway_close_code": CLOSE_CODE,
+    "goaway_close_reason": Text(),
+    # audio + video history
+    "av_resume_fail": Flag(),
+    "av_fail_code": CLOSE_CODE,
+    "av_fail_reason": Text(),
+    # scripted model
+    "script": Lines(),
+    "tool_name": Text(),
+    "tool_slot": Text(),
+    "default_tool_behavior": Choice(options=("NON_BLOCKING", "BLOCKING")),
+    "tool_call_delay_s": Delay(),
+    "reply_delay_s": Delay(),
+    "reissue_delay_s": Delay(),
+    "restore_first_audio_s": Delay(),
+    "stop_while_pending_reply": Text(),
+    "vad_threshold_rms": Number(lo=0),
+    "vad_onset_ms": Number(lo=0),
+    "vad_silence_ms": Number(lo=0),
+    "speech_ms_per_char": Number(lo=0),
+    "audio_chunk_ms": Number(lo=1),
+    "tone_hz": Number(lo=0),
+}
+
+
+def spec_of(name: str) -> Spec:
+    try:
+        return DECLARED[name]
+    except KeyError:
+        raise UnknownParameter(f"unknown twin parameter {name!r}; known: {', '.join(sorted(DECLARED))}") from None
+
+
+V = TypeVar("V")
+
+
+def read_view(view: type[V], values: Mapping[str, Any]) -> V:
+    """Build a room's frozen dataclass of parameters from checked values; every field must be a
+    declared parameter (UnknownParameter otherwise), so a misspelt read fails at construction."""
+    kw = {}
+    for f in fields(view):  # type: ignore[arg-type]
+        spec_of(f.name)
+        kw[f.name] = values[f.name]
+    return view(**kw)

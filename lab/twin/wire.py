@@ -1,0 +1,336 @@
+"""The twin's wire room: what goes over the WebSocket, and nothing of what it means to a session.
+
+- the upgrade: routes (Developer API v1/v1beta/v1alpha, Constrained, Vertex) and the API key check;
+- client frames: lenient parsing (snake_case or camelCase, base64 in either alphabet, padding
+  optional) into a kind and a normalised body, and the bodies' shapes (`realtime_input`,
+  `client_content`, `tool_response`) checked into small records; bad input raises BadInput with the
+  reason the real server puts in its 1007;
+- server frames: one builder per frame the twin sends, encoded as binary or text (`Wire.send`);
+- close frames: the reason fitted to the 123 bytes a close frame can carry (`Wire.close`), UTF-8 safe.
+
+Pure: no sockets, no clock, no session state, no profile file (the shell's `binary` flag and the
+size limit come in as arguments).
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+from lab.twin.actions import Close, Send
+
+INVALID_ARGUMENT = "Request contains an invalid argument."
+# RFC 6455 5.5: a control frame's payload is at most 125 bytes, two of them the close code
+MAX_CLOSE_REASON_BYTES = 123
+
+# ---------------------------------------------------------------------------------------------
+# Routing and auth at the upgrade
+
+ROUTE_RE = re.compile(
+    r"/ws/(?:google\.ai\.generativelanguage\.(?P<ver>v1|v1beta|v1alpha)\.GenerativeService\."
+    r"(?P<method>BidiGenerateContent(?:Constrained)?)"
+    r"|(?P<vertex>google\.cloud\.aiplatform\.v1beta1\.LlmBidiService/BidiGenerateContent))$")
+
+
+@dataclass
+class Upgrade:
+    status: int | None          # None = accept; else the HTTP status to answer
+    reason: str = ""
+    route: str = ""             # "v1", "v1beta", "v1alpha", "v1alpha-constrained", "vertex"
+    key_source: str = ""        # where the key came from (never the key itself)
+
+
+def _header(headers: Any, name: str) -> str | None:
+    if headers is None:
+        return None
+    get = getattr(headers, "get", None)
+    if get is not None:
+        v = get(name)
+        if v is None and isinstance(headers, dict):
+            for k, val in headers.items():
+                if k.lower() == name.lower():
+                    return val
+        return v
+    for k, val in headers:
+        if k.lower() == name.lower():
+            return val
+    return None
+
+
+def check_upgrade(path: str, headers: Any, api_key: str | None = None) -> Upgrade:
+    """Route an upgrade request: 404 for an unknown path; with a configured api_key, 401 when no key
+    was sent and 403 when none of the sent keys matches. Keys are read from x-goog-api-key, ?key=,
+    and Authorization: Token|Bearer. Double slashes and a path prefix are tolerated."""
+    # not urlsplit: a request path "//ws/..." (what the SDK sends) would parse "ws" as a host
+    raw_path, _, query = (path or "/").partition("?")
+    p = re.sub(r"/{2,}", "/", raw_path or "/").rstrip("/")
+    m = ROUTE_RE.search(p)
+    if not m:
+        return Upgrade(404, f"no Live API route at {raw_path!r}")
+    if m.group("vertex"):
+        route = "vertex"
+    else:
+        route = m.group("ver") + ("-constrained" if m.group("method").endswith("Constrained") else "")
+    keys: list[tuple[str, str]] = []
+    v = _header(headers, "x-goog-api-key")
+    if v:
+        keys.append(("x-goog-api-key", v.strip()))
+    q = parse_qs(query).get("key")
+    if q:
+        keys.append(("query", q[0]))
+    auth = _header(headers, "authorization")
+    if auth:
+        scheme, _, tok = auth.strip().partition(" ")
+        if scheme.lower() in ("token", "bearer") and tok.strip():
+            keys.append(("authorization", tok.strip()))
+    if api_key:
+        if not keys:
+            return Upgrade(401, "missing API key", route)
+        for src, k in keys:
+            if secrets.compare_digest(k.encode(), api_key.encode()):
+                return Upgrade(None, "", route, src)
+        return Upgrade(403, "API key not valid", route)
+    return Upgrade(None, "", route, keys[0][0] if keys else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Client frames: parsing and normalisation
+
+TOP_LEVEL = ("setup", "clientContent", "realtimeInput", "toolResponse", "contextUpdate")
+# Values below these keys are user data (function args, JSON schemas): their keys stay as sent.
+OPAQUE = frozenset({"args", "response", "parameters", "parametersJsonSchema", "responseJsonSchema",
+                    "labels", "partialArgs"})
+
+
+class BadInput(Exception):
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def camel(key: str) -> str:
+    if "_" not in key:
+        return key
+    head, *rest = key.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+def normalise(obj: Any) -> Any:
+    """camelCase every key at every level (both spellings are accepted), except user data."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            ck = camel(k) if isinstance(k, str) else k
+            out[ck] = v if ck in OPAQUE else normalise(v)
+        return out
+    if isinstance(obj, list):
+        return [normalise(x) for x in obj]
+    return obj
+
+
+_B64_OK = re.compile(r"^[A-Za-z0-9+/\-_]*={0,2}$")
+
+
+def b64decode_any(s: Any, where: str = "data") -> bytes:
+    """Standard or URL-safe base64, padding optional."""
+    if not isinstance(s, str):
+        raise BadInput(f"Invalid value at '{where}' (TYPE_BYTES), expected a base64 string")
+    t = "".join(s.split())
+    if not _B64_OK.match(t) or len(t.rstrip("=")) % 4 == 1:
+        raise BadInput(f"Invalid value at '{where}' (TYPE_BYTES), Base64 decoding failed")
+    t = t.rstrip("=").replace("-", "+").replace("_", "/")
+    t += "=" * (-len(t) % 4)
+    try:
+        return base64.b64decode(t, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadInput(f"Invalid value at '{where}' (TYPE_BYTES), Base64 decoding failed") from None
+
+
+def parse_client_frame(data: bytes | str, max_bytes: int | None = None) -> tuple[str, dict]:
+    """(kind, body) of one client message, kind one of TOP_LEVEL; raises BadInput."""
+    size = len(data.encode() if isinstance(data, str) else data)
+    if max_bytes and size > max_bytes:
+        raise BadInput(f"Request payload size exceeds the limit: {max_bytes} bytes.")
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise BadInput("Invalid JSON payload received. Unexpected token.") from None
+    if not isinstance(obj, dict):
+        raise BadInput("Invalid JSON payload received. Expected an object.")
+    known = []
+    for k in obj:
+        ck = camel(k) if isinstance(k, str) else k
+        if ck not in TOP_LEVEL:
+            raise BadInput(f'Invalid JSON payload received. Unknown name "{k}": Cannot find field.')
+        known.append((ck, obj[k]))
+    if not known:
+        raise BadInput(INVALID_ARGUMENT)
+    if len(known) > 1:
+        raise BadInput("Invalid JSON payload received. Only one of the message fields may be set.")
+    kind, body = known[0]
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise BadInput(f"Invalid JSON payload received. Expected an object for '{kind}'.")
+    return kind, normalise(body)
+
+
+def encode_frame(frame: dict, binary: bool = True) -> bytes | str:
+    s = json.dumps(frame, separators=(",", ":"))
+    return s.encode() if binary else s
+
+
+# ---------------------------------------------------------------------------------------------
+# Client bodies: their shapes, checked (what they mean is the turn room's business)
+
+
+@dataclass
+class Blob:
+    where: str          # the field path, as the real server names it in a 1007
+    mime: str           # lower-case
+    data: bytes
+
+    @property
+    def audio_rate(self) -> int:
+        m = re.search(r"rate=(\d+)", self.mime)
+        return int(m.group(1)) if m else 16000
+
+
+@dataclass
+class RealtimeInput:
+    blobs: list[Blob] = field(default_factory=list)
+    text: str | None = None
+    activity_start: bool = False
+    activity_end: bool = False      # activityEnd or audioStreamEnd
+
+
+def realtime_input(body: dict) -> RealtimeInput:
+    out = RealtimeInput()
+    raw: list[tuple[str, dict]] = []
+    if isinstance(body.get("audio"), dict):
+        raw.append(("realtime_input.audio.data", body["audio"]))
+    if isinstance(body.get("video"), dict):
+        raw.append(("realtime_input.video.data", body["video"]))
+    for i, ch in enumerate(body.get("mediaChunks") or []):
+        if isinstance(ch, dict):
+            raw.append((f"realtime_input.media_chunks[{i}].data", ch))
+    for where, blob in raw:
+        data = b64decode_any(blob.get("data", ""), where)
+        mime = str(blob.get("mimeType") or ("audio/pcm" if "audio" in where else "image/jpeg")).lower()
+        out.blobs.append(Blob(where, mime, data))
+    if isinstance(body.get("text"), str) and body["text"].strip():
+        out.text = body["text"]
+    out.activity_start = body.get("activityStart") is not None
+    out.activity_end = body.get("activityEnd") is not None or bool(body.get("audioStreamEnd"))
+    return out
+
+
+@dataclass
+class ClientContent:
+    turns: list[dict]
+    turn_complete: bool
+    texts: list[tuple[str, str]]    # (role, text) of every text part, in order
+    mimes: list[str]                # the mime type of every inline blob, in order
+
+
+def client_content(body: dict) -> ClientContent:
+    turns = body.get("turns") or []
+    if not isinstance(turns, list):
+        raise BadInput("Invalid value at 'client_content.turns', expected a list")
+    texts: list[tuple[str, str]] = []
+    mimes: list[str] = []
+    for t in turns:
+        if not isinstance(t, dict):
+            raise BadInput("Invalid value at 'client_content.turns', expected objects")
+        for part in t.get("parts") or []:
+            if not isinstance(part, dict):
+                continue
+            if isinstance(part.get("inlineData"), dict):
+                blob = part["inlineData"]
+                b64decode_any(blob.get("data", ""), "client_content.turns.parts.inline_data.data")
+                mimes.append(str(blob.get("mimeType", "")).lower())
+            if isinstance(part.get("text"), str):
+                texts.append((str(t.get("role") or "user"), part["text"]))
+    return ClientContent(turns, bool(body.get("turnComplete", False)), texts, mimes)
+
+
+def function_responses(body: dict) -> list[dict]:
+    frs = body.get("functionResponses") or []
+    if not isinstance(frs, list):
+        raise BadInput("Invalid value at 'tool_response.function_responses', expected a list")
+    return [fr for fr in frs if isinstance(fr, dict)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Server frames
+
+
+def setup_complete() -> dict:
+    return {"setupComplete": {}}
+
+
+def resumption_update(handle: str, last_consumed_index: int | None = None) -> dict:
+    upd: dict = {"newHandle": handle, "resumable": True}
+    if last_consumed_index is not None:
+        upd["lastConsumedClientMessageIndex"] = str(last_consumed_index)   # int64 as a string
+    return {"sessionResumptionUpdate": upd}
+
+
+def go_away(time_left: str) -> dict:
+    return {"goAway": {"timeLeft": time_left}}
+
+
+def tool_call(call_id: str, name: str, args: dict) -> dict:
+    return {"toolCall": {"functionCalls": [{"id": call_id, "name": name, "args": args}]}}
+
+
+def audio_chunk(pcm: bytes, rate: int = 24000) -> dict:
+    return {"serverContent": {"modelTurn": {"parts": [{"inlineData": {
+        "mimeType": f"audio/pcm;rate={rate}", "data": base64.b64encode(pcm).decode()}}]}}}
+
+
+def output_transcription(text: str) -> dict:
+    return {"serverContent": {"outputTranscription": {"text": text}}}
+
+
+def input_transcription(text: str) -> dict:
+    return {"serverContent": {"inputTranscription": {"text": text, "finished": True}}}
+
+
+def interrupted() -> dict:
+    return {"serverContent": {"interrupted": True}}
+
+
+def generation_complete() -> dict:
+    return {"serverContent": {"generationComplete": True}}
+
+
+def turn_complete() -> dict:
+    return {"serverContent": {"turnComplete": True}}
+
+
+def fit_close_reason(reason: str, limit: int = MAX_CLOSE_REASON_BYTES) -> str:
+    """The reason cut to `limit` UTF-8 bytes without splitting a character: websockets refuses a
+    longer one ("control frame too long") and the connection would hang instead of closing."""
+    raw = reason.encode("utf-8")
+    if len(raw) <= limit:
+        return reason
+    return raw[:limit].decode("utf-8", errors="ignore")
+
+
+class Wire:
+    """Encodes the frames of one twin (binary or text frames, per the profile's frame_type)."""
+
+    def __init__(self, binary: bool = True):
+        self.binary = binary
+
+    def send(self, conn: int, frame: dict, at: float) -> Send:
+        return Send(conn, encode_frame(frame, self.binary), frame, at)
+
+    def close(self, conn: int, code: int, reason: str, at: float) -> Close:
+        return Close(conn, code, fit_close_reason(reason), at)
