@@ -21,3 +21,8 @@ class ScenarioError(LabError):
 class CapabilityError(LabError):
     """The machine lacks something a run needs (root, NET_ADMIN, netem, Docker, a tool)."""
     code = 3
+
+
+class BudgetError(LabError):
+    """Opening one more live connection would pass a session cap; it was not opened."""
+    code = 4
