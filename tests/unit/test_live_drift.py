@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from lab import scenario as scenario_mod
+from lab.cli import main
 from lab.errors import LabError
 from lab.live import drift
 from lab.twin.profile import load_profile
@@ -184,7 +185,6 @@ def test_a_profile_missing_a_row_parameter_is_one_line(tmp_path):
 
 
 def test_lab_drift_exit_code(tmp_path):
-    from lab.cli import main
     folder(tmp_path / "batch", "b1-01", "b1-silent-loss", b1())
     assert main(["drift", str(tmp_path / "batch")]) == 0
     text = (tmp_path / "batch" / "drift.md").read_text()

@@ -89,7 +89,6 @@ def test_stop_reason_reads_the_run_record(tmp_path):
 
 def test_recorded_upgrade_refusal_text_is_auth():
     # what a client records when the upgrade is refused: the exception's text, no status attribute
-    from lab.live.errors import classify
     assert classify(reason="InvalidStatus: server rejected WebSocket connection: HTTP 403") == "auth"
     assert classify(reason="InvalidStatus: server rejected WebSocket connection: HTTP 429") == "quota"
     assert classify(reason="InvalidStatus: server rejected WebSocket connection: HTTP 404") == "other"

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from lab import soak
+from lab.errors import BudgetError
 
 
 def _run_dir(root: Path, name: str, scenario: str) -> Path:
@@ -37,8 +38,6 @@ def test_lab_soak_repeats_until_the_duration_ends(tmp_path, monkeypatch):
 
 
 def test_a_spent_budget_ends_the_soak_early_with_its_summary(tmp_path, monkeypatch, capsys):
-    from lab.errors import BudgetError
-
     def fake_run_batch(scenarios, n, client, topology, endpoint, out_dir, duration, base_url, budget):
         if any(Path(tmp_path / "soak").rglob("events.jsonl")):
             raise BudgetError("session budget for this batch is spent (3 of 3 opened); run x was not started")
