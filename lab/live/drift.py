@@ -169,7 +169,7 @@ def _range_ms(row: Row, prof: Profile) -> tuple[float, float]:
 
 def _in_range(row: Row, prof: Profile, values: list[float], tol: float) -> Behaviour:
     lo, hi = _range_ms(row, prof)
-    exp = f"{fmt_range([lo, hi])} ms"
+    exp = f"{lo:.0f} ms" if lo == hi else f"{lo:.0f}\u2013{hi:.0f} ms"    # the profile's bounds, not a sample
     if not values:
         return row.unseen(prof, exp)
     ok = min(values) >= lo * (1 - tol) and max(values) <= hi * (1 + tol)
