@@ -19,7 +19,8 @@ SUBCOMMAND_MODULES = [
     "lab.twin.cli",     # lab twin serve
     "lab.proxy",        # lab proxy serve
     "lab.bench.cli",    # lab bench twin|faults|recovery
-    "lab.live.cli",     # lab scan, lab drift, lab soak
+    "lab.soak",         # lab soak
+    "lab.live.cli",     # lab scan, lab drift
     "netem.cli",        # lab netem probe|apply|clear
 ]
 

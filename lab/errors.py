@@ -24,6 +24,11 @@ class CapabilityError(LabError):
     code = 3
 
 
+class BudgetError(LabError):
+    """Opening one more live connection would pass a session cap; it was not opened."""
+    code = 4
+
+
 # netem stands alone (it imports nothing from lab), so its errors are not LabErrors; they carry the
 # same one line and `code`. Where lab turns an error into one line (the CLI, the agent) it catches these.
 ONE_LINE_ERRORS = (LabError, NetemError)

@@ -204,9 +204,9 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     for scn in scns:
         cl = client or scn.client
         for i in range(1, n + 1):
-            if budget is not None:
-                budget.charge_run(scn, cl)
             run_dir = batch / f"{scn.name}-{cl}-{i:02d}"
+            if budget is not None:
+                budget.start_run(run_dir.name)
             out(f"== {scn.name} ({cl}, {topology}, {endpoint}) run {i}/{n} -> {run_dir}")
             v = run_one(RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key,
                                 keylog_live, ca=ca, endpoint_hook=endpoint_hook), out=out)

@@ -585,7 +585,7 @@ class SdkClient(Client):
         # every server frame, secrets removed, next to the events: a live run can be replayed offline
         self.frames = None
         if getattr(ctx.log, "path", None) is not None and self.p.get("record_frames", True):
-            from lab.live.replay import FrameRecorder
+            from lab.record.frames import FrameRecorder
             self.frames = FrameRecorder(ctx.log.path.parent / "frames.jsonl")
         self.transcript: list[tuple[str, str]] = []     # (role, text), the client's own
         self.conns: list[Connection] = []

@@ -1,19 +1,27 @@
-"""A session ledger for live mode: every session opened against the real endpoint is counted.
+"""The live session budget: every connection a client opens is one session, charged before it opens.
 
-Each resume attempt and each new session is one session opened (one WebSocket setup), and each
-costs quota. `Budget(cap_run, cap_batch, path)` keeps a JSON ledger at `path` (the batch's
-`budget.json`) with the count per run and for the batch, plus a global per-day ledger
-(`day_path`, default `~/.local/state/livelab/sessions-YYYY-MM-DD.json`, or $LAB_BUDGET_DAY_FILE)
-shared by every batch of that day. `charge(n)` adds n sessions to the current run, or raises
-`BudgetExceeded` (a LabError, one line) *before* counting when a cap would be passed, so the
-caller opens nothing. Both files are updated under an exclusive lock and replaced atomically,
-so the agent process and the orchestrator can charge the same ledger.
+Each connection (the first, each resume attempt, each new session) is one WebSocket setup against
+the real endpoint, and each costs quota. The client calls `ClientContext.before_connect(purpose)`
+before it opens any connection (docs/SEAMS.md); in live mode that callable is a
+`ConnectionCharger`, which reserves one session in three ledgers at once, the run's, the batch's
+and the day's, or raises `lab.errors.BudgetError` (one line) when a cap would be passed, so the
+connection is never opened. The ledgers are JSON files updated under an exclusive lock and
+replaced atomically, so the orchestrator and the agent (another process, in the client's
+namespace) share them:
 
-The orchestrator uses `Budget.for_batch(cap)` and, before each run, `charge_run(scenario, client)`,
-which reserves the run's upper-bound session count (`estimate_sessions`: the initial session, every
-resume attempt its schedule allows, a fallback); `settle(run_dir)` afterwards replaces the
-reservation with the sessions the record shows (`conn.open` events). `attach(batch_dir)` moves the
-batch ledger into `batch_dir/budget.json` once the folder exists.
+- the batch ledger, `<batch>/budget.json`: `caps`, `day_path`, sessions per run (`runs`), `total`;
+- the day ledger, `~/.local/state/livelab/sessions-YYYY-MM-DD.json` (or $LAB_BUDGET_DAY_FILE),
+  shared by every batch of that day: `total`, and the count per batch.
+
+The orchestrator (`lab run`, `lab soak`):
+
+    budget = Budget.for_batch(args.budget)      # caps from the environment; --budget wins
+    budget.attach(batch_dir)                    # the batch ledger's file (kept if it has one)
+    ledger = budget.start_run(run_id)           # BudgetError when a cap is already spent
+    ... the agent gets `ledger` and `run_id` ...
+    budget.settle(run_dir)                      # cross-check: conn.open records against charges
+
+The agent: `ctx.before_connect = ConnectionCharger.from_ledger(ledger, run_id)`.
 
 Caps from the environment (`Budget.from_env`): LAB_BUDGET (sessions per batch, default 200),
 LAB_BUDGET_RUN (per run, default 120), LAB_BUDGET_DAY (per day, default 1000).
@@ -25,17 +33,14 @@ import fcntl
 import json
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from lab.errors import LabError
+from lab.errors import BudgetError, LabError
+from lab.events import read_events
 
 DEFAULT_RUN, DEFAULT_BATCH, DEFAULT_DAY = 120, 200, 1000
-
-
-class BudgetExceeded(LabError):
-    """Opening another session would pass a cap; nothing was opened."""
-    code = 4
 
 
 def default_day_path(day: _dt.date | None = None, env: Mapping[str, str] | None = None) -> Path:
@@ -62,20 +67,20 @@ def _locked(path: Path) -> Iterator[dict[str, Any]]:
         os.replace(tmp, path)
 
 
-def estimate_sessions(scenario: Any, client: str) -> int:
-    """An upper bound of the sessions one run of `scenario` with `client` opens.
+@dataclass(frozen=True)
+class Settlement:
+    """A run's sessions after the fact: charged before each connection, and opened (conn.open)."""
+    run: str
+    charged: int
+    opened: int
 
-    One initial session, every resume attempt the client's schedule allows within its resume time
-    (or the whole run), one quick retry, and one new session for a client that falls back.
-    """
-    params = scenario.params_for(client) if hasattr(scenario, "params_for") else dict(getattr(scenario, "params", {}) or {})
-    duration = float(getattr(scenario, "duration", 0) or 0)
-    every = params.get("resume_every_s") or params.get("resume_interval_s") or (10.0 if client == "probe" else 1.0)
-    window = params.get("resume_for_s") or params.get("resume_window_s")
-    if window is None:
-        window = 2.0 if client == "recovery" else (60.0 if client == "naive" else duration)
-    attempts = int(min(float(window), duration or float(window)) // float(every)) + 2
-    return 1 + attempts + (1 if client == "recovery" else 0)
+    @property
+    def note(self) -> str:
+        """One line when connections opened without a charge (a client not calling before_connect)."""
+        if self.opened <= self.charged:
+            return ""
+        return (f"run {self.run}: {self.opened - self.charged} connection(s) opened without a charge "
+                f"(the client does not call before_connect); counted now")
 
 
 class Budget:
@@ -85,57 +90,6 @@ class Budget:
         self.path = Path(path) if path is not None else None
         self.day_path = Path(day_path) if day_path is not None else default_day_path()
         self.run_id = run_id
-        self._mem: dict[str, Any] = {}   # the batch ledger until attach() gives it a folder
-        self._runs = 0
-
-    @classmethod
-    def for_batch(cls, cap_batch: int | None = None, batch_dir: Path | str | None = None,
-                  env: Mapping[str, str] | None = None) -> "Budget":
-        """The orchestrator's budget: caps from the environment, `cap_batch` (e.g. --budget) wins."""
-        b = cls.from_env(batch_dir or ".", env)
-        if batch_dir is None:
-            b.path = None
-        if cap_batch is not None:
-            b.cap_batch = cap_batch
-        return b
-
-    def attach(self, batch_dir: Path | str) -> "Budget":
-        """Keep the batch ledger as batch_dir/budget.json from now on (carrying what was counted)."""
-        self.path = Path(batch_dir) / "budget.json"
-        if self._mem:
-            with _locked(self.path) as data:
-                data.update(self._mem)
-            self._mem = {}
-        return self
-
-    def charge_run(self, scenario: Any, client: str) -> dict[str, int]:
-        """Start the next run of `scenario` and reserve its upper-bound session count."""
-        self._runs += 1
-        name = getattr(scenario, "name", str(scenario))
-        self.start_run(f"{name}-{client}-{self._runs:02d}")
-        return self.charge(estimate_sessions(scenario, client))
-
-    def settle(self, run_dir: Path | str, run_id: str | None = None) -> int:
-        """Replace the current run's reservation with the sessions its record shows (conn.open)."""
-        from lab.events import read_events
-        p = Path(run_dir) / "events.jsonl"
-        actual = sum(1 for e in read_events(p) if e.kind == "conn.open") if p.is_file() else 0
-        run = run_id or self.run_id
-        with self._batch() as batch, _locked(self.day_path) as day:
-            reserved = batch.setdefault("runs", {}).get(run, 0)
-            delta = actual - reserved
-            batch["runs"][run] = actual
-            batch["total"] = batch.get("total", 0) + delta
-            day["total"] = day.get("total", 0) + delta
-        return actual
-
-    @contextmanager
-    def _batch(self) -> Iterator[dict[str, Any]]:
-        if self.path is None:
-            yield self._mem
-        else:
-            with _locked(self.path) as data:
-                yield data
 
     @classmethod
     def from_env(cls, batch_dir: Path | str, env: Mapping[str, str] | None = None) -> "Budget":
@@ -153,33 +107,108 @@ class Budget:
         return cls(num("LAB_BUDGET_RUN", DEFAULT_RUN), num("LAB_BUDGET", DEFAULT_BATCH), Path(batch_dir) / "budget.json",
                    day_path=default_day_path(env=env), cap_day=num("LAB_BUDGET_DAY", DEFAULT_DAY))
 
-    def start_run(self, run_id: str) -> "Budget":
-        """Charge the following sessions to `run_id` (its own per-run cap)."""
-        self.run_id = run_id
+    @classmethod
+    def for_batch(cls, cap_batch: int | None = None, batch_dir: Path | str | None = None,
+                  env: Mapping[str, str] | None = None) -> "Budget":
+        """The orchestrator's budget: caps from the environment, `cap_batch` (e.g. --budget) wins."""
+        b = cls.from_env(batch_dir or ".", env)
+        if batch_dir is None:
+            b.path = None           # the batch folder does not exist yet: attach() gives it
+        if cap_batch is not None:
+            b.cap_batch = cap_batch
+        return b
+
+    def attach(self, batch_dir: Path | str) -> "Budget":
+        """Keep the batch ledger as batch_dir/budget.json, unless it already has a file (a soak's)."""
+        if self.path is None:
+            self.path = Path(batch_dir) / "budget.json"
         return self
 
-    def charge(self, n: int = 1, run_id: str | None = None) -> dict[str, int]:
-        """Count n sessions opened; BudgetExceeded (nothing counted) if a cap would be passed."""
-        run = run_id or self.run_id
-        with self._batch() as batch, _locked(self.day_path) as day:
-            runs = batch.setdefault("runs", {})
-            r, b, d = runs.get(run, 0) + n, batch.get("total", 0) + n, day.get("total", 0) + n
-            for used, cap, what in ((r, self.cap_run, f"run {run}"), (b, self.cap_batch, "this batch"),
-                                    (d, self.cap_day, "today")):
-                if cap is not None and used > cap:
-                    raise BudgetExceeded(f"session budget for {what} is spent ({used - n} of {cap} opened); "
-                                         "no further live session was opened")
-            runs[run], batch["total"], day["total"] = r, b, d
-            batch.setdefault("caps", {}).update({"run": self.cap_run, "batch": self.cap_batch, "day": self.cap_day})
-            day.setdefault("batches", {})[str(self.path.parent) if self.path else f"pid-{os.getpid()}"] = b
-        return {"run": r, "batch": b, "day": d}
+    def _ledger_path(self) -> Path:
+        if self.path is None:
+            raise LabError("the session budget has no ledger file yet (attach it to the batch folder first)")
+        return self.path
 
-    def used(self) -> dict[str, Any]:
-        """The ledger as it stands (no lock needed to read a replaced-atomically file)."""
-        def read(p: Path) -> dict[str, Any]:
-            try:
-                return json.loads(p.read_text()) if p.is_file() else {}
-            except (json.JSONDecodeError, OSError):
-                return {}
-        b, d = (read(self.path) if self.path else self._mem), read(self.day_path)
-        return {"runs": b.get("runs", {}), "batch": b.get("total", 0), "day": d.get("total", 0)}
+    @contextmanager
+    def _ledgers(self) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        with _locked(self._ledger_path()) as batch, _locked(self.day_path) as day:
+            yield batch, day
+
+    def _spent(self, batch: dict[str, Any], day: dict[str, Any], run: str, n: int) -> str | None:
+        """The one line refusing n more sessions, or None when every cap allows them."""
+        for used, cap, what in ((batch.get("runs", {}).get(run, 0), self.cap_run, f"run {run}"),
+                                (batch.get("total", 0), self.cap_batch, "this batch"),
+                                (day.get("total", 0), self.cap_day, "today")):
+            if cap is not None and used + n > cap:
+                return f"session budget for {what} is spent ({used} of {cap} opened)"
+        return None
+
+    def start_run(self, run_id: str) -> Path:
+        """Charge the following sessions to `run_id`; the ledger path for the run's agent.
+
+        Records the caps and the day ledger in the batch ledger (the agent reads them there) and
+        raises BudgetError, before anything starts, when not even one session is left.
+        """
+        self.run_id = run_id
+        with self._ledgers() as (batch, day):
+            why = self._spent(batch, day, run_id, 1)
+            if why:
+                raise BudgetError(f"{why}; run {run_id} was not started")
+            batch["caps"] = {"run": self.cap_run, "batch": self.cap_batch, "day": self.cap_day}
+            batch["day_path"] = str(self.day_path.resolve())
+            batch.setdefault("runs", {}).setdefault(run_id, 0)
+        return self._ledger_path()
+
+    def charge(self, n: int = 1, run_id: str | None = None, purpose: str = "live") -> dict[str, int]:
+        """Count n sessions about to open; BudgetError (nothing counted) if a cap would be passed."""
+        run = run_id or self.run_id
+        with self._ledgers() as (batch, day):
+            why = self._spent(batch, day, run, n)
+            if why:
+                raise BudgetError(f"{why}; the {purpose} connection was not opened")
+            runs = batch.setdefault("runs", {})
+            runs[run] = runs.get(run, 0) + n
+            batch["total"] = batch.get("total", 0) + n
+            day["total"] = day.get("total", 0) + n
+            day.setdefault("batches", {})[str(self._ledger_path().parent.resolve())] = batch["total"]
+            return {"run": runs[run], "batch": batch["total"], "day": day["total"]}
+
+    def settle(self, run_dir: Path | str, run_id: str | None = None) -> Settlement:
+        """Cross-check a finished run: connections its record shows opened against those charged.
+
+        A connection opened without a charge is counted now (it cannot be refused any more); a
+        charge whose connection never opened stays counted (it may have reached the endpoint).
+        """
+        p = Path(run_dir) / "events.jsonl"
+        opened = sum(1 for e in read_events(p) if e.kind == "conn.open") if p.is_file() else 0
+        run = run_id or self.run_id
+        with self._ledgers() as (batch, day):
+            runs = batch.setdefault("runs", {})
+            charged = runs.get(run, 0)
+            extra = max(0, opened - charged)
+            runs[run] = charged + extra
+            batch["total"] = batch.get("total", 0) + extra
+            day["total"] = day.get("total", 0) + extra
+        return Settlement(run, charged, opened)
+
+
+class ConnectionCharger:
+    """`ClientContext.before_connect` for live runs: one session reserved before each connection."""
+
+    def __init__(self, budget: Budget, run_id: str):
+        self.budget, self.run_id = budget, run_id
+
+    @classmethod
+    def from_ledger(cls, path: Path | str, run_id: str) -> "ConnectionCharger":
+        """The agent's charger: caps and day ledger as the orchestrator wrote them in `path`."""
+        path = Path(path)
+        try:
+            led = json.loads(path.read_text())
+            caps, day_path = led["caps"], led["day_path"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise LabError(f"budget ledger {path} has no caps (the orchestrator's start_run writes them)") from None
+        return cls(Budget(caps.get("run"), caps.get("batch"), path, day_path=day_path, cap_day=caps.get("day"),
+                          run_id=run_id), run_id)
+
+    def __call__(self, purpose: str) -> None:
+        self.budget.charge(1, self.run_id, purpose)

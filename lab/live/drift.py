@@ -1,44 +1,54 @@
 """Drift: does the real endpoint still behave the way the twin's profile says it does?
 
-The twin's profile (`lab/twin/profiles/<name>.yaml`) names every behaviour with a value and the
-measurement it comes from. A live run (or a soak) observes the same behaviours; `compare()` puts
-the two side by side and calls each behaviour unchanged, changed or not observed:
+The twin's profile is loaded with the twin's own loader (`lab.twin.profile.load_profile`, so
+`extends:` and `--set` overrides hold exactly as in `lab twin serve`). Each row below compares one
+thing the endpoint did, in the runs under a folder, with the one twin parameter that sets it, or,
+where no parameter sets it, with the twin rule it is (said so in the row). Each row names the
+catalogue scenarios whose runs observe it; a folder without such runs shows "not observed".
 
-| behaviour | profile parameter(s) | observed in |
-| --- | --- | --- |
-| lockout after a silent loss | (000 finding 3; `resume_while_attached` / `lockout*` if present) | resumes after a blackhole/freeze, before any close |
-| refusal code | `refuse_code` | codes of refused resumes |
-| refusal delay | `refuse_close_s` (or `*_ms`) [lo, hi] | each refusal's latency |
-| resume after the close | `resume_setup_s` [lo, hi] | close of the old connection -> resumed setupComplete |
-| new session setup | `new_setup_s` [lo, hi] | the fallback's new session setup |
-| goAway | `goaway_after_s` (null = never) | `conn.go_away` events |
-| transparent mode | `transparent_supported`, `transparent_reject_code` | runs that asked for transparent |
-| pending call after resume | `pending_call_answerable` (default true, 000 finding 1) | the pre-loss call answered after a resume |
-| handle updates per connection | `handle_updates` (`once`) | handle.update count per connection |
+| row | twin parameter | observed in | observed by |
+| --- | --- | --- | --- |
+| resume refused while the old connection is held | (rule) | resumes after a path-cutting loss, before the old connection's close | b1, b2, r2 |
+| refusal code | `refuse_code` | close codes of refused resumes | r1, b1, b2, r2, s2 |
+| refusal delay | `refuse_close_s` | each refused resume's attempt -> close | r1, b1, b2, r2, s2 |
+| resumed session setup | `resume_setup_s` | each resumed connection's open -> setupComplete | r1, b2, r2 |
+| new session setup | `new_setup_s` | each initial or fallback connection's open -> setupComplete | every scenario |
+| goAway | `goaway_after_s` | goAway frames in frames.jsonl | every scenario |
+| pending call after resume | (rule) | the pre-loss call's result sent on the resumed session | r1, b2, r2 |
+| handle updates per connection | `handle_updates` | handle.update records per connection | every scenario |
+
+The loss is the agent's `loss` event and nothing else: its `ms`, and its `cuts_path` (the server
+cannot see the connection end; a record without that field does not count for the lockout row).
+A "transparent mode" row is gone: no client or scenario asks for transparent resumption, so no
+run could ever observe it.
 
 Ranges are checked with a tolerance (default 25 % of each bound) because the profile's ranges
-come from 3 to 12 runs. The reader is tolerant of the YAML's layout: parameters may sit under
-`params:` or at the top level, as `{value, source}` or as bare values; names ending in `_s` are
-seconds and are compared in ms.
+come from 3 to 12 runs; parameters named `*_s` are seconds and are compared in ms.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import Any, Callable, Iterable
 
 from lab.errors import LabError
-from lab.report.summary import fmt_range
+from lab.events import Event, read_events
+from lab.record.frames import read_frames
+from lab.report.metrics import compute
+from lab.report.summary import fmt_range, runs_under
+from lab.report.verdict import load_meta
+from lab.twin.profile import Profile, is_range, load_profile
 
 UNCHANGED, CHANGED, NOT_OBSERVED = "unchanged", "changed", "not observed"
-SILENT_LOSS_KINDS = ("blackhole", "black_hole", "freeze", "partition")
+ERROR_CLOSE_CODES = (1007, 1008, 1011)   # a close this soon after a tool response means it was refused
+ANSWER_GRACE_MS = 5000
 
 
 @dataclass
 class Behaviour:
     name: str
+    parameter: str       # the twin parameter compared, or "(rule)"
     expected: str
     observed: str
     status: str
@@ -46,209 +56,241 @@ class Behaviour:
     numbers: dict[str, Any] = field(default_factory=dict)
 
 
-def profile_path(name_or_path: str) -> Path:
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") and p.is_file():
-        return p
-    here = Path(__file__).resolve().parents[1] / "twin" / "profiles" / f"{name_or_path}.yaml"
-    if here.is_file():
-        return here
-    raise LabError(f"no twin profile {name_or_path!r} (looked for {here})")
+@dataclass
+class RunObs:
+    """What drift reads from one run folder."""
+    scenario: str
+    events: list[Event]
+    metrics: dict[str, Any]      # lab.report.metrics.compute: resume attempts and connections
+    goaways: int | None          # goAway frames in frames.jsonl; None when the run recorded no frames
+
+    @property
+    def loss(self) -> Event | None:
+        return next((e for e in self.events if e.kind == "loss"), None)
 
 
-def load_profile(name_or_path: str | Path) -> dict[str, dict[str, Any]]:
-    """{parameter: {"value": v, "source": s}} from a profile YAML, whatever its exact layout."""
-    path = profile_path(str(name_or_path))
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise LabError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    return normalize_profile(doc)
+def read_run(run_dir: Path) -> RunObs:
+    meta, _ = load_meta(run_dir)
+    scn = meta.get("scenario")
+    name = scn.get("name") if isinstance(scn, dict) else scn
+    p = run_dir / "events.jsonl"
+    events = sorted(read_events(p), key=lambda e: e.ms) if p.is_file() else []
+    fp = run_dir / "frames.jsonl"
+    goaways = sum(1 for f in read_frames(fp) if f.get("kind") == "goAway") if fp.is_file() else None
+    return RunObs(str(name or run_dir.name), events, compute(events, meta), goaways)
 
 
-def normalize_profile(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    body = doc.get("params") or doc.get("parameters") or doc
-    out: dict[str, dict[str, Any]] = {}
-
-    def walk(d: dict[str, Any], prefix: str = "") -> None:
-        for k, v in d.items():
-            name = f"{prefix}{k}"
-            if isinstance(v, dict) and "value" in v:
-                out[name] = {"value": v.get("value"), "source": str(v.get("source") or "")}
-            elif isinstance(v, dict):
-                walk(v, "")  # a grouping level: parameter names stay unqualified
-            else:
-                out[name] = {"value": v, "source": ""}
-
-    walk(body if isinstance(body, dict) else {})
-    return out
+# ---- what each row reads -------------------------------------------------------------------------
+def _attempts(runs: list[RunObs], outcome: str) -> list[dict[str, Any]]:
+    return [a for r in runs for a in r.metrics.get("resume_attempts", []) if a.get("outcome") == outcome]
 
 
-def _param(profile: dict[str, dict[str, Any]], *names: str, contains: tuple[str, ...] = ()) -> tuple[str, Any, str] | None:
-    for n in names:
-        if n in profile:
-            return n, profile[n]["value"], profile[n]["source"]
-    if contains:
-        for n, p in profile.items():
-            if all(c in n.lower() for c in contains):
-                return n, p["value"], p["source"]
-    return None
+def _setup_times(runs: list[RunObs], purposes: tuple[str, ...]) -> list[float]:
+    return [c["setup_took_ms"] for r in runs for c in r.metrics.get("connections", [])
+            if c.get("purpose") in purposes and c.get("setup_took_ms") is not None]
 
 
-def _range_ms(name: str, value: Any) -> tuple[float, float] | None:
-    scale = 1000.0 if name.endswith("_s") else 1.0
-    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(x, (int, float)) for x in value):
+def _lost_conn(r: RunObs, loss: Event) -> Any:
+    before = [c for c in r.metrics.get("connections", []) if c.get("open_ms") is not None and c["open_ms"] <= loss.ms]
+    return before[-1]["conn"] if before else None
+
+
+def _held_until(r: RunObs, loss: Event) -> float:
+    """When the server could first have seen the lost connection end: its close, echoed or sent."""
+    lost = _lost_conn(r, loss)
+    ends = [e.ms for e in r.events if e.ms >= loss.ms and (
+        (e.kind == "conn.closed" and e.get("conn") == lost and (e.get("code") == 1000 or e.get("by") == "server"))
+        or (e.kind == "action" and e.get("what") == "close"))]
+    return min(ends, default=math.inf)
+
+
+def _held_attempts(r: RunObs) -> list[dict[str, Any]]:
+    """Resumes with a result, after a loss that cut the path and before the old connection's close."""
+    loss = r.loss
+    if loss is None or loss.get("cuts_path") is not True:
+        return []
+    until = _held_until(r, loss)
+    return [{**a, "after_loss_ms": a["ms"] - loss.ms} for a in r.metrics.get("resume_attempts", [])
+            if a.get("outcome") in ("accepted", "refused") and loss.ms <= a["ms"] < until]
+
+
+def _pending_answered(r: RunObs) -> bool | None:
+    """Was the result of a call issued before the loss taken by the resumed session? None: not tried."""
+    loss = r.loss
+    if loss is None:
+        return None
+    accepted = [a for a in r.metrics.get("resume_attempts", []) if a.get("outcome") == "accepted" and a["ms"] >= loss.ms]
+    if not accepted:
+        return None
+    pending = {e.get("id") for e in r.events if e.kind == "tool.call" and e.ms <= loss.ms}
+    sent = next((e for e in r.events if e.kind == "tool.response" and e.get("id") in pending
+                 and e.ms >= accepted[0]["ms"]), None)
+    if sent is None:
+        return None
+    refused = any(e.kind == "conn.closed" and e.get("conn") == sent.get("conn") and e.get("code") in ERROR_CLOSE_CODES
+                  and 0 <= e.ms - sent.ms <= ANSWER_GRACE_MS for e in r.events)
+    return str(sent.get("status", "ok")).lower() not in ("error", "failed") and not refused
+
+
+# ---- the rows ------------------------------------------------------------------------------------
+Compare = Callable[[Profile, list[RunObs], float, "Row"], Behaviour]
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    parameter: str | None           # the exact twin parameter; None for a twin rule
+    rule: str                       # what is compared when no parameter sets it, and its source
+    observed_by: tuple[str, ...]    # catalogue scenarios whose runs exercise this row
+    compare: Compare
+
+    def behaviour(self, prof: Profile, expected: str, observed: str, status: str,
+                  numbers: dict[str, Any] | None = None) -> Behaviour:
+        src = prof.source(self.parameter) if self.parameter else self.rule
+        return Behaviour(self.name, self.parameter or "(rule)", expected, observed, status, src, numbers or {})
+
+    def value(self, prof: Profile) -> Any:
+        """The profile's value of this row's parameter (None for a rule)."""
+        return prof[self.parameter] if self.parameter else None
+
+    def unseen(self, prof: Profile, expected: str) -> Behaviour:
+        return self.behaviour(prof, expected, f"- (observed by {', '.join(self.observed_by)})", NOT_OBSERVED)
+
+
+def _range_ms(row: Row, prof: Profile) -> tuple[float, float]:
+    value = row.value(prof)
+    scale = 1000.0 if (row.parameter or "").endswith("_s") else 1.0
+    if is_range(value):
         return value[0] * scale, value[1] * scale
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return value * scale, value * scale
-    return None
+    raise LabError(f"twin parameter {row.parameter} = {value!r} is not a number or [lo, hi] (drift row {row.name!r})")
 
 
-def _metrics(obs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Accept verdicts ({"metrics": {...}}) or bare metrics dicts."""
-    return [o["metrics"] if "metrics" in o and isinstance(o["metrics"], dict) else o for o in obs]
-
-
-def _silent(m: dict[str, Any]) -> bool:
-    k = str(m.get("loss_kind") or "").lower()
-    return any(w in k for w in SILENT_LOSS_KINDS)
-
-
-def _range_check(name: str, values: list[float], rng: tuple[float, float], tol: float, source: str,
-                 param: str) -> Behaviour:
-    lo, hi = rng
-    exp = f"{param} = {fmt_range([lo, hi])} ms"
+def _in_range(row: Row, prof: Profile, values: list[float], tol: float) -> Behaviour:
+    lo, hi = _range_ms(row, prof)
+    exp = f"{lo:.0f} ms" if lo == hi else f"{lo:.0f}\u2013{hi:.0f} ms"    # the profile's bounds, not a sample
     if not values:
-        return Behaviour(name, exp, "-", NOT_OBSERVED, source)
+        return row.unseen(prof, exp)
     ok = min(values) >= lo * (1 - tol) and max(values) <= hi * (1 + tol)
-    return Behaviour(name, exp, f"{fmt_range(values)} ms (n={len(values)})", UNCHANGED if ok else CHANGED, source,
-                     {"min": min(values), "max": max(values), "n": len(values), "lo": lo, "hi": hi, "tolerance": tol})
+    return row.behaviour(prof, exp, f"{fmt_range(values)} ms (n={len(values)})", UNCHANGED if ok else CHANGED,
+                         {"min": min(values), "max": max(values), "n": len(values), "lo": lo, "hi": hi, "tolerance": tol})
 
 
-def compare(observations: list[dict[str, Any]], profile: dict[str, Any], tolerance: float = 0.25) -> list[Behaviour]:
-    """Each behaviour of the profile against what the runs observed."""
-    prof = profile if all(isinstance(v, dict) and "value" in v for v in profile.values()) else normalize_profile(profile)
-    ms = _metrics(observations)
-    out: list[Behaviour] = []
+def _lockout(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+    held = [att for att in map(_held_attempts, runs) if att]
+    atts = [a for att in held for a in att]
+    if not atts:
+        return row.unseen(prof, "refused")
+    broke = sum(1 for a in atts if a["outcome"] == "accepted")
+    last = max(a["after_loss_ms"] for a in atts)
+    return row.behaviour(prof, "refused", f"{len(atts) - broke} of {len(atts)} refused in {len(held)} runs "
+                         f"(last at +{last / 1000:.1f} s)", UNCHANGED if broke == 0 else CHANGED,
+                         {"attempts": len(atts), "accepted": broke, "runs": len(held)})
 
-    # 1. lockout: after a silent loss, no resume is accepted before the old connection is closed
-    p = _param(prof, "resume_while_attached", "lockout", contains=("lock",))
-    expect_lock = True if p is None or not isinstance(p[1], bool) else p[1]
-    src = p[2] if p else "000 finding 3: every resume refused while the server holds the old connection"
-    silent = [m for m in ms if _silent(m)]
-    tried = [(m, [a for a in m.get("resume_attempts", []) if a.get("outcome") in ("accepted", "refused")
-                  and (m.get("close_ms") is None or a.get("ms", 0) < m["close_ms"])]) for m in silent]
-    n_att = sum(len(a) for _, a in tried)
-    broke = sum(1 for _, a in tried for x in a if x["outcome"] == "accepted")
-    if n_att == 0:
-        out.append(Behaviour("lockout after a silent loss", "held" if expect_lock else "none", "-", NOT_OBSERVED, src))
-    else:
-        last = max((x.get("after_loss_ms") or 0) for _, a in tried for x in a)
-        obs = f"{n_att - broke} of {n_att} attempts refused in {len(silent)} runs (last at +{last / 1000:.1f} s)"
-        held = broke == 0
-        out.append(Behaviour("lockout after a silent loss", "held" if expect_lock else "none", obs,
-                             UNCHANGED if held == expect_lock else CHANGED, src,
-                             {"attempts": n_att, "accepted": broke, "runs": len(silent)}))
 
-    # 2. refusal code
-    p = _param(prof, "refuse_code", "refusal_code", contains=("refus", "code"))
+def _refusal_code(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
     codes: dict[str, int] = {}
-    for m in ms:
-        for c, n in (m.get("refusal_codes") or {}).items():
-            if c not in ("None", "null"):
-                codes[c] = codes.get(c, 0) + n
-    if p is None:
-        out.append(Behaviour("refusal code", "no parameter", str(codes or "-"), NOT_OBSERVED))
-    elif not codes:
-        out.append(Behaviour("refusal code", f"{p[0]} = {p[1]}", "-", NOT_OBSERVED, p[2]))
-    else:
-        obs = ", ".join(f"{c} \u00d7{n}" for c, n in sorted(codes.items()))
-        out.append(Behaviour("refusal code", f"{p[0]} = {p[1]}", obs,
-                             UNCHANGED if set(codes) == {str(p[1])} else CHANGED, p[2], {"codes": codes}))
+    for a in _attempts(runs, "refused"):
+        if a.get("code") is not None:
+            codes[str(a["code"])] = codes.get(str(a["code"]), 0) + 1
+    want = str(row.value(prof))
+    if not codes:
+        return row.unseen(prof, want)
+    obs = ", ".join(f"{c} \u00d7{n}" for c, n in sorted(codes.items()))
+    return row.behaviour(prof, want, obs, UNCHANGED if set(codes) == {want} else CHANGED, {"codes": codes})
 
-    # 3. refusal delay
-    p = _param(prof, "refuse_close_s", "refuse_close_ms", "refusal_delay_ms", contains=("refus", "close"))
-    lat = [a["latency_ms"] for m in ms for a in m.get("resume_attempts", [])
-           if a.get("outcome") == "refused" and a.get("latency_ms") is not None]
-    rng = _range_ms(p[0], p[1]) if p else None
-    if rng is None:
-        out.append(Behaviour("refusal delay", "no parameter", fmt_range(lat), NOT_OBSERVED))
-    else:
-        out.append(_range_check("refusal delay", lat, rng, tolerance, p[2], p[0]))
 
-    # 4. resume after the close of the old connection
-    p = _param(prof, "resume_setup_s", "resume_after_close_s", "resume_after_close_ms")
-    vals = [m["resumed_after_close_ms"] for m in ms if m.get("resumed_after_close_ms") is not None and _silent(m)]
-    if p and _range_ms(p[0], p[1]):
-        out.append(_range_check("resume after the close", vals, _range_ms(p[0], p[1]), tolerance, p[2], p[0]))
+def _refusal_delay(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+    return _in_range(row, prof, [a["latency_ms"] for a in _attempts(runs, "refused")
+                                 if a.get("latency_ms") is not None], tol)
 
-    # 5. new session setup (the fallback)
-    p = _param(prof, "new_setup_s", "new_setup_ms")
-    vals = [(m.get("recovery") or {}).get("new_setup_ms") for m in ms]
-    vals = [v for v in vals if v is not None]
-    if p and _range_ms(p[0], p[1]):
-        out.append(_range_check("new session setup", vals, _range_ms(p[0], p[1]), tolerance, p[2], p[0]))
 
-    # 6. goAway
-    p = _param(prof, "goaway_after_s", "go_away_after_s", contains=("goaway",))
-    seen = sum(int(m.get("go_away") or 0) for m in ms)
-    longest = max((m.get("duration_ms") or 0 for m in ms), default=0)
-    if p is None:
-        out.append(Behaviour("goAway", "no parameter", f"{seen} seen", NOT_OBSERVED))
-    elif not ms:
-        out.append(Behaviour("goAway", f"{p[0]} = {p[1]}", "-", NOT_OBSERVED, p[2]))
-    elif p[1] in (None, False):
-        out.append(Behaviour("goAway", "never sent", f"{seen} seen in {len(ms)} runs (longest {longest / 1000:.0f} s)",
-                             UNCHANGED if seen == 0 else CHANGED, p[2], {"seen": seen}))
-    else:
-        after_ms = float(p[1]) * 1000.0
-        if longest < after_ms:
-            out.append(Behaviour("goAway", f"after {p[1]} s", f"runs too short (longest {longest / 1000:.0f} s)",
-                                 NOT_OBSERVED, p[2]))
-        else:
-            out.append(Behaviour("goAway", f"after {p[1]} s", f"{seen} seen", UNCHANGED if seen else CHANGED, p[2]))
+def _resumed_setup(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+    return _in_range(row, prof, _setup_times(runs, ("resume",)), tol)
 
-    # 7. transparent mode
-    p = _param(prof, "transparent_supported", contains=("transparent", "support"))
-    pc = _param(prof, "transparent_reject_code")
-    asked = [m for m in ms if m.get("transparent_requested")]
-    if p is None:
-        out.append(Behaviour("transparent mode", "no parameter", "-", NOT_OBSERVED))
-    else:
-        exp = "supported" if p[1] else f"refused{(' ' + str(pc[1])) if pc else ''}"
-        if not asked:
-            out.append(Behaviour("transparent mode", exp, "-", NOT_OBSERVED, p[2]))
-        else:
-            refused = sum(1 for m in asked if m.get("transparent_refused"))
-            still = (refused == len(asked)) if not p[1] else (refused == 0)
-            out.append(Behaviour("transparent mode", exp, f"refused in {refused} of {len(asked)} runs",
-                                 UNCHANGED if still else CHANGED, p[2], {"refused": refused, "runs": len(asked)}))
 
-    # 8. pending call still answerable after a resume
-    p = _param(prof, "pending_call_answerable", "pending_call_after_resume", contains=("pending",))
-    expect_ok = True if p is None or not isinstance(p[1], bool) else p[1]
-    src = p[2] if p else "000 finding 1: the resumed session accepted the response for the old call id (14 of 14)"
-    vals = [m["pending_call_answered_after_resume"] for m in ms if m.get("pending_call_answered_after_resume") is not None]
+def _new_setup(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+    return _in_range(row, prof, _setup_times(runs, ("initial", "new")), tol)
+
+
+def _goaway(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+    after = row.value(prof)
+    framed = [r for r in runs if r.goaways is not None]
+    exp = "never sent" if after is None else f"after {after} s"
+    if not framed:
+        return row.unseen(prof, exp)
+    seen = sum(r.goaways or 0 for r in framed)
+    longest = max((r.metrics.get("duration_ms") or 0) for r in framed)
+    obs = f"{seen} seen in {len(framed)} runs (longest {longest / 1000:.0f} s)"
+    if after is None:
+        return row.behaviour(prof, exp, obs, UNCHANGED if seen == 0 else CHANGED, {"seen": seen})
+    if longest < float(after) * 1000.0:
+        return row.unseen(prof, exp)
+    return row.behaviour(prof, exp, obs, UNCHANGED if seen else CHANGED, {"seen": seen})
+
+
+def _pending_call(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+    vals = [v for v in map(_pending_answered, runs) if v is not None]
     if not vals:
-        out.append(Behaviour("pending call after resume", "answerable" if expect_ok else "not answerable", "-",
-                             NOT_OBSERVED, src))
-    else:
-        ok = sum(1 for v in vals if v)
-        same = all(v == expect_ok for v in vals)
-        out.append(Behaviour("pending call after resume", "answerable" if expect_ok else "not answerable",
-                             f"answered in {ok} of {len(vals)} resumed runs", UNCHANGED if same else CHANGED, src,
-                             {"answered": ok, "runs": len(vals)}))
+        return row.unseen(prof, "answerable")
+    ok = sum(vals)
+    return row.behaviour(prof, "answerable", f"answered in {ok} of {len(vals)} resumed runs",
+                         UNCHANGED if ok == len(vals) else CHANGED, {"answered": ok, "runs": len(vals)})
 
-    # 9. handle updates per connection
-    p = _param(prof, "handle_updates")
-    counts = [int(v) for m in ms for v in (m.get("handle_updates") or {}).values() if v]
-    if p is not None and str(p[1]).lower() == "once":
-        if not counts:
-            out.append(Behaviour("handle updates per connection", "once", "-", NOT_OBSERVED, p[2]))
-        else:
-            out.append(Behaviour("handle updates per connection", "once", f"{fmt_range(counts)} per set-up connection",
-                                 UNCHANGED if max(counts) == 1 else CHANGED, p[2], {"max": max(counts)}))
-    return out
+
+def _handle_updates(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+    mode = str(row.value(prof))
+    per_conn = []       # (updates, turns completed) for each connection that got setupComplete
+    for r in runs:
+        for c in r.metrics.get("connections", []):
+            if c.get("setup_ms") is None:
+                continue
+            turns = sum(1 for e in r.events if e.kind == "model.turn_complete" and e.get("conn") == c["conn"])
+            per_conn.append((c.get("handle_updates") or 0, turns))
+    per_conn = [(n, t) for n, t in per_conn if n]   # a connection closed before its update says nothing
+    if not per_conn:
+        return row.unseen(prof, mode)
+    counts = [n for n, _ in per_conn]
+    if mode == "once":
+        ok = max(counts) == 1
+    elif mode == "per_turn":
+        ok = all(n <= 1 + t for n, t in per_conn) and any(n > 1 for n, t in per_conn if t)
+    else:
+        raise LabError(f"twin parameter handle_updates = {mode!r}: drift knows 'once' and 'per_turn'")
+    return row.behaviour(prof, mode, f"{fmt_range(counts)} per set-up connection", UNCHANGED if ok else CHANGED,
+                         {"max": max(counts)})
+
+
+ALL_SCENARIOS = ("control",)     # a row every run observes: the plainest scenario stands for all
+REFUSING = ("r1-idle-abort-immediate", "b1-silent-loss", "b2-path-return", "r2-freeze", "s2-recovery")
+RESUMING = ("r1-idle-abort-immediate", "b2-path-return", "r2-freeze")
+
+ROWS: tuple[Row, ...] = (
+    Row("resume refused while the old connection is held", None,
+        "twin rule (old_connection_open): a resume is refused while the server still holds the old connection; "
+        "000 finding 3: every resume refused while the server held the old connection",
+        ("b1-silent-loss", "b2-path-return", "r2-freeze"), _lockout),
+    Row("refusal code", "refuse_code", "", REFUSING, _refusal_code),
+    Row("refusal delay", "refuse_close_s", "", REFUSING, _refusal_delay),
+    Row("resumed session setup", "resume_setup_s", "", RESUMING, _resumed_setup),
+    Row("new session setup", "new_setup_s", "", ALL_SCENARIOS + ("s2-recovery",), _new_setup),
+    Row("goAway", "goaway_after_s", "", ALL_SCENARIOS, _goaway),
+    Row("pending call after resume", None,
+        "twin rule (the scripted model takes the result of any call id it issued): "
+        "000 finding 1: the resumed session accepted the response for the old call id (14 of 14)",
+        RESUMING, _pending_call),
+    Row("handle updates per connection", "handle_updates", "", ALL_SCENARIOS, _handle_updates),
+)
+
+
+def compare(runs: Iterable[RunObs], prof: Profile, tolerance: float = 0.25) -> list[Behaviour]:
+    """Each row's behaviour: the runs against the profile."""
+    runs = list(runs)
+    for row in ROWS:
+        if row.parameter and row.parameter not in prof.params:
+            raise LabError(f"twin profile {prof.name!r} has no parameter {row.parameter!r} (drift row {row.name!r})")
+    return [row.compare(prof, runs, tolerance, row) for row in ROWS]
 
 
 def render(behaviours: list[Behaviour], title: str, profile_name: str, runs: int) -> str:
@@ -257,26 +299,24 @@ def render(behaviours: list[Behaviour], title: str, profile_name: str, runs: int
              f"{runs} runs compared with the twin profile `{profile_name}`. "
              + (f"**{len(changed)} behaviour(s) changed**: {', '.join(b.name for b in changed)}." if changed
                 else "No behaviour changed."), "",
-             "| behaviour | profile | observed | status | source of the profile value |",
-             "| --- | --- | --- | --- | --- |"]
+             "| behaviour | twin parameter | profile | observed | status | source of the profile value |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for b in behaviours:
         status = f"**{b.status}**" if b.status == CHANGED else b.status
         src = b.source.replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {b.name} | {b.expected} | {b.observed} | {status} | {src} |")
+        lines.append(f"| {b.name} | {b.parameter} | {b.expected} | {b.observed} | {status} | {src} |")
     lines += ["", "Ranges allow a tolerance on each bound; \"not observed\" means no run in this folder exercised "
-              "that behaviour.", ""]
+              "that behaviour (the scenarios named there do). \"(rule)\" is twin behaviour no parameter sets.", ""]
     return "\n".join(lines)
 
 
-def drift_dir(d: Path | str, profile: str = "developer-api", tolerance: float = 0.25) -> tuple[Path, list[Behaviour]]:
-    """Compare every run under `d` with the profile; writes d/drift.md."""
-    from lab.report.summary import load_verdict, runs_under
-
+def drift_dir(d: Path | str, profile: str = "developer-api", tolerance: float = 0.25,
+              overrides: Iterable[str] | None = None) -> tuple[Path, list[Behaviour]]:
+    """Compare every run under `d` with the profile (and its overrides); writes d/drift.md."""
     d = Path(d)
-    runs = runs_under(d)
-    prof = load_profile(profile)
-    verdicts = [load_verdict(r) for r in runs]
-    behaviours = compare(verdicts, prof, tolerance)
+    runs = [read_run(r) for r in runs_under(d)]
+    prof = load_profile(profile, list(overrides or []))
+    behaviours = compare(runs, prof, tolerance)
     out = d / "drift.md"
-    out.write_text(render(behaviours, d.name, profile, len(runs)))
+    out.write_text(render(behaviours, d.name, prof.name, len(runs)))
     return out, behaviours

@@ -11,16 +11,21 @@ returns
 - ``"other"``: everything else. A plain 1011 "Internal error encountered." is the resume refusal
   the lab studies, not a reason to stop.
 
-`check(err)` raises `LiveStop` (a LabError with one clear line) for auth and quota so the
-orchestrator stops the batch at the first one; it returns the class otherwise. Messages never
-include the key: reasons are cut to 120 characters and anything looking like a key is masked.
+`classify_event(event)` applies the same rules to one record of events.jsonl (a `conn.closed` or
+`resume.result` with its code and reason, or a record carrying an `error`) and returns auth, quota
+or None. `live_stop(event)` turns such a record into the `LiveStop` to raise (one clear line), or
+None. Both the agent (at once, mid-run: it watches its own event log) and the batch (after the
+run, `stop_reason(run_dir)`) ask these, so the two can never disagree. Messages never include the
+key: reasons are cut to 120 characters and anything looking like a key is masked.
 """
 from __future__ import annotations
 
 import re
-from typing import Any
+from pathlib import Path
+from typing import Any, Mapping
 
 from lab.errors import LabError
+from lab.events import Event, read_events
 
 AUTH, QUOTA, OTHER = "auth", "quota", "other"
 AUTH_RE = re.compile(r"api[ _-]?key (not valid|invalid|missing|expired)|invalid api[ _-]?key|"
@@ -103,34 +108,42 @@ def describe(err: Any = None, *, code: int | None = None, reason: str | None = N
     return f"{head}: {text}" if head and text else (text or head)
 
 
-def check(err: Any = None, **kw: Any) -> str:
-    """The class of the error; raises LiveStop for auth and quota."""
-    kind = classify(err, **kw)
-    if kind in (AUTH, QUOTA):
-        raise LiveStop(kind, describe(err, **kw))
-    return kind
+# Records that carry a close code and reason, and records that carry an error text.
+CLOSE_KINDS = ("conn.closed", "resume.result")
+ERROR_KINDS = ("client.error", "run.end", "user.say.failed", "step.error")
 
 
-def stop_reason(run_dir: Any) -> str | None:
-    """Why a live batch must stop after this run (auth or quota seen in its record), else None.
+def _code_reason(event: Event | Mapping[str, Any]) -> tuple[int | None, str] | None:
+    """(close code, reason text) of a record that reports an end or an error, else None."""
+    get = event.get
+    kind = event.kind if isinstance(event, Event) else get("kind")
+    if kind in CLOSE_KINDS and (get("code") is not None or get("reason")):
+        code = get("code")
+        return (code if isinstance(code, int) else None), str(get("reason") or "")
+    if kind in ERROR_KINDS and get("error"):
+        return None, str(get("error"))
+    return None
 
-    Reads the run's events.jsonl: closes, resume results, client errors and run.end errors.
-    """
-    from pathlib import Path
 
-    from lab.events import read_events
+def live_stop(event: Event | Mapping[str, Any]) -> LiveStop | None:
+    """The LiveStop (one line, no key) a record calls for, or None: the agent raises it at once."""
+    got = _code_reason(event)
+    if got is None:
+        return None
+    code, reason = got
+    kind = classify(code=code, reason=reason)
+    return LiveStop(kind, describe(code=code, reason=reason)) if kind in (AUTH, QUOTA) else None
 
+
+def classify_event(event: Event | Mapping[str, Any]) -> str | None:
+    """auth | quota for a record that must stop a live batch, else None (a 1011 refusal included)."""
+    stop = live_stop(event)
+    return stop.kind if stop is not None else None
+
+
+def stop_reason(run_dir: Path | str) -> str | None:
+    """Why a live batch must stop after this run (the first auth or quota record), else None."""
     p = Path(run_dir) / "events.jsonl"
     if not p.is_file():
         return None
-    for e in read_events(p):
-        if e.kind in ("conn.closed", "resume.result") and (e.get("code") is not None or e.get("reason")):
-            code, reason = e.get("code"), str(e.get("reason") or "")
-        elif e.kind in ("client.error", "run.end", "user.say.failed") and e.get("error"):
-            code, reason = None, str(e.get("error"))
-        else:
-            continue
-        kind = classify(code=code if isinstance(code, int) else None, reason=reason)
-        if kind in (AUTH, QUOTA):
-            return str(LiveStop(kind, describe(code=code if isinstance(code, int) else None, reason=reason)))
-    return None
+    return next((str(stop) for stop in map(live_stop, read_events(p)) if stop is not None), None)

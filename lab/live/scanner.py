@@ -8,8 +8,14 @@ gzip files are also searched decompressed) and reports a `Finding` for
   inside a larger base64 blob (a logged frame, an Authorization header) is still found;
 - `handle-field`: a field named `handle`, `new_handle` or `newHandle` with a long string value
   (a raw resumption handle; records hold only its length and hash);
-- `tls-keylog`: a TLS key log (SSLKEYLOGFILE lines) in any file;
-- `pcapng-secrets`: a pcapng Decryption Secrets Block (TLS keys embedded by editcap).
+- `tls-keylog`: a TLS key log (SSLKEYLOGFILE lines) in any file, outside a pcapng's secrets block;
+- `pcapng-secrets`: a pcapng Decryption Secrets Block (TLS keys embedded by editcap; the key log
+  lines inside it are this finding, not a second one).
+
+`allow_tls_secrets=True` accepts the secrets blocks of a twin run's own capture (a pcapng whose
+run folder's run.json says `endpoint: twin`: a throw-away CA, nothing real). Everything else is
+still searched in that file, the secrets block included: a key or a raw handle there is found, and
+a live run's embedded secrets are never accepted.
 
 A finding names the file, the kind, the secret's index and the byte offset, never the secret.
 `lab scan DIR` (see lab.live.cli) exits non-zero on any finding. Secrets shorter than 8 bytes
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import json
 import re
 import struct
 import zlib
@@ -82,38 +89,49 @@ def secret_forms(secret: str) -> list[tuple[str, bytes]]:
     return uniq
 
 
-def _pcapng_has_secrets(data: bytes) -> int | None:
-    """Offset of the first Decryption Secrets Block in a pcapng buffer, else None."""
+def _secrets_blocks(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of each Decryption Secrets Block of a pcapng buffer; [] for anything else."""
     if len(data) < 12 or struct.unpack_from("<I", data, 0)[0] != PCAPNG_SHB:
-        return None
-    bom = data[8:12]
-    endian = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">" if bom == b"\x1a\x2b\x3c\x4d" else None
-    if endian is None:
-        return None
-    off = 0
+        return []
+    out: list[tuple[int, int]] = []
+    endian, off = "<", 0
     while off + 12 <= len(data):
+        if struct.unpack_from("<I", data, off)[0] == PCAPNG_SHB:   # each section states its byte order
+            bom = data[off + 8:off + 12]
+            endian = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">" if bom == b"\x1a\x2b\x3c\x4d" else ""
+            if not endian:
+                return out
         btype, blen = struct.unpack_from(endian + "II", data, off)
-        if btype == PCAPNG_DSB:
-            return off
         if blen < 12 or blen % 4:
-            return None
+            return out
+        if btype == PCAPNG_DSB:
+            out.append((off, off + blen))
         off += blen
-    return None
+    return out
 
 
-def _search(data: bytes, forms: list[tuple[int, str, bytes]], rel: str, inner: str) -> Iterator[Finding]:
+def _search(data: bytes, forms: list[tuple[int, str, bytes]], rel: str, inner: str,
+            allow_tls_secrets: bool) -> Iterator[Finding]:
     for idx, kind, needle in forms:
         pos = data.find(needle)
         if pos >= 0:
             yield Finding(rel, kind, pos, idx, inner)
     for m in HANDLE_RE.finditer(data):
         yield Finding(rel, f"handle-field:{m.group(1).decode()}", m.start(), None, inner)
-    m = KEYLOG_RE.search(data)
-    if m:
-        yield Finding(rel, "tls-keylog", m.start(), None, inner)
-    off = _pcapng_has_secrets(data)
-    if off is not None:
-        yield Finding(rel, "pcapng-secrets", off, None, inner)
+    blocks = _secrets_blocks(data)
+    loose = next((m for m in KEYLOG_RE.finditer(data) if not any(a <= m.start() < b for a, b in blocks)), None)
+    if loose is not None:
+        yield Finding(rel, "tls-keylog", loose.start(), None, inner)
+    if blocks and not allow_tls_secrets:
+        yield Finding(rel, "pcapng-secrets", blocks[0][0], None, inner)
+
+
+def _twin_run_file(p: Path) -> bool:
+    """True when `p` sits in a run folder whose run.json says the run was against the twin."""
+    try:
+        return json.loads((p.parent / "run.json").read_text()).get("endpoint") == "twin"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _gunzip(data: bytes) -> bytes | None:
@@ -128,7 +146,7 @@ def _gunzip(data: bytes) -> bytes | None:
             return None
 
 
-def scan(root: Path | str, secrets: list[str]) -> list[Finding]:
+def scan(root: Path | str, secrets: list[str], allow_tls_secrets: bool = False) -> list[Finding]:
     """Every finding under `root` (a file or a folder), sorted by path."""
     root = Path(root)
     forms = [(i, kind, f) for i, s in enumerate(secrets) if s and len(s.encode()) >= MIN_SECRET
@@ -145,8 +163,9 @@ def scan(root: Path | str, secrets: list[str]) -> list[Finding]:
         except OSError:
             out.append(Finding(rel, "unreadable", 0))
             continue
-        out += _search(data, forms, rel, "")
+        allowed = allow_tls_secrets and _twin_run_file(p)
+        out += _search(data, forms, rel, "", allowed)
         inner = _gunzip(data)
         if inner is not None:
-            out += _search(inner, forms, rel, "gzip")
+            out += _search(inner, forms, rel, "gzip", allowed)
     return out

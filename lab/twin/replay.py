@@ -1,6 +1,6 @@
 """Serve a recorded run back: the endpoint as it behaved in a live (or any) run, offline.
 
-A run's `frames.jsonl` (written by the clients through lab.live.replay.FrameRecorder) holds every
+A run's `frames.jsonl` (written by the clients through lab.record.frames.FrameRecorder) holds every
 server frame per connection, handles as a placeholder and audio as its length. The replay server
 gives the k-th connection it accepts the k-th recorded connection: after the client's setup frame
 it sends that connection's frames at their recorded offsets (from the connection's first frame),
@@ -24,7 +24,7 @@ from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
 from lab.errors import LabError
-from lab.live.replay import materialize, read_frames, replay_script
+from lab.record.frames import materialize, read_frames, replay_script
 
 
 def _fill_audio(x: Any) -> Any:

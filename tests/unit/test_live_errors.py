@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from lab.live.errors import AUTH, OTHER, QUOTA, LiveStop, check, classify, stop_reason
+from lab.events import EventLog
+from lab.live.errors import AUTH, OTHER, QUOTA, classify, classify_event, live_stop, stop_reason
 
 
 class APIError(Exception):           # the shape of google.genai.errors.APIError
@@ -46,13 +47,32 @@ def test_classify_from_code_and_reason():
     assert classify(status=429) == QUOTA
 
 
-def test_check_raises_one_clear_line_without_the_key():
-    key = "AIzaSyTEST-not-a-real-key-0123456789abc"
-    with pytest.raises(LiveStop) as e:
-        check(APIError(1008, f"API key not valid: {key}"))
-    msg = str(e.value)
-    assert "refused the API key" in msg and key not in msg and "\n" not in msg and e.value.code == 5
-    assert check(APIError(1011, "Internal error encountered.")) == OTHER
+KEY = "AIzaSyTEST-not-a-real-key-0123456789abc"
+
+
+@pytest.mark.parametrize("record,kind", [
+    ({"kind": "conn.closed", "conn": 1, "code": 1008, "reason": f"API key not valid: {KEY}", "by": "server"}, AUTH),
+    ({"kind": "resume.result", "attempt": 1, "ok": False, "code": 1011,
+      "reason": "You exceeded your current quota, please check your plan."}, QUOTA),
+    ({"kind": "client.error", "error": "InvalidStatus: server rejected WebSocket connection: HTTP 403"}, AUTH),
+    ({"kind": "run.end", "status": "error", "error": "APIError: 429 RESOURCE_EXHAUSTED"}, QUOTA),
+    ({"kind": "resume.result", "attempt": 1, "ok": False, "code": 1011, "reason": "Internal error encountered."}, None),
+    ({"kind": "conn.closed", "conn": 1, "code": 1000, "reason": "", "by": "client"}, None),
+    ({"kind": "model.text", "conn": 1, "text": "Your quota of slots is used, API key not valid"}, None),  # not an end
+])
+def test_classify_one_event(record, kind):
+    assert classify_event(record) == kind
+
+
+def test_live_stop_is_one_clear_line_without_the_key():
+    log = EventLog()            # the agent's case: a recorded Event, as it is written
+    e = log.write("conn.closed", src="client", conn=1, code=1008, reason=f"API key not valid: {KEY}", by="server")
+    stop = live_stop(e)
+    msg = str(stop)
+    assert stop.kind == AUTH and stop.code == 5
+    assert "refused the API key" in msg and KEY not in msg and "\n" not in msg
+    assert live_stop(log.write("resume.result", src="client", attempt=1, ok=False, code=1011,
+                               reason="Internal error encountered.")) is None
 
 
 def test_stop_reason_reads_the_run_record(tmp_path):
@@ -69,7 +89,6 @@ def test_stop_reason_reads_the_run_record(tmp_path):
 
 def test_recorded_upgrade_refusal_text_is_auth():
     # what a client records when the upgrade is refused: the exception's text, no status attribute
-    from lab.live.errors import classify
     assert classify(reason="InvalidStatus: server rejected WebSocket connection: HTTP 403") == "auth"
     assert classify(reason="InvalidStatus: server rejected WebSocket connection: HTTP 429") == "quota"
     assert classify(reason="InvalidStatus: server rejected WebSocket connection: HTTP 404") == "other"

@@ -85,3 +85,60 @@ def test_lab_scan_exit_codes(tmp_path):
     (d / "b1-0001" / "oops.txt").write_text(base64.b64encode(KEY.encode()).decode())
     bad = subprocess.run([sys.executable, "-m", "lab", "scan", str(d)], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert bad.returncode == 1 and "oops.txt" in bad.stdout and KEY not in bad.stdout + bad.stderr
+
+
+KEYLOG = ("CLIENT_HANDSHAKE_TRAFFIC_SECRET " + "ab" * 32 + " " + "cd" * 48 + "\n"
+          "SERVER_HANDSHAKE_TRAFFIC_SECRET " + "ab" * 32 + " " + "ef" * 48 + "\n"
+          "CLIENT_TRAFFIC_SECRET_0 " + "ab" * 32 + " " + "12" * 48 + "\n")
+
+
+def _twin_run(root, endpoint="twin", payload=b"\x16\x03\x01 tls bytes"):
+    """A run folder whose capture.pcapng carries a real Decryption Secrets Block (editcap --inject-secrets)."""
+    run = root / "batch" / "control-probe-01"
+    run.mkdir(parents=True)
+    pkt = b"\0" * 14 + payload
+    pcap = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1) + struct.pack("<IIII", 1, 0, len(pkt), len(pkt)) + pkt
+    (root / "raw.pcap").write_bytes(pcap)
+    (root / "keys.log").write_text(KEYLOG)
+    subprocess.run(["editcap", "--inject-secrets", f"tls,{root / 'keys.log'}", str(root / "raw.pcap"),
+                    str(run / "capture.pcapng")], check=True, capture_output=True)
+    (root / "keys.log").unlink()
+    (run / "run.json").write_text(json.dumps({"scenario": {"name": "control"}, "endpoint": endpoint}))
+    (run / "events.jsonl").write_text(json.dumps({"t": 1, "ms": 2, "src": "client", "kind": "conn.open", "conn": 1}) + "\n")
+    return root / "batch", run
+
+
+def _lab_scan(d, *flags, key=KEY):
+    env = {**os.environ, "GEMINI_API_KEY": key}
+    return subprocess.run([sys.executable, "-m", "lab", "scan", str(d), *flags], capture_output=True, text=True, env=env)
+
+
+def test_a_twin_capture_with_only_its_own_secrets_passes_with_allow_tls_secrets(tmp_path):
+    batch, run = _twin_run(tmp_path)
+    data = (run / "capture.pcapng").read_bytes()
+    assert b"CLIENT_TRAFFIC_SECRET_0" in data                 # editcap embedded the key log lines
+    kinds = {f.kind for f in scan(batch, [KEY])}
+    assert kinds == {"pcapng-secrets"}                        # the lines inside the block are that finding, once
+    assert scan(batch, [KEY], allow_tls_secrets=True) == []
+    assert _lab_scan(batch).returncode == 1
+    ok = _lab_scan(batch, "--allow-tls-secrets")
+    assert ok.returncode == 0 and "clean" in ok.stdout, ok.stdout + ok.stderr
+
+
+def test_allow_tls_secrets_still_fails_on_a_planted_key_or_raw_handle(tmp_path):
+    batch, run = _twin_run(tmp_path / "key", payload=b"GET /ws?key=" + KEY.encode() + b" HTTP/1.1\r\n")
+    bad = _lab_scan(batch, "--allow-tls-secrets")
+    assert bad.returncode == 1 and "capture.pcapng: plain" in bad.stdout and KEY not in bad.stdout + bad.stderr
+    batch, run = _twin_run(tmp_path / "handle")
+    (run / "frames.jsonl").write_text(json.dumps({"sessionResumptionUpdate": {"newHandle": "Cj" + "x" * 60}}) + "\n")
+    bad = _lab_scan(batch, "--allow-tls-secrets")
+    assert bad.returncode == 1 and "frames.jsonl: handle-field:newHandle" in bad.stdout
+    batch, run = _twin_run(tmp_path / "keylog")
+    (run / "sslkeys.txt").write_text(KEYLOG)                  # a key log beside the capture is not its own
+    assert {f.kind for f in scan(batch, [], allow_tls_secrets=True)} == {"tls-keylog"}
+
+
+def test_allow_tls_secrets_never_accepts_a_live_capture(tmp_path):
+    batch, _ = _twin_run(tmp_path, endpoint="live")
+    assert {f.kind for f in scan(batch, [KEY], allow_tls_secrets=True)} == {"pcapng-secrets"}
+    assert _lab_scan(batch, "--allow-tls-secrets").returncode == 1

@@ -62,3 +62,17 @@ def test_secret_scan_gates_the_upload_and_keylogs_stay_out(wf):
     assert "!captures/**/*.keylog" in paths and "!captures/**/*keys*.log" in paths
     key_steps = [s for s in steps if "GEMINI_API_KEY" in (s.get("env") or {})]
     assert key_steps and all(s["env"]["GEMINI_API_KEY"] == "${{ secrets.GEMINI_API_KEY }}" for s in key_steps)
+
+
+def test_the_day_ledger_is_carried_between_jobs(wf):
+    # every job is a fresh runner: without the cache LAB_BUDGET_DAY would cap one job, not the day
+    steps = wf["jobs"]["soak"]["steps"]
+    uses = [str(s.get("uses", "")) for s in steps]
+    restore, save = uses.index("actions/cache/restore@v4"), uses.index("actions/cache/save@v4")
+    live = next(i for i, s in enumerate(steps) if "matrix.target" in s.get("run", ""))
+    assert restore < live < save and steps[save]["if"] == "always()"
+    ledger = wf["env"]["LAB_BUDGET_DAY_FILE"].replace("${{ github.workspace }}/", "")
+    assert steps[restore]["with"]["path"] == steps[save]["with"]["path"] == ledger
+    key = steps[save]["with"]["key"]
+    assert key == steps[restore]["with"]["key"] and key.startswith(steps[restore]["with"]["restore-keys"])
+    assert "steps.day.outputs.date" in steps[restore]["with"]["restore-keys"]

@@ -1,4 +1,4 @@
-"""Recording a live run's server frames without secrets, and turning them into a replay script.
+"""Every run's server frames, recorded without secrets, and turned back into a replay script.
 
 Record format (`frames.jsonl`, one JSON object per line, written as frames arrive):
 
