@@ -9,7 +9,9 @@ import pytest
 from lab.backend import Backend
 from lab.clients import get, names
 from lab.clients.base import ClientContext, Endpoint
-from lab.clients.sdk import ResumeSchedule, ToolCall, ToolLedger, merge_turns, restore_contents
+from lab.clients.ledger import ToolCall, ToolLedger
+from lab.clients.restore import merge_turns, restore_contents
+from lab.clients.schedule import ResumeSchedule
 from lab.errors import LabError
 from lab.events import EventLog
 
