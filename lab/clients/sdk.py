@@ -41,6 +41,11 @@ class _Turn:
     heard_text: list[str] = field(default_factory=list)  # input transcription (what the model heard)
 
 
+def _not_opened(refusal: Exception) -> str:
+    """The reason recorded when ctx.before_connect refused an open."""
+    return f"not opened ({type(refusal).__name__}): {refusal}"[:200]
+
+
 class SdkClient(Client):
     """What probe, naive and recovery share. Subclasses decide what happens after a loss."""
 
@@ -137,7 +142,7 @@ class SdkClient(Client):
         try:
             c = self.new_conn("initial", None, self.session_no)
         except Exception as e:                    # before_connect refused it: there is no session to play
-            self.log.write("client.error", src=SRC, error=f"not opened ({type(e).__name__}): {e}"[:200])
+            self.log.write("client.error", src=SRC, error=_not_opened(e))
             raise
         await c.open(timeout=float(self.p["attempt_timeout_s"]))
         self._adopt(c)
@@ -390,7 +395,7 @@ class SdkClient(Client):
             except Exception as e:                # before_connect refused it: nothing was opened
                 self.log.write("resume.attempt", src=SRC, attempt=n, conn=None, why=why)
                 self.log.write("resume.result", src=SRC, attempt=n, conn=None, ok=False, code=None,
-                               reason=f"not opened ({type(e).__name__}): {e}"[:200], latency_ms=0.0)
+                               reason=_not_opened(e), latency_ms=0.0)
                 return None
             self.log.write("resume.attempt", src=SRC, attempt=n, conn=c.n, why=why)
             t0 = time.monotonic()
