@@ -1,9 +1,11 @@
 """`lab bench recovery`: stage 2 with the study's sequential pattern and with the reference client.
 
 Both clients run the same scenario (s2-recovery: a silent loss on a path that never returns) N
-times in the same invocation, against the twin, in network namespaces with real packet loss. The
-figure is loss to the first audio of the recovered session, read from each run's events; the
-benchmark prints p50/p95 for each client and the ratio of their medians. It asserts nothing.
+times in the same invocation, against the twin, in network namespaces with real packet loss; their
+runs alternate, so the sequential pattern is a baseline measured under the same machine load. The
+figure is loss to the first audio of the recovered session, read from each run's events (the agent's
+`loss` event is the loss). It prints one line per run as it ends, then p50/p95 for each client with
+its ratio to the baseline. It asserts nothing.
 
 The sequential pattern is the study's recovery.py: detection by pings every 0.5 s and 2 s of
 silence, a 4 s resume window (an attempt at detection, then one per second), then a new session.
@@ -13,11 +15,14 @@ and restores on the first refusal.
 from __future__ import annotations
 
 import argparse
-import statistics
+import json
 import tempfile
+import time
 from pathlib import Path
 
+from lab.errors import LabError
 from lab.events import read_events
+from lab.run import run_batch
 
 SEQUENTIAL = "recovery-sequential"
 REFERENCE = "recovery"
@@ -45,33 +50,71 @@ def pct(xs: list[float], p: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+def _verdict_word(run_dir: Path) -> str:
+    try:
+        v = json.loads((run_dir / "verdict.json").read_text())
+    except (OSError, ValueError):
+        return "no verdict"
+    held = v.get("pass", v.get("passed"))          # `passed` in verdicts written before issue 8
+    return "PASS" if held is True else "FAIL"
+
+
+def run_line(k: int, total: int, client: str, i: int, n: int, figure: float | None, verdict: str,
+             wall_s: float) -> str:
+    what = f"loss to first audio {figure:6.0f} ms" if figure is not None else "did not recover         "
+    return f"[{k:{len(str(total))}d}/{total}] {client:22s} run {i}/{n}: {what}  {verdict}  ({wall_s:.0f} s)"
+
+
+def summary_lines(figures: dict[str, list[float]], baseline: str) -> list[str]:
+    """p50/p95/min/max per client and each client's p50 and p95 over the baseline's."""
+    base = figures.get(baseline) or []
+    lines = [f"{'client':22s} {'runs':>4s} {'p50 ms':>8s} {'p95 ms':>8s} {'min':>7s} {'max':>7s} "
+             f"{'p50/base':>8s} {'p95/base':>8s}"]
+    for client, vals in figures.items():
+        if not vals:
+            lines.append(f"{client:22s} {0:4d}  (no run recovered)")
+            continue
+        ratios = (f"{pct(vals, .5) / pct(base, .5):7.2f}x {pct(vals, .95) / pct(base, .95):7.2f}x" if base
+                  else f"{'-':>8s} {'-':>8s}")
+        lines.append(f"{client:22s} {len(vals):4d} {pct(vals, .5):8.0f} {pct(vals, .95):8.0f} {min(vals):7.0f} "
+                     f"{max(vals):7.0f} {ratios}")
+    return lines
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="lab bench recovery")
     ap.add_argument("-n", type=int, default=5, help="runs per client")
-    ap.add_argument("--topology", default="netns")
+    ap.add_argument("--topology", default="netns", choices=["netns", "compose"])
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-
-    from lab.run import run_batch
+    if args.n < 1:
+        raise LabError(f"bench recovery: -n must be at least 1 (got {args.n})")
 
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="lab-bench-recovery-"))
-    figures: dict[str, list[float]] = {}
-    for client in (SEQUENTIAL, REFERENCE):
-        batch = run_batch(["s2-recovery"], n=args.n, client=client, topology=args.topology,
-                          out_dir=out / client, out=lambda s: None)
-        vals = [v for d in sorted(batch.iterdir()) if d.is_dir() and (d / "events.jsonl").exists()
-                for v in [loss_to_first_audio_ms(d)] if v is not None]
-        figures[client] = vals
-    print(f"lab bench recovery: s2-recovery against the twin, {args.n} runs per client, topology {args.topology}")
-    print(f"{'client':22s} {'runs':>4s} {'p50 ms':>8s} {'p95 ms':>8s} {'min':>7s} {'max':>7s}")
-    for client, vals in figures.items():
-        if vals:
-            print(f"{client:22s} {len(vals):4d} {pct(vals, .5):8.0f} {pct(vals, .95):8.0f} {min(vals):7.0f} {max(vals):7.0f}")
-        else:
-            print(f"{client:22s} {0:4d}  (no run recovered)")
-    a, b = figures.get(SEQUENTIAL), figures.get(REFERENCE)
+    clients = (SEQUENTIAL, REFERENCE)
+    total = args.n * len(clients)
+    print(f"lab bench recovery: s2-recovery against the twin, {args.n} runs per client, topology "
+          f"{args.topology}; baseline {SEQUENTIAL}; {total} runs, about 30 s each; results in {out}", flush=True)
+    figures: dict[str, list[float]] = {c: [] for c in clients}
+    k = 0
+    for i in range(1, args.n + 1):
+        for client in clients:
+            k += 1
+            t0 = time.monotonic()
+            batch = run_batch(["s2-recovery"], n=1, client=client, topology=args.topology,
+                              out_dir=out / client / f"{i:02d}", out=lambda s: None)
+            run_dir = next((d for d in sorted(batch.iterdir()) if (d / "events.jsonl").exists()), None)
+            figure = loss_to_first_audio_ms(run_dir) if run_dir is not None else None
+            if figure is not None:
+                figures[client].append(figure)
+            verdict = _verdict_word(run_dir) if run_dir is not None else "no run folder"
+            print(run_line(k, total, client, i, args.n, figure, verdict, time.monotonic() - t0), flush=True)
+    print()
+    for line in summary_lines(figures, SEQUENTIAL):
+        print(line)
+    a, b = figures[SEQUENTIAL], figures[REFERENCE]
     if a and b:
-        print(f"ratio of medians (sequential / reference): {statistics.median(a) / statistics.median(b):.2f}x; "
+        print(f"ratio of medians (sequential / reference): {pct(a, .5) / pct(b, .5):.2f}x; "
               f"floor for the reference median: 3500 ms; the study measured 6100-7100 ms")
     print(f"results: {out}")
     return 0

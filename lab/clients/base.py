@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 from lab.events import EventLog
 
@@ -32,6 +32,9 @@ class ClientContext:
     backend: Any                    # lab.backend.Backend: the ground truth for side effects
     params: dict[str, Any] = field(default_factory=dict)   # the scenario's client parameters
     speech: bool = False            # user lines as synthetic 16 kHz speech instead of text
+    # called with the purpose ('initial' | 'resume' | 'new') before the client opens any connection;
+    # raising (a LabError such as the live budget's BudgetError) refuses that open (docs/SEAMS.md)
+    before_connect: Callable[[str], None] | None = None
 
 
 class Client(abc.ABC):

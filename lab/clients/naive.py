@@ -10,7 +10,8 @@ import math
 import time
 from typing import Any
 
-from lab.clients.sdk import Connection, SdkClient, SRC
+from lab.clients.connection import SRC, Connection
+from lab.clients.sdk import SdkClient
 
 
 class NaiveClient(SdkClient):

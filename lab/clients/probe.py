@@ -21,7 +21,9 @@ import asyncio
 import time
 from typing import Any
 
-from lab.clients.sdk import Connection, ResumeSchedule, SdkClient, SRC
+from lab.clients.connection import SRC, Connection
+from lab.clients.schedule import ResumeSchedule
+from lab.clients.sdk import SdkClient
 
 
 class ProbeClient(SdkClient):

@@ -28,7 +28,12 @@ from typing import Any
 
 from google.genai import types
 
-from lab.clients.sdk import Connection, SdkClient, SRC, ToolCall, restore_contents
+from lab.backend import status_line
+from lab.clients.connection import SRC, Connection
+from lab.clients.ledger import ToolCall
+from lab.clients.restore import restore_contents
+from lab.clients.sdk import SdkClient
+from lab.errors import LabError
 
 
 class RecoveryClient(SdkClient):
@@ -143,6 +148,9 @@ class RecoveryClient(SdkClient):
         new: Connection | None = None
         tries = int(self.p["new_session_tries"])
         note_on = bool(self.p["status_note"])
+        # a LabError is ctx.before_connect refusing the open (the SDK raises none): asking again
+        # half a second later would be refused again, so the fallback stops there
+        refused = False
         if hedge is not None:
             try:
                 new = await hedge
@@ -150,7 +158,8 @@ class RecoveryClient(SdkClient):
                 if isinstance(e, asyncio.CancelledError):
                     raise
                 self.log.write("fallback.new_failed", src=SRC, error=f"{type(e).__name__}: {e}"[:200])
-        while new is None and tries > 0:
+                refused = isinstance(e, LabError)
+        while new is None and tries > 0 and not refused:
             tries -= 1
             try:
                 new = await self._open_new(new_session)
@@ -158,7 +167,9 @@ class RecoveryClient(SdkClient):
                 raise
             except BaseException as e:
                 self.log.write("fallback.new_failed", src=SRC, error=f"{type(e).__name__}: {e}"[:200])
-                await asyncio.sleep(0.5)
+                refused = isinstance(e, LabError)
+                if not refused:
+                    await asyncio.sleep(0.5)
         if new is None:
             self.log.write("fallback.failed", src=SRC, conn=lost.n)
             self.recovering = False
@@ -185,7 +196,6 @@ class RecoveryClient(SdkClient):
         job = self.backend.job(call.job)
         if job is None:
             return
-        from lab.backend import status_line
         line = status_line(job)
         if line not in self._notes:
             self._notes.append(line)
@@ -204,7 +214,7 @@ class RecoveryClient(SdkClient):
         """The recovery client resumes on its own policy; a scripted attempt (meant for the probe)
         would only compete with it, or steal a healthy session, unless `obey_resume_action`."""
         c = self.current
-        if not self.p["obey_resume_action"] or self.recovering or c is None or c.closed or c.lost or c._by_us:
+        if not self.p["obey_resume_action"] or self.recovering or c is None or c.closed or c.lost or c.ended_by_us:
             self.log.write("resume.skip", src=SRC, reason="recovering" if self.recovering else "own policy",
                            why="action")
             return None

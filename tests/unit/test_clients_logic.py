@@ -9,7 +9,9 @@ import pytest
 from lab.backend import Backend
 from lab.clients import get, names
 from lab.clients.base import ClientContext, Endpoint
-from lab.clients.sdk import ResumeSchedule, ToolCall, ToolLedger, merge_turns, restore_contents
+from lab.clients.ledger import ToolCall, ToolLedger
+from lab.clients.restore import merge_turns, restore_contents
+from lab.clients.schedule import ResumeSchedule
 from lab.errors import LabError
 from lab.events import EventLog
 
@@ -223,4 +225,244 @@ def test_probe_can_withhold_the_pre_drop_call():
         new = FakeConn(2, 1)
         await cl.accept_resume(new)
         assert new.s.tool_responses == [] and log.find("tool.withheld")[0]["id"] == "fc-1"
+    asyncio.run(main())
+
+
+# ---- parameters: every read is a declared name --------------------------------------------------
+def test_params_refuse_an_undeclared_name_and_record_what_was_given():
+    from lab.clients.params import Params, UndeclaredParam
+
+    p = Params("probe", {"resume_every_s": 10.0, "voice": None}, {"resume_every_s": 5, "only_for_naive": 1})
+    assert p["resume_every_s"] == 5 and p["voice"] is None and "voice" in p
+    with pytest.raises(UndeclaredParam, match="'resume_evry_s'.*declared: resume_every_s, voice"):
+        p["resume_evry_s"]
+    # a key given for another client (under `all:`) is recorded, but this client cannot read it
+    assert "only_for_naive" not in p
+    with pytest.raises(UndeclaredParam):
+        p["only_for_naive"]
+    assert p.recorded(omit=frozenset({"voice"})) == {"resume_every_s": 5, "only_for_naive": 1}
+
+
+def _param_reads(cls_node):
+    """Names read as self.p["x"] (or p["x"] after p = self.p) inside one class's source."""
+    import ast
+    def is_params(v):
+        return (isinstance(v, ast.Attribute) and v.attr == "p" and isinstance(v.value, ast.Name)
+                and v.value.id == "self") or (isinstance(v, ast.Name) and v.id == "p")
+    return {n.slice.value for n in ast.walk(cls_node)
+            if isinstance(n, ast.Subscript) and is_params(n.value) and isinstance(n.slice, ast.Constant)}
+
+
+def test_every_parameter_a_client_reads_is_in_its_defaults():
+    import ast
+    import importlib
+    import inspect
+
+    from lab.clients.sdk import SdkClient
+
+    reads_seen = 0
+    for mod_name in ("lab.clients.sdk", "lab.clients.probe", "lab.clients.naive", "lab.clients.recovery",
+                     "lab.clients.sequential"):
+        mod = importlib.import_module(mod_name)
+        for node in ast.parse(inspect.getsource(mod)).body:
+            cls = getattr(mod, node.name, None) if isinstance(node, ast.ClassDef) else None
+            if not (isinstance(cls, type) and issubclass(cls, SdkClient)):
+                continue
+            reads = _param_reads(node)
+            reads_seen += len(reads)
+            assert reads <= set(cls.DEFAULTS), f"{cls.__name__} reads undeclared {sorted(reads - set(cls.DEFAULTS))}"
+    assert reads_seen > 20                       # the scan did find the reads
+    for name in names():                         # a subclass keeps every parameter its base reads
+        assert set(SdkClient.DEFAULTS) <= set(get(name).DEFAULTS), name
+
+
+# ---- a connection speaks to its owner only through ConnectionEvents ------------------------------
+class _FakeWs:
+    local_address = ("10.9.0.2", 40001)
+    remote_address = ("10.9.0.1", 443)
+    transport = None
+    protocol = None
+
+    def __init__(self, answer_pings=True):
+        self.answer_pings = answer_pings
+
+    async def ping(self):
+        fut = asyncio.get_running_loop().create_future()
+        if self.answer_pings:
+            fut.set_result(0.0)
+        return fut
+
+    async def close(self, code=1000):
+        pass
+
+
+class _FakeLiveSession:
+    """An SDK AsyncSession: yields `messages`, then ends with `end` (or waits forever if None)."""
+
+    def __init__(self, messages=(), end=None, answer_pings=True):
+        self._ws = _FakeWs(answer_pings)
+        self.setup_complete = None
+        self.messages, self.end = list(messages), end
+        self.sent = []
+
+    async def receive(self):
+        for m in self.messages:
+            yield m
+        self.messages = []
+        if self.end is None:
+            await asyncio.Event().wait()
+        raise self.end
+
+    async def send_realtime_input(self, **kw):
+        self.sent.append(kw)
+
+    async def send_tool_response(self, function_responses):
+        self.sent.append({"tool_response": list(function_responses)})
+
+
+def _connect_to(session):
+    import contextlib
+
+    @contextlib.asynccontextmanager
+    async def cm():
+        yield session
+    return cm
+
+
+class _Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def events(self):
+        from lab.clients.connection import ConnectionEvents
+        return ConnectionEvents(message=lambda c, m: self.calls.append(("message", c.n, m)),
+                                pong=lambda c, t: self.calls.append(("pong", c.n)),
+                                lost=lambda c, ms: self.calls.append(("lost", c.n, ms)),
+                                closed=lambda c, code, reason, by: self.calls.append(("closed", c.n, code, reason)))
+
+
+def test_connection_reports_messages_pongs_and_close_through_its_events():
+    from google.genai import types as gt
+    from websockets.exceptions import ConnectionClosed
+    from websockets.frames import Close
+
+    from lab.clients.connection import Connection, Timing
+
+    async def main():
+        log, rec = EventLog(), _Recorder()
+        msg = gt.LiveServerMessage(go_away=gt.LiveServerGoAway(time_left="5s"))
+        s = _FakeLiveSession([msg], end=ConnectionClosed(Close(1011, "Internal error encountered."), None))
+        c = Connection(4, "resume", "h", 2, connect=_connect_to(s), log=log, events=rec.events(),
+                       timing=Timing(ping_interval_s=0.02, lost_after_s=5.0, send_timeout_s=1.0))
+        await c.open(timeout=2)
+        await asyncio.wait_for(c.closed_event.wait(), 2)
+        assert c.flow() == ("10.9.0.2", 40001, "10.9.0.1", 443)
+        assert ("message", 4, msg) in rec.calls
+        assert rec.calls[-1] == ("closed", 4, 1011, "Internal error encountered.")
+        op, = log.find("conn.open")
+        assert (op["conn"], op["purpose"], op["session"], op["local"]) == (4, "resume", 2, "10.9.0.2:40001")
+        assert log.find("conn.closed", conn=4)[0]["code"] == 1011
+        assert await c.send(lambda x: x.send_realtime_input(text="late")) is False   # gone: not sent
+    asyncio.run(main())
+
+
+def test_connection_reports_a_silent_loss_once():
+    from lab.clients.connection import Connection, Timing
+
+    async def main():
+        log, rec = EventLog(), _Recorder()
+        s = _FakeLiveSession(answer_pings=False)          # no frame, no pong: a dead path
+        c = Connection(1, "initial", None, 1, connect=_connect_to(s), log=log, events=rec.events(),
+                       timing=Timing(ping_interval_s=0.05, lost_after_s=0.2, send_timeout_s=1.0))
+        await c.open(timeout=2)
+        await log.wait_for("loss.detected", timeout=2)
+        await asyncio.sleep(0.15)
+        lost = [x for x in rec.calls if x[0] == "lost"]
+        assert len(lost) == 1 and lost[0][2] >= 200 and not c.usable
+        assert not [x for x in rec.calls if x[0] == "pong"]
+        await c.cancel()
+    asyncio.run(main())
+
+
+# ---- before_connect: a refused open is not opened, recorded, and the scenario goes on -------------
+class _Refused(LabError):
+    """Stands in for lab.errors.BudgetError (the live budget's refusal)."""
+
+
+class _FakeLive:
+    """genai.Client().aio.live: every connect gives a healthy fake session."""
+
+    def __init__(self):
+        self.sessions = []
+        self.aio = self
+        self.live = self
+
+    def connect(self, model, config):
+        s = _FakeLiveSession()
+        self.sessions.append((config.session_resumption.handle, s))
+        return _connect_to(s)()
+
+
+def _gated_client(name, refuse):
+    """A client whose opens go to _FakeLive, behind a before_connect that refuses when refuse(n, purpose)."""
+    asked = []
+
+    def before_connect(purpose):
+        asked.append(purpose)
+        if refuse(len(asked), purpose):
+            raise _Refused(f"live budget: open {len(asked)} ({purpose}) would exceed the cap")
+
+    log = EventLog()
+    ep = Endpoint(base_url="https://127.0.0.1:9", api_key="test", ca_path=None)
+    cl = get(name)(ClientContext(endpoint=ep, log=log, backend=Backend(log, commit_after_s=0.05),
+                                 before_connect=before_connect))
+    cl.genai = _FakeLive()
+    return cl, log, asked
+
+
+def test_before_connect_refusing_the_third_open_records_it_and_the_client_goes_on():
+    async def main():
+        cl, log, asked = _gated_client("probe", refuse=lambda n, purpose: n == 3)
+        await cl.start()
+        cl.handles[1] = "handle-1"
+        first = await cl.attempt_resume("test")
+        assert first is not None and first.n == 2
+        await cl.accept_resume(first)
+        assert await cl.attempt_resume("test") is None          # the third open: refused
+        assert asked == ["initial", "resume", "resume"]
+        assert len(cl.conns) == 2 and len(cl.genai.sessions) == 2   # nothing opened for the third
+        att, res = log.find("resume.attempt")[-1], log.find("resume.result")[-1]
+        assert (att["attempt"], att["conn"]) == (2, None)
+        assert (res["attempt"], res["ok"], res["code"], res["conn"]) == (2, False, None, None)
+        assert "live budget: open 3 (resume)" in res["reason"] and "_Refused" in res["reason"]
+        assert len(log.find("conn.open")) == 2
+        # the scenario goes on, on the connection it has
+        await cl.say("Did you book it?", 1)
+        assert cl.genai.sessions[1][1].sent == [{"text": "Did you book it?"}]
+        assert cl.ready.is_set() and cl.current is first
+        await cl.stop()
+    asyncio.run(main())
+
+
+def test_before_connect_refusing_the_initial_open_ends_start_with_its_error():
+    async def main():
+        cl, log, asked = _gated_client("naive", refuse=lambda n, purpose: True)
+        with pytest.raises(_Refused, match="open 1 \\(initial\\)"):
+            await cl.start()
+        assert cl.conns == [] and cl.genai.sessions == [] and "not opened" in log.find("client.error")[0]["error"]
+        await cl.stop()
+    asyncio.run(main())
+
+
+def test_recovery_fallback_stops_at_a_refused_new_session():
+    async def main():
+        cl, log, asked = _gated_client("recovery", refuse=lambda n, purpose: purpose == "new")
+        await cl.start()
+        lost = cl.current
+        cl._on_lost(lost, 1000.0)                    # detected silent; no handle yet: nothing to resume
+        await asyncio.wait_for(cl._recover_task, 5)
+        assert asked == ["initial", "new"]            # the hedge was refused; no retry asked again
+        assert len(log.find("fallback.new_failed")) == 1 and log.find("fallback.failed")
+        assert len(cl.conns) == 1 and not log.find("fallback.start") and not cl.recovering
+        await cl.stop()
     asyncio.run(main())
