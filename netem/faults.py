@@ -454,3 +454,8 @@ def render_restore(faults: list[Fault], out_chain: str = OUT_CHAIN, in_chain: st
     lines += [f"-A {in_chain} {r}" for r in in_]
     lines.append("COMMIT")
     return "\n".join(lines) + "\n"
+
+
+def check_spec(spec: dict) -> None:
+    """Validate a fault spec without applying it (scenario validation); FaultSpecError names the field."""
+    build(spec)

@@ -52,7 +52,7 @@ def test_good_file_parses(tmp_path):
     ("at: step:drop", "at: step:nope", 8, "earlier step"),
     ("say: 0}", "say: 5}", 6, "line index 0..1"),
     ("kind: blackhole", "kind: meteor", 7, "fault needs a kind"),
-    ("mode: silent", "mode: loud", 7, "silent or eperm"),
+    ("mode: silent", "mode: loud", 7, "got 'loud'"),
     ("heal: true", "action: explode", 8, "unknown action 'explode'"),
     ("name: t", "name: t\nnmae: x", 2, "unknown key 'nmae'"),
 ])
