@@ -311,14 +311,24 @@ def _fault(err, node: dict, f: Any) -> dict:
     if target not in FAULT_TARGETS:
         raise err(f, "target", f"target must be flow (the open connection) or endpoint, got {target!r}")
     spec = {k: v for k, v in f.items() if k != "target"}
-    # until netem's fault classes declare needs_target, a class that takes a target field needs one
-    if getattr(cls, "needs_target", "target" in getattr(cls, "fields", {"target"})):
+    if fault_needs_target(cls):
         spec["target"] = dict(FAULT_TARGETS[target])
     try:
         fault_registry.check_spec(spec)
     except (NetemError, LabError) as e:
         raise err(node, "fault", str(e)) from None
     return dict(f)
+
+
+# What the lab asks of a fault class. netem's classes are to declare `needs_target` and `cuts_path`
+# (docs/SEAMS.md); until they do, a class that takes a `target` field needs one, and only the kinds
+# that drop or reset everything they match cut the path.
+def fault_needs_target(cls: type) -> bool:
+    return bool(getattr(cls, "needs_target", "target" in getattr(cls, "fields", {"target"})))
+
+
+def fault_cuts_path(cls: type) -> bool:
+    return bool(getattr(cls, "cuts_path", getattr(cls, "kind", None) in ("blackhole", "reject")))
 
 
 def _known_clients() -> str:

@@ -59,6 +59,11 @@ class Run:
         self.log.write(kind, src=src, **data)
         return self
 
+    def fault(self, ms: float, kind: str = "blackhole", cuts_path: bool = True, **spec):
+        """A fault as the agent records it: fault.apply, and the run's one loss event."""
+        self.at(ms, "fault.apply", src="agent", name=kind, spec={"kind": kind, **spec})
+        return self.at(ms, "loss", src="agent", how=f"fault:{kind}", cuts_path=cuts_path)
+
     def attempt(self, ms: float, n: int, conn: int, ok: bool, latency: float, code: int | None = 1011):
         self.at(ms, "resume.attempt", attempt=n, conn=conn)
         self.at(ms, "conn.open", conn=conn, purpose="resume", local="10.203.0.2:40000", remote="10.203.0.1:443")
@@ -94,7 +99,7 @@ def b1_run(root: Path, clock: Clock, run_id: str = "b1-0001", expect: dict | Non
         "bookings": 1, "told_truth": "never", "all_resumes_refused": True, "refusal_code": 1011,
         "resumed": False, "fallback": False}
     r = start_booking(Run(root, run_id, clock, "b1-silent-loss", expect))
-    r.at(3500, "fault.apply", src="agent", name="blackhole", spec={"kind": "blackhole", "direction": "both"})
+    r.fault(3500, direction="both")
     r.at(5300, "loss.detected", conn=1, silent_ms=2000)
     r.at(6510, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
     for i in range(attempts):
@@ -109,7 +114,7 @@ def b2_run(root: Path, clock: Clock, run_id: str = "b2-0001", close_to_setup: fl
         "resumed": True, "resumed_after_close_ms": [500, 700], "bookings": 1, "told_truth": True,
         "refusal_code": 1011}
     r = start_booking(Run(root, run_id, clock, "b2-path-return", expect))
-    r.at(3500, "fault.apply", src="agent", name="blackhole", spec={"kind": "blackhole"})
+    r.fault(3500)
     r.at(5300, "loss.detected", conn=1, silent_ms=2000)
     r.at(6510, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
     r.attempt(5310, 1, 2, ok=False, latency=520)
@@ -133,7 +138,7 @@ def recovery_run(root: Path, clock: Clock, run_id: str = "s2-0001", reissue: boo
         "fallback": True, "told_truth": True, "bookings": 1, "max_loss_to_first_audio_ms": 7100,
         "reissued_call": False, "duplicate_bookings": 0}
     r = start_booking(Run(root, run_id, clock, "s2-recovery", expect, client="recovery"))
-    r.at(3500, "fault.apply", src="agent", name="blackhole", spec={"kind": "blackhole"})
+    r.fault(3500)
     r.at(5300, "loss.detected", conn=1, silent_ms=2000)
     r.at(6000, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
     for i in range(4):
@@ -230,6 +235,7 @@ def test_recovery_reissued_call_is_caught(tmp_path, clock):
 def test_in_progress_answer_after_commit_is_not_the_truth(tmp_path, clock):
     r = start_booking(Run(tmp_path, "r1-0001", clock, "r1-idle-abort-immediate", {"told_truth": True}))
     r.at(3000, "action", src="agent", what="abort")
+    r.at(3000, "loss", src="agent", how="action:abort", cuts_path=True)
     r.at(3010, "conn.closed", conn=1, code=1006, reason="", by="abnormal")
     r.attempt(3020, 1, 2, ok=False, latency=600)
     r.attempt(4620, 2, 3, ok=True, latency=500)
@@ -316,7 +322,7 @@ def test_lab_report_cli(tmp_path, clock, capsys):
 
 def test_metrics_tolerate_missing_fields():
     from lab.events import Event
-    evs = [Event("fault.apply", T0, 10, "agent", {"spec": "blackhole both"}),
+    evs = [Event("loss", T0, 10, "agent", {}),
            Event("resume.result", T0, 900, "client", {"ok": False}),
            Event("conn.closed", T0, 950, "client", {"conn": 2}),
            Event("model.text", T0, 990, "client", {})]
@@ -327,7 +333,7 @@ def test_metrics_tolerate_missing_fields():
 def test_a_reply_that_began_before_the_question_is_not_its_answer(tmp_path, clock):
     """model.text is written at turn end: the restore reply can be logged after the question."""
     r = start_booking(Run(tmp_path, "s2-0009", clock, "s2-recovery", {"told_truth": True}, client="recovery"))
-    r.at(3500, "fault.apply", src="agent", name="blackhole", spec={"kind": "blackhole"})
+    r.fault(3500)
     r.at(5300, "loss.detected", conn=1, silent_ms=2000)
     r.at(6000, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
     r.at(5400, "fallback.start", conn=1, note=False, turns=2)
