@@ -269,7 +269,7 @@ def _step(err, raw: dict, node: Any, script: list[str], ids: set[str]) -> Step:
     kinds = [k for k in ("say", "fault", "heal", "action") if k in node]
     if len(kinds) != 1:
         raise err(node, None, f"a step does exactly one of say, fault, heal, action (found {kinds or 'none'})")
-    step = Step(at="+".join(ats), plus=float(plus), id=node.get("id"), note=node.get("note"), line=node.line,
+    step = Step(at="+".join(ats), plus=float(plus), id=node.get("id"), note=node.get("note"), line=getattr(node, "line", 0),
                 ats=list(ats))
     if "say" in node:
         n = node["say"]
