@@ -128,18 +128,13 @@ class Agent:
     async def _act(self, action: actions.Action) -> None:
         """One scripted action, by whoever performs it (lab.actions)."""
         if action.by == actions.PROXY:
-            self._proxy(action.verb)
-            self.log.write("action", src="agent", what=action.name)
-            if action.cuts_path:
-                self._mark_loss(f"action:{action.name}", True)
-        elif action.by == actions.CLIENT:
-            # recorded before the client acts: the loss is the moment the client was told to drop
-            self.log.write("action", src="agent", what=action.name)
-            if action.cuts_path:
-                self._mark_loss(f"action:{action.name}", True)
+            self._proxy(action.verb)    # first: a proxy that cannot act leaves no action in the record
+        # a client action is recorded before the client acts: the loss is the moment it was told to drop
+        self.log.write("action", src="agent", what=action.name)
+        if action.cuts_path:
+            self._mark_loss(f"action:{action.name}", True)
+        if action.by == actions.CLIENT:
             await self.client.action(action.name)
-        else:
-            raise LabError(f"action {action.name!r}: no performer {action.by!r}")
 
     async def _run_step(self, i: int, step: scenario_mod.Step) -> None:
         for anchor in step.ats:

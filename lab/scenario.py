@@ -22,9 +22,8 @@ from lab import clients as client_registry
 from lab.errors import LabError, ScenarioError
 
 END_MODES = {"duration", "answered"}
-CLIENTS_HINT = "probe, recovery, naive, or module:Class"
 TOP_KEYS = {"name", "title", "source", "shows", "client", "client_params", "backend", "endpoint",
-            "input", "duration", "script", "timeline", "end", "expect", "clients"}
+            "input", "duration", "script", "timeline", "end", "expect"}
 STEP_KEYS = {"id", "at", "plus", "say", "fault", "heal", "action", "note", "unless_client", "only_client"}
 BACKEND_KEYS = {"commit_after_s"}
 ENDPOINT_KEYS = {"via"}
