@@ -7,6 +7,7 @@ malformed file costs nothing.
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -168,10 +169,16 @@ def _errs(path: str):
     return err
 
 
+def _near(name: Any, known) -> str:
+    """' (did you mean x?)' for a near miss, else ''."""
+    near = difflib.get_close_matches(str(name), list(known), n=1)
+    return f" (did you mean {near[0]}?)" if near else ""
+
+
 def _refuse_unknown(err, node: dict, known: set[str], what: str) -> None:
     for k in node:
         if k not in known:
-            raise err(node, k, f"unknown {what} {k!r}; expected one of {', '.join(sorted(known))}")
+            raise err(node, k, f"unknown {what} {k!r}{_near(k, known)}; expected one of {', '.join(sorted(known))}")
 
 
 def parse(raw: Any, path: str = "<scenario>") -> Scenario:
@@ -217,7 +224,8 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
         for k in params:
             if k not in declared:
                 owner = "any built-in client" if who == ALL_CLIENTS else f"client {who!r}"
-                raise err(params, k, f"unknown client parameter {k!r} for {owner}; known: {', '.join(sorted(declared))}")
+                raise err(params, k, f"unknown client parameter {k!r} for {owner}{_near(k, declared)}; "
+                                     f"known: {', '.join(sorted(declared))}")
     exp = _per_client(err, raw, "expect", "expectations")
     for who, checks in exp.items():
         for k, v in checks.items():
@@ -225,7 +233,8 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
                 continue
             checker = expectations.resolve(k)
             if checker is None:
-                raise err(checks, k, f"unknown expectation {k!r}; known: {expectations.known_summary()}")
+                raise err(checks, k, f"unknown expectation {k!r}{_near(k, expectations.NAMED)}; "
+                                     f"known: {expectations.known_summary()}")
             if not checker.valid(v):
                 raise err(checks, k, f"expectation {k} takes {checker.takes}, got {v!r}")
     backend = raw.get("backend", {}) or {}

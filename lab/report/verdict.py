@@ -112,7 +112,7 @@ def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) ->
     events, meta, twin, notes = load_run(run_dir)
     v = verdict_of(events, meta, twin, run_id=run_dir.name, notes=notes)
     if timeline:
-        from lab.report.timeline import render
+        from lab.report.timeline import render  # lazy: matplotlib loads only when a picture is drawn
         try:
             render(events, run_dir / "timeline.png", twin=twin, title=_title(v))
             v["timeline"] = "timeline.png"

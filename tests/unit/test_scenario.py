@@ -115,13 +115,14 @@ def _line_of(text, needle):
 
 def test_a_misspelt_expectation_is_refused(tmp_path):
     bad = CONTROL.replace("bookings: 1", "bookingz: 1")
-    msg = _refused(tmp_path, bad, "unknown expectation 'bookingz'", "known: ", "bookings", "told_truth")
+    msg = _refused(tmp_path, bad, "unknown expectation 'bookingz' (did you mean bookings?)", "known: ", "told_truth")
     assert f":{_line_of(bad, 'bookingz')}:" in msg
 
 
 def test_a_misspelt_client_parameter_is_refused(tmp_path):
     bad = CONTROL.replace("client: probe\n", "client: probe\nclient_params: {all: {resume_evry_s: 1}}\n")
-    _refused(tmp_path, bad, "unknown client parameter 'resume_evry_s' for any built-in client", "resume_every_s")
+    _refused(tmp_path, bad, "unknown client parameter 'resume_evry_s' for any built-in client",
+             "(did you mean resume_every_s?)")
 
 
 def test_a_parameter_is_checked_against_the_client_it_is_given_to(tmp_path):
