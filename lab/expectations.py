@@ -122,29 +122,29 @@ def _flag(metric: str):
     return judge
 
 
-def _E(name, reads, about, takes, valid, judge) -> Expectation:
+def _define(name, reads, about, takes, valid, judge) -> Expectation:
     return Expectation(name, tuple(reads.split()), about, takes, valid, judge)
 
 
 NAMED: dict[str, Expectation] = {e.name: e for e in (
-    _E("bookings", "bookings", "backend commits", "a count or [lo, hi]", _value_or_range,
-       lambda exp, m: (exp, m["bookings"], in_range(m["bookings"], exp), None)),
-    _E("told_truth", "told_truth told truth_at_answer truth_final",
-       "the status answer against the backend (never: the question was never answered)", "true, false or never",
-       lambda v: v in (True, False, "never", None), _told_truth),
-    _E("all_resumes_refused", "accepted refused attempts", "no attempt accepted and at least one refused",
-       "true or false", _is_bool, _all_refused),
-    _E("refusal_code", "refusal_codes", "every refusal carried this close code", "a close code",
-       lambda v: isinstance(v, int) and not isinstance(v, bool), _refusal_code),
-    _E("resumed", "resumed", "an attempt was accepted", "true or false", _is_bool, _flag("resumed")),
-    _E("resumed_after_close_ms", "resumed_after_close_ms", "close of the old connection -> resumed setupComplete",
-       "[lo, hi] ms", _range, _after_close),
-    _E("max_loss_to_first_audio_ms", "loss_to_first_audio_ms", "loss -> first model audio after recovery "
-       "(absent = failed)", "a number of ms", _number, _loss_to_audio),
-    _E("fallback", "fallback", "a new session was opened by the fallback", "true or false", _is_bool,
-       _flag("fallback")),
-    _E("reissued_call", "tool_calls_reissued", "the model issued the tool call again under a new id",
-       "true or false", _is_bool, _reissued),
+    _define("bookings", "bookings", "backend commits", "a count or [lo, hi]", _value_or_range,
+        lambda exp, m: (exp, m["bookings"], in_range(m["bookings"], exp), None)),
+    _define("told_truth", "told_truth told truth_at_answer truth_final",
+        "the status answer against the backend (never: the question was never answered)", "true, false or never",
+        lambda v: v in (True, False, "never", None), _told_truth),
+    _define("all_resumes_refused", "accepted refused attempts", "no attempt accepted and at least one refused",
+        "true or false", _is_bool, _all_refused),
+    _define("refusal_code", "refusal_codes", "every refusal carried this close code", "a close code",
+        lambda v: isinstance(v, int) and not isinstance(v, bool), _refusal_code),
+    _define("resumed", "resumed", "an attempt was accepted", "true or false", _is_bool, _flag("resumed")),
+    _define("resumed_after_close_ms", "resumed_after_close_ms", "close of the old connection -> resumed setupComplete",
+        "[lo, hi] ms", _range, _after_close),
+    _define("max_loss_to_first_audio_ms", "loss_to_first_audio_ms", "loss -> first model audio after recovery "
+        "(absent = failed)", "a number of ms", _number, _loss_to_audio),
+    _define("fallback", "fallback", "a new session was opened by the fallback", "true or false", _is_bool,
+        _flag("fallback")),
+    _define("reissued_call", "tool_calls_reissued", "the model issued the tool call again under a new id",
+        "true or false", _is_bool, _reissued),
 )}
 
 

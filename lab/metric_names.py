@@ -34,8 +34,6 @@ def _m(name: str, about: str, origin: str = EMERGED, param: str | None = None, s
     return Metric(name, about, origin, param, scalar)
 
 
-_TABLE = {"scalar": False}
-
 METRICS: dict[str, Metric] = {m.name: m for m in (
     # the record itself
     _m("complete", "the record ends with run.end"),
@@ -47,12 +45,12 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("loss_ms", "the agent's loss event (the first fault start or path-cutting action)"),
     _m("loss_kind", "what the loss was: fault:<kind> or action:<name>"),
     _m("loss_cuts_path", "the loss cut the path (false: it only degraded it; None: an old record)"),
-    _m("connections", "each connection: purpose, open, setup, close", **_TABLE),
+    _m("connections", "each connection: purpose, open, setup, close", scalar=False),
     _m("lost_conn", "the connection open at the loss"),
     _m("detected_ms", "the client's first loss.detected after the loss"),
     _m("detection_ms", "loss -> the client detected it (its ping timing against the dead path)"),
     # resume attempts
-    _m("resume_attempts", "each attempt with its outcome and latency", **_TABLE),
+    _m("resume_attempts", "each attempt with its outcome and latency", scalar=False),
     _m("attempts", "resume attempts"),
     _m("refused", "attempts refused"),
     _m("accepted", "attempts accepted"),
@@ -74,7 +72,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("close_ms", "the close that unlocked the session"),
     _m("fallback", "the client opened a new session by its fallback"),
     _m("fallback_note", "the fallback carried a status note"),
-    _m("recovery", "the fallback's breakdown (the recovery.* entries)", **_TABLE),
+    _m("recovery", "the fallback's breakdown (the recovery.* entries)", scalar=False),
     _m("recovery.detection_ms", "loss -> detected"),
     _m("recovery.resume_window_ms", "detected -> the fallback started (the client's resume window)"),
     _m("recovery.new_setup_ms", "the new session's open -> setupComplete", TWIN_INPUT, "new_setup_s"),
@@ -85,13 +83,13 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("booking_requests", "backend requests"),
     _m("distinct_keys", "distinct business keys committed"),
     _m("duplicate_bookings", "commits beyond one per business key"),
-    _m("commit_after_loss_ms", "loss -> each commit", **_TABLE),
+    _m("commit_after_loss_ms", "loss -> each commit", scalar=False),
     # tool calls
     _m("tool_calls", "distinct tool call ids"),
     _m("tool_calls_reissued", "the first call issued again under a new id"),
     _m("tool_dedups", "calls the backend answered from an existing job"),
     _m("pending_call_answered_after_resume", "a call pending at the loss answered on the resumed session"),
-    _m("handle_updates", "resumption handle updates per connection", **_TABLE),
+    _m("handle_updates", "resumption handle updates per connection", scalar=False),
     _m("max_handle_updates_per_conn", "most handle updates on one connection"),
     # what the user was told
     _m("asked_ms", "the status question was said"),
@@ -108,9 +106,9 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("go_away", "goAway messages seen"),
     _m("transparent_requested", "the client asked for transparent resumption"),
     _m("transparent_refused", "the setup with transparent was closed 1007", TWIN_INPUT, "transparent_supported"),
-    _m("server_closes", "close codes of connections the server closed", **_TABLE),
+    _m("server_closes", "close codes of connections the server closed", scalar=False),
     _m("twin", "the twin's own record: refusals, accepts, connection ends (None: no twin.jsonl)", TWIN_INPUT,
-       **_TABLE),
+       scalar=False),
 )}
 
 TOP_LEVEL = tuple(n for n in METRICS if "." not in n)
