@@ -12,15 +12,27 @@ the client's namespace (ip netns exec, or docker compose exec).
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from netem.faults import REGISTRY, build
+
+from lab import actions, anchors
 from lab import scenario as scenario_mod
+from lab.backend import Backend
+from lab.clients import get as get_client
+from lab.clients.base import ClientContext, Endpoint
 from lab.errors import ONE_LINE_ERRORS, LabError
 from lab.events import Event, EventLog
+from lab.live import errors as live_errors
+
+# What a client records when a connection is refused or fails: an auth or quota refusal among them
+# ends the run at once (lab.live.errors classifies; a plain 1011 refusal is what the lab studies).
+REFUSAL_KINDS = ("conn.closed", "resume.result", "client.error", "fallback.new_failed")
 
 
 class Agent:
@@ -40,51 +52,37 @@ class Agent:
         self.client = None
         self.loss_ms: float | None = None
         self.steps_done: list[str] = []
+        self._refusal = asyncio.Event()
+        self._refusal_reason = ""
+        self.log.subscribe(self._watch_refusals)
 
-    # ---- anchors -------------------------------------------------------------------------------
-    def _anchor_pred(self, at: str):
-        log = self.log
+    # ---- anchors and the loss ----------------------------------------------------------------
+    def _fires(self, anchor: str):
+        """The anchor's predicate (lab.anchors) bound to this run's record and loss time."""
+        pred = anchors.predicate(anchor)
+        return lambda e: pred(e, self.log, self.loss_ms)
 
-        def after_loss(e: Event) -> bool:
-            return self.loss_ms is not None and e.ms >= self.loss_ms
-
-        if at == "start":
-            return lambda e: e.kind == "run.start"
-        if at == "setup_complete":
-            return lambda e: e.kind == "conn.setup_complete"
-        if at == "tool_call":
-            return lambda e: e.kind == "tool.call"
-        if at == "commit":
-            return lambda e: e.kind == "backend.commit"
-        if at == "first_audio":
-            return lambda e: e.kind == "model.audio" and bool(e.get("first"))
-        if at == "loss":
-            return lambda e: e.kind == "loss"
-        if at == "detected":
-            return lambda e: e.kind == "loss.detected"
-        if at == "recovered":
-            return lambda e: after_loss(e) and (
-                (e.kind == "resume.result" and e.get("ok")) or e.kind == "session.restored")
-        if at == "answered":
-            def answered(e: Event) -> bool:
-                says = log.find("user.say")
-                return bool(says) and e.kind == "model.text" and e.ms > says[-1].ms
-            return answered
-        if at.startswith("step:"):
-            sid = at[5:]
-            return lambda e: e.kind == "step" and e.get("id") == sid
-        raise LabError(f"unknown anchor {at!r}")
-
-    # ---- step execution ------------------------------------------------------------------------
-    def _mark_loss(self, how: str) -> None:
+    def _mark_loss(self, how: str, cuts_path: bool) -> None:
+        """Write the run's one `loss` event, at the first fault start or path-cutting action (lab.anchors)."""
         if self.loss_ms is None:
-            ev = self.log.write("loss", src="agent", how=how)
-            self.loss_ms = ev.ms
+            self.loss_ms = self.log.write("loss", src="agent", how=how, cuts_path=cuts_path).ms
+
+    # ---- a connection refused for auth or quota ends the run at once ---------------------------
+    def _watch_refusals(self, e: Event) -> None:
+        if e.kind not in REFUSAL_KINDS or (e.kind == "resume.result" and e.get("ok")) or self._refusal.is_set():
+            return
+        code = e.get("code") if isinstance(e.get("code"), int) else None
+        reason = str(e.get("reason") or e.get("error") or "")
+        kind = live_errors.classify(code=code, reason=reason)
+        if kind in (live_errors.AUTH, live_errors.QUOTA):
+            self._refusal_reason = (f"the endpoint refused a connection ({kind}): "
+                                    f"{live_errors.describe(code=code, reason=reason)}")
+            self._refusal.set()
 
     def _fault_spec(self, spec: dict) -> dict:
         spec = dict(spec)
         target = spec.pop("target", "flow")
-        if spec["kind"] == "netem":
+        if not REGISTRY[spec["kind"]].needs_target:
             return spec
         if target == "flow":
             flow = self.client.flow()
@@ -99,7 +97,7 @@ class Agent:
 
     def _faults(self):
         if self.table is None:
-            from netem.table import FaultTable
+            from netem.table import FaultTable  # lazy: the table needs root, a run with no fault does not
             # the agent handles SIGINT/SIGTERM itself (and heals in its finally), so the table must not
             self.table = FaultTable(handle_signals=False)
         return self.table
@@ -115,30 +113,32 @@ class Agent:
         if step.say is not None:
             await self.client.say(self.scn.script[step.say], step.say)
         elif step.fault is not None:
-            from netem.faults import build
             spec = self._fault_spec(step.fault)
             fault = build(spec)
             self._faults().add(fault)
             self.log.write("fault.apply", src="agent", name=fault.name, spec=spec)
-            self._mark_loss(f"fault:{spec['kind']}")
+            self._mark_loss(f"fault:{fault.kind}", fault.cuts_path)
         elif step.heal:
             if self.table is not None:
                 self.table.clear_all()
             self.log.write("fault.clear", src="agent", name="all")
-        elif step.action in ("freeze", "unfreeze", "proxy_close"):
-            self._proxy({"proxy_close": "close"}.get(step.action, step.action))
-            self.log.write("action", src="agent", what=step.action)
-            if step.action == "freeze":
-                self._mark_loss("freeze")
         else:
-            self.log.write("action", src="agent", what=step.action)
-            if step.action in ("abort", "close") and self.loss_ms is None:
-                self._mark_loss(step.action)
-            await self.client.action(step.action)
+            await self._act(actions.ACTIONS[step.action])
+
+    async def _act(self, action: actions.Action) -> None:
+        """One scripted action, by whoever performs it (lab.actions)."""
+        if action.by == actions.PROXY:
+            self._proxy(action.verb)    # first: a proxy that cannot act leaves no action in the record
+        # a client action is recorded before the client acts: the loss is the moment it was told to drop
+        self.log.write("action", src="agent", what=action.name)
+        if action.cuts_path:
+            self._mark_loss(f"action:{action.name}", True)
+        if action.by == actions.CLIENT:
+            await self.client.action(action.name)
 
     async def _run_step(self, i: int, step: scenario_mod.Step) -> None:
         for anchor in step.ats:
-            await self.log.wait_until(self._anchor_pred(anchor))
+            await self.log.wait_until(self._fires(anchor))
         if step.plus:
             await asyncio.sleep(step.plus)
         label = step.id or f"#{i}"
@@ -191,10 +191,6 @@ class Agent:
 
     # ---- the run -------------------------------------------------------------------------------
     async def run(self) -> int:
-        from lab.backend import Backend
-        from lab.clients import get as get_client
-        from lab.clients.base import ClientContext
-
         backend = Backend(self.log, commit_after_s=float(self.scn.backend.get("commit_after_s", 4.0)))
         ctx = ClientContext(endpoint=self.endpoint, log=self.log, backend=backend,
                             params=self.scn.params_for(self.client_name), speech=self.scn.input == "speech")
@@ -212,10 +208,14 @@ class Agent:
             tasks = [asyncio.create_task(self._run_step(i, s)) for i, s in enumerate(steps)]
             tasks.append(asyncio.create_task(self._ticker()))
             ender = asyncio.create_task(self._end_condition(says_expected))
-            pending = set(tasks[:-1]) | {ender}
+            refused = asyncio.create_task(self._refusal.wait())
+            pending = set(tasks[:-1]) | {ender, refused}
+            tasks += [ender, refused]
             while ender in pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for t in done:
+                    if t is refused:
+                        raise LabError(self._refusal_reason)
                     if t is not ender and t.exception():
                         raise t.exception()
         except ONE_LINE_ERRORS as e:
@@ -270,10 +270,6 @@ def add_parser(sub) -> None:
 
 
 def _main(args) -> int:
-    import os
-
-    from lab.clients.base import Endpoint
-
     scn = scenario_mod.load(args.scenario)
     key = os.environ.get(args.api_key_env)
     if not key:

@@ -10,10 +10,19 @@ with `await log.wait_for("tool.call")`.
 
 Secrets never reach a record: `redact_handle` turns a resumption handle into its length and a short
 hash, and `EventLog.write` refuses any field named like a key or a raw handle.
+
+The kinds a record may hold are defined once, in `EVENT_KINDS` (name -> who writes it and its
+fields); docs/DESIGN.md's table is a summary of it. `EventLog.write` refuses a kind that is not
+there but sits in one of the lab's own namespaces (`conn.clsoed`, `twin.refuze`), so a misspelling
+fails at the first test that reaches it (and tests/unit/test_event_kinds.py checks every literal
+kind in lab/ without running it). A kind in another namespace (a user's own client writing
+`myclient.retry`) is recorded as it is: a production run never dies on a kind the lab does not own.
+The twin's `twin.*` kinds are listed too, so the twin's own record is checked the same way.
 """
 from __future__ import annotations
 
 import asyncio
+import difflib
 import hashlib
 import json
 import os
@@ -21,6 +30,103 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+
+
+@dataclass(frozen=True)
+class EventKind:
+    writer: str                     # who writes it: agent, client, backend, twin
+    fields: tuple[str, ...]         # the fields its writers set (besides t, ms, src, kind)
+    about: str = ""
+
+
+def _k(writer: str, fields: str, about: str = "") -> EventKind:
+    return EventKind(writer, tuple(fields.split()), about)
+
+
+EVENT_KINDS: dict[str, EventKind] = {
+    # the agent: the run and its timeline
+    "run.start": _k("agent", "scenario client duration endpoint speech"),
+    "run.end": _k("agent", "status error not_reached bookings", "status ok | error | interrupted"),
+    "step": _k("agent", "id what note", "a timeline step done"),
+    "step.error": _k("agent", "id error", "a step that raised; the run goes on"),
+    "fault.apply": _k("agent", "name spec"),
+    "fault.clear": _k("agent", "name at_exit"),
+    "action": _k("agent", "what", "a scripted action (lab.actions)"),
+    "loss": _k("agent", "how cuts_path",
+               "the run's one loss (lab.anchors): the first fault start or path-cutting action; how is "
+               "fault:<kind> or action:<name>, cuts_path false when the path only degraded (random loss, netem)"),
+    # the client under test
+    "client.params": _k("client", "client params"),
+    "client.error": _k("client", "conn error task"),
+    "conn.open": _k("client", "conn purpose local remote session", "purpose initial | resume | new"),
+    "conn.setup_complete": _k("client", "conn setup_ms purpose"),
+    "conn.closed": _k("client", "conn code reason by how during", "by server | client | abnormal"),
+    "conn.go_away": _k("client", "conn time_left"),
+    "handle.update": _k("client", "conn resumable handle_len handle_sha"),
+    "loss.detected": _k("client", "conn silent_ms"),
+    "resume.attempt": _k("client", "attempt conn why"),
+    "resume.result": _k("client", "attempt conn ok code reason latency_ms"),
+    "resume.skip": _k("client", "reason why"),
+    "resume.gave_up": _k("client", "conn attempts after_ms"),
+    "fallback.start": _k("client", "conn note turns old_conn"),
+    "fallback.new_failed": _k("client", "error"),
+    "fallback.failed": _k("client", "conn"),
+    "session.restored": _k("client", "conn note turns superseded"),
+    "session.note": _k("client", "conn text sent"),
+    "tool.call": _k("client", "conn id name args"),
+    "tool.response": _k("client", "conn id name status job sent replay"),
+    "tool.withheld": _k("client", "conn id name"),
+    "tool.cancellation": _k("client", "conn ids"),
+    "user.say": _k("client", "conn text line mode", "mode text | speech"),
+    "user.say.failed": _k("client", "conn line at_ms"),
+    "user.heard": _k("client", "conn text start_ms end_ms interrupted", "24 kHz playback model"),
+    "user.transcript": _k("client", "conn text"),
+    "model.audio": _k("client", "conn bytes first", "first only on a turn's first chunk"),
+    "model.text": _k("client", "conn text", "output transcription of one turn"),
+    "model.interrupted": _k("client", "conn text"),
+    "model.turn_complete": _k("client", "conn"),
+    # the fake booking backend (the ground truth)
+    "backend.request": _k("backend", "business_key job call_id slot commit_after_s"),
+    "backend.commit": _k("backend", "business_key job call_id slot"),
+    "tool.dedup": _k("backend", "id business_key job state"),
+    # the twin's own record (twin.jsonl)
+    "twin.start": _k("twin", "profile port tls overrides"),
+    "twin.http_refuse": _k("twin", "status reason path"),
+    "twin.error": _k("twin", "conn timer error"),
+    "twin.conn.open": _k("twin", "conn route peer"),
+    "twin.conn.end": _k("twin", "conn how session age_ms idle_ms speaking dead",
+                        "how close_frame | eof | server_timeout | ..."),
+    "twin.setup": _k("twin", "conn resume handle_len handle_sha route model"),
+    "twin.refuse": _k("twin", "conn session code reason why close_in_ms release_in_ms"),
+    "twin.bad_input": _k("twin", "conn session code reason why"),
+    "twin.accept": _k("twin", "conn session resume setup_ms"),
+    "twin.handle": _k("twin", "conn session handle_len handle_sha"),
+    "twin.freeze_close": _k("twin", "conn session idle_ms"),
+    "twin.goaway": _k("twin", "conn time_left"),
+    "twin.goaway_close": _k("twin", "conn"),
+    "twin.restore": _k("twin", "conn session turns note plan"),
+    "twin.vad": _k("twin", "conn session event line"),
+    "twin.user": _k("twin", "conn session source intent plan"),
+    "twin.interrupted": _k("twin", "conn session speaking"),
+    "twin.say": _k("twin", "conn session text"),
+    "twin.tool_call": _k("twin", "conn session id name args blocking"),
+    "twin.tool_response": _k("twin", "conn session id name known status scheduling"),
+}
+
+# The lab's own namespaces (the first word of each kind): an unknown kind in one of them is a
+# misspelling and is refused; any other namespace belongs to a user's own client and is recorded.
+LAB_NAMESPACES = frozenset(k.split(".")[0] for k in EVENT_KINDS)
+
+
+def check_kind(kind: str) -> None:
+    """Raise ValueError for a kind in the lab's namespaces that EVENT_KINDS does not define."""
+    if kind in EVENT_KINDS or kind.split(".")[0] not in LAB_NAMESPACES:
+        return
+    near = difflib.get_close_matches(kind, EVENT_KINDS, n=3)
+    raise ValueError(f"unknown event kind {kind!r}" + (f" (did you mean {', '.join(near)}?)" if near else "")
+                     + "; the kinds are defined in lab.events.EVENT_KINDS")
+
 
 # Field names that must never be written: a raw handle or an API key.
 FORBIDDEN_FIELDS = frozenset({"handle", "new_handle", "newHandle", "api_key", "key", "apiKey"})
@@ -75,6 +181,7 @@ class EventLog:
         return (time.time() - self.t0) * 1000.0
 
     def write(self, kind: str, src: str = "lab", **data: Any) -> Event:
+        check_kind(kind)
         bad = FORBIDDEN_FIELDS.intersection(data)
         if bad:
             raise ValueError(f"refusing to record secret-looking field(s) {sorted(bad)} in event {kind!r}")

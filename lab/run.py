@@ -213,7 +213,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
             verdicts.append(v)
             if budget is not None:
                 budget.settle(run_dir)
-            held = v.get("passed")
+            held = v.get("pass", v.get("passed"))
             out(f"   verdict: {'PASS' if held else 'FAIL'}"
                 + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
                           f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", [])))

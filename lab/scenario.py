@@ -7,6 +7,7 @@ malformed file costs nothing.
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -14,27 +15,26 @@ from typing import Any
 
 import yaml
 
-from lab.errors import ScenarioError
+from netem import faults as fault_registry
+from netem.errors import NetemError
 
-# Anchors a step may hang on. Each maps to the event the agent waits for (docs/DESIGN.md).
-ANCHORS = {
-    "start": "the run starts (the client is about to connect)",
-    "setup_complete": "the first session's setupComplete",
-    "tool_call": "the model issues its first tool call",
-    "commit": "the backend commits the first booking",
-    "first_audio": "the first chunk of model audio",
-    "loss": "the first fault or client-side drop",
-    "detected": "the client detects the loss",
-    "recovered": "a session is usable again after the loss (resume accepted or fallback restored)",
-    "answered": "the model answered the last line said",
-}
-ACTIONS = {"abort", "close", "resume", "reuse_old", "freeze", "unfreeze", "proxy_close"}
-FAULT_KINDS = {"blackhole", "reject", "loss", "netem"}
+from lab import actions, anchors, expectations
+from lab import clients as client_registry
+from lab.errors import LabError, ScenarioError
+
 END_MODES = {"duration", "answered"}
-CLIENTS_HINT = "probe, recovery, naive, or module:Class"
 TOP_KEYS = {"name", "title", "source", "shows", "client", "client_params", "backend", "endpoint",
-            "input", "duration", "script", "timeline", "end", "expect", "clients"}
+            "input", "duration", "script", "timeline", "end", "expect"}
 STEP_KEYS = {"id", "at", "plus", "say", "fault", "heal", "action", "note", "unless_client", "only_client"}
+BACKEND_KEYS = {"commit_after_s"}
+ENDPOINT_KEYS = {"via"}
+ALL_CLIENTS = "all"     # client_params / expect for every client
+# A fault's `target` is the lab's concept (the client's open connection, or the whole endpoint); the
+# agent turns it into addresses. Validation hands the fault a placeholder of the same shape.
+# What `target:` names in a scenario (the agent resolves it to addresses at run time); validation
+# hands netem its documentation-range placeholder so the spec is checked without a real flow.
+FAULT_TARGETS = {"flow": fault_registry.PLACEHOLDER_TARGET,
+                 "endpoint": {"dst": fault_registry.PLACEHOLDER_TARGET["dst"]}}
 
 
 class _Lined(dict):
@@ -162,17 +162,32 @@ def load(name_or_path: str) -> Scenario:
     return parse(raw, str(path))
 
 
-def parse(raw: Any, path: str = "<scenario>") -> Scenario:
-    def err(node: Any, key: str | None, msg: str) -> ScenarioError:
+def _errs(path: str):
+    """err(node, key, msg): a ScenarioError at the line of `key` in `node` (or the node's own line)."""
+    def err(node: Any, key: Any, msg: str) -> ScenarioError:
         line = getattr(node, "lines", {}).get(key) if key is not None else None
         line = line or getattr(node, "line", 0)
         return ScenarioError(f"{path}:{line}: {msg}")
+    return err
 
+
+def _near(name: Any, known) -> str:
+    """' (did you mean x?)' for a near miss, else ''."""
+    near = difflib.get_close_matches(str(name), list(known), n=1)
+    return f" (did you mean {near[0]}?)" if near else ""
+
+
+def _refuse_unknown(err, node: dict, known: set[str], what: str) -> None:
+    for k in node:
+        if k not in known:
+            raise err(node, k, f"unknown {what} {k!r}{_near(k, known)}; expected one of {', '.join(sorted(known))}")
+
+
+def parse(raw: Any, path: str = "<scenario>") -> Scenario:
+    err = _errs(path)
     if not isinstance(raw, dict):
         raise ScenarioError(f"{path}:1: a scenario is a mapping of keys (name, script, timeline, ...)")
-    for k in raw:
-        if k not in TOP_KEYS:
-            raise err(raw, k, f"unknown key {k!r}; expected one of {', '.join(sorted(TOP_KEYS))}")
+    _refuse_unknown(err, raw, TOP_KEYS, "key")
     for k in ("name", "script", "timeline"):
         if k not in raw:
             raise err(raw, None, f"missing required key {k!r}")
@@ -191,88 +206,47 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
     if inp not in ("text", "speech"):
         raise err(raw, "input", f"input must be 'text' or 'speech', got {inp!r}")
 
-    steps: list[Step] = []
-    ids: set[str] = set()
     timeline = raw["timeline"]
     if not isinstance(timeline, list) or not timeline:
         raise err(raw, "timeline", "timeline must be a non-empty list of steps")
+    steps: list[Step] = []
+    ids: set[str] = set()
     for node in timeline:
-        if not isinstance(node, dict):
-            raise err(raw, "timeline", f"each timeline step is a mapping, got {node!r}")
-        for k in node:
-            if k not in STEP_KEYS:
-                raise err(node, k, f"unknown step key {k!r}; expected one of {', '.join(sorted(STEP_KEYS))}")
-        at = node.get("at")
-        if at is None:
-            raise err(node, None, "step has no 'at' (an anchor such as tool_call, or step:<id>)")
-        # `at` is one anchor, or a list of anchors that must all have happened (the step then waits
-        # `plus` after the last of them)
-        ats = at if isinstance(at, list) else [at]
-        if not ats:
-            raise err(node, "at", "at needs at least one anchor")
-        for a in ats:
-            if not isinstance(a, str) or not (a in ANCHORS or (a.startswith("step:") and a[5:] in ids)):
-                known = ", ".join(sorted(ANCHORS)) + (", step:" + ", step:".join(sorted(ids)) if ids else "")
-                raise err(node, "at", f"unknown anchor {a!r}; known: {known} (a step:<id> must name an earlier step)")
-        plus = node.get("plus", 0)
-        if not isinstance(plus, (int, float)) or plus < 0:
-            raise err(node, "plus", f"plus must be a non-negative number of seconds, got {plus!r}")
-        kinds = [k for k in ("say", "fault", "heal", "action") if k in node]
-        if len(kinds) != 1:
-            raise err(node, None, f"a step does exactly one of say, fault, heal, action (found {kinds or 'none'})")
-        step = Step(at="+".join(ats), plus=float(plus), id=node.get("id"), note=node.get("note"), line=node.line,
-                    ats=list(ats))
-        if "say" in node:
-            n = node["say"]
-            if not isinstance(n, int) or not 0 <= n < len(script):
-                raise err(node, "say", f"say must be a line index 0..{len(script) - 1} of the script, got {n!r}")
-            step.say = n
-        elif "fault" in node:
-            f = node["fault"]
-            if not isinstance(f, dict) or f.get("kind") not in FAULT_KINDS:
-                raise err(node, "fault", f"fault needs a kind, one of {sorted(FAULT_KINDS)}")
-            if f.get("kind") == "blackhole" and f.get("mode", "silent") not in ("silent", "eperm"):
-                raise err(f, "mode", f"blackhole mode must be silent or eperm, got {f.get('mode')!r}")
-            if "target" in f and f["target"] not in ("flow", "endpoint"):
-                raise err(f, "target", f"target must be flow (the open connection) or endpoint, got {f['target']!r}")
-            step.fault = dict(f)
-        elif "heal" in node:
-            if node["heal"] is not True:
-                raise err(node, "heal", "heal takes true")
-            step.heal = True
-        else:
-            a = node["action"]
-            if a not in ACTIONS:
-                raise err(node, "action", f"unknown action {a!r}; known: {', '.join(sorted(ACTIONS))}")
-            step.action = a
-        for k in ("only_client", "unless_client"):
-            if k in node:
-                v = node[k]
-                v = [v] if isinstance(v, str) else v
-                if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-                    raise err(node, k, f"{k} takes a client name or a list of them")
-                setattr(step, k, v)
+        step = _step(err, raw, node, script, ids)
         if step.id:
-            if step.id in ids:
-                raise err(node, "id", f"duplicate step id {step.id!r}")
             ids.add(step.id)
         steps.append(step)
 
     client = raw.get("client", "probe")
-    if not isinstance(client, str):
-        raise err(raw, "client", f"client must be a name ({CLIENTS_HINT})")
-    cp = raw.get("client_params", {}) or {}
-    if not isinstance(cp, dict) or not all(isinstance(v, dict) for v in cp.values()):
-        raise err(raw, "client_params", "client_params maps a client name (or 'all') to its parameters")
-    exp = raw.get("expect", {}) or {}
-    if not isinstance(exp, dict) or not all(isinstance(v, dict) for v in exp.values()):
-        raise err(raw, "expect", "expect maps a client name (or 'all') to expectations")
+    if not isinstance(client, str) or not _client_name_ok(client):
+        raise err(raw, "client", f"client must be a client name ({_known_clients()}), got {client!r}")
+    cp = _per_client(err, raw, "client_params", "its parameters")
+    for who, params in cp.items():
+        declared = _declared_params(err, cp, who)
+        for k in params:
+            if k not in declared:
+                owner = "any built-in client" if who == ALL_CLIENTS else f"client {who!r}"
+                raise err(params, k, f"unknown client parameter {k!r} for {owner}{_near(k, declared)}; "
+                                     f"known: {', '.join(sorted(declared))}")
+    exp = _per_client(err, raw, "expect", "expectations")
+    for who, checks in exp.items():
+        for k, v in checks.items():
+            if k in expectations.SETTINGS:
+                continue
+            checker = expectations.resolve(k)
+            if checker is None:
+                raise err(checks, k, f"unknown expectation {k!r}{_near(k, expectations.NAMED)}; "
+                                     f"known: {expectations.known_summary()}")
+            if not checker.valid(v):
+                raise err(checks, k, f"expectation {k} takes {checker.takes}, got {v!r}")
     backend = raw.get("backend", {}) or {}
     if not isinstance(backend, dict) or not isinstance(backend.get("commit_after_s", 4.0), (int, float)):
         raise err(raw, "backend", "backend takes commit_after_s (seconds)")
+    _refuse_unknown(err, backend, BACKEND_KEYS, "backend key")
     endpoint = raw.get("endpoint", {}) or {}
     if not isinstance(endpoint, dict) or endpoint.get("via", "direct") not in ("direct", "proxy"):
         raise err(raw, "endpoint", "endpoint.via must be direct or proxy")
+    _refuse_unknown(err, endpoint, ENDPOINT_KEYS, "endpoint key")
 
     return Scenario(
         name=str(raw["name"]), title=str(raw.get("title", raw["name"])), source=str(raw.get("source", "")),
@@ -280,3 +254,114 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
         duration=float(duration), end=end, client_params={k: dict(v) for k, v in cp.items()},
         backend={"commit_after_s": 4.0, **backend}, endpoint=dict(endpoint), input=inp,
         expect={k: dict(v) for k, v in exp.items()}, path=path)
+
+
+def _step(err, raw: dict, node: Any, script: list[str], ids: set[str]) -> Step:
+    """One timeline step, validated against the anchors, actions and fault kinds defined elsewhere."""
+    if not isinstance(node, dict):
+        raise err(raw, "timeline", f"each timeline step is a mapping, got {node!r}")
+    _refuse_unknown(err, node, STEP_KEYS, "step key")
+    at = node.get("at")
+    if at is None:
+        raise err(node, None, "step has no 'at' (an anchor such as tool_call, or step:<id>)")
+    # `at` is one anchor, or a list of anchors that must all have happened (the step then waits
+    # `plus` after the last of them)
+    ats = at if isinstance(at, list) else [at]
+    if not ats:
+        raise err(node, "at", "at needs at least one anchor")
+    for a in ats:
+        if not anchors.is_known(a, ids):
+            raise err(node, "at", f"unknown anchor {a!r}; known: {', '.join(anchors.known_names(ids))} "
+                                  "(a step:<id> must name an earlier step)")
+    plus = node.get("plus", 0)
+    if not isinstance(plus, (int, float)) or plus < 0:
+        raise err(node, "plus", f"plus must be a non-negative number of seconds, got {plus!r}")
+    kinds = [k for k in ("say", "fault", "heal", "action") if k in node]
+    if len(kinds) != 1:
+        raise err(node, None, f"a step does exactly one of say, fault, heal, action (found {kinds or 'none'})")
+    step = Step(at="+".join(ats), plus=float(plus), id=node.get("id"), note=node.get("note"), line=getattr(node, "line", 0),
+                ats=list(ats))
+    if "say" in node:
+        n = node["say"]
+        if not isinstance(n, int) or not 0 <= n < len(script):
+            raise err(node, "say", f"say must be a line index 0..{len(script) - 1} of the script, got {n!r}")
+        step.say = n
+    elif "fault" in node:
+        step.fault = _fault(err, node, node["fault"])
+    elif "heal" in node:
+        if node["heal"] is not True:
+            raise err(node, "heal", "heal takes true")
+        step.heal = True
+    else:
+        a = node["action"]
+        if a not in actions.ACTIONS:
+            raise err(node, "action", f"unknown action {a!r}; known: {', '.join(actions.known_names())}")
+        step.action = a
+    for k in ("only_client", "unless_client"):
+        if k in node:
+            v = node[k]
+            v = [v] if isinstance(v, str) else v
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise err(node, k, f"{k} takes a client name or a list of them")
+            bad = [x for x in v if not _client_name_ok(x)]
+            if bad:
+                raise err(node, k, f"unknown client {bad[0]!r} in {k}; known: {_known_clients()}")
+            setattr(step, k, v)
+    if step.id and step.id in ids:
+        raise err(node, "id", f"duplicate step id {step.id!r}")
+    return step
+
+
+def _fault(err, node: dict, f: Any) -> dict:
+    """A fault step's spec: its kind from netem's registry, checked by netem itself."""
+    if not isinstance(f, dict) or f.get("kind") not in fault_registry.REGISTRY:
+        raise err(node, "fault", f"fault needs a kind, one of {sorted(fault_registry.REGISTRY)}")
+    cls = fault_registry.REGISTRY[f["kind"]]
+    target = f.get("target", "flow")
+    if target not in FAULT_TARGETS:
+        raise err(f, "target", f"target must be flow (the open connection) or endpoint, got {target!r}")
+    spec = {k: v for k, v in f.items() if k != "target"}
+    if cls.needs_target:
+        spec["target"] = dict(FAULT_TARGETS[target])
+    try:
+        fault_registry.check_spec(spec)
+    except (NetemError, LabError) as e:
+        raise err(node, "fault", str(e)) from None
+    return dict(f)
+
+
+def _known_clients() -> str:
+    return ", ".join(client_registry.names()) + ", or a module path pkg.mod:Class"
+
+
+def _client_name_ok(name: str) -> bool:
+    mod, sep, cls = name.partition(":")
+    return name in client_registry.names() or bool(sep and mod and cls)
+
+
+def _per_client(err, raw: dict, key: str, what: str) -> dict:
+    """client_params / expect: a mapping of client name (or all) to a mapping."""
+    val = raw.get(key, {}) or {}
+    if not isinstance(val, dict) or not all(isinstance(v, dict) for v in val.values()):
+        raise err(raw, key, f"{key} maps a client name (or '{ALL_CLIENTS}') to {what}")
+    for who in val:
+        if not isinstance(who, str) or not (who == ALL_CLIENTS or _client_name_ok(who)):
+            raise err(val, who, f"unknown client {who!r} in {key}; known: {ALL_CLIENTS}, {_known_clients()}")
+    return val
+
+
+def _declared_params(err, cp: dict, who: str) -> set[str]:
+    """The parameters `who` declares; for `all`, those any built-in client declares."""
+    names = client_registry.names() if who == ALL_CLIENTS else [who]
+    declared: set[str] = set()
+    for n in names:
+        try:
+            cls = client_registry.get(n)
+        except LabError as e:
+            raise err(cp, who, str(e)) from None
+        ask = getattr(cls, "declared_params", None)
+        if ask is None:
+            raise err(cp, who, f"client {n!r} declares no parameters (subclass lab.clients.base.Client and "
+                               "list them in DEFAULTS)")
+        declared |= set(ask())
+    return declared

@@ -43,6 +43,13 @@ class Client(abc.ABC):
     def __init__(self, ctx: ClientContext):
         self.ctx = ctx
 
+    @classmethod
+    def declared_params(cls) -> dict[str, Any]:
+        """The parameters a scenario's client_params may set for this client, name -> default.
+
+        Scenario validation refuses any other key. The SDK clients keep theirs in `DEFAULTS`."""
+        return dict(getattr(cls, "DEFAULTS", {}))
+
     @abc.abstractmethod
     async def start(self) -> None:
         """Open the first session (with sessionResumption enabled) and start receiving."""

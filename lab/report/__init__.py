@@ -11,6 +11,7 @@ __all__ = ["build_run", "summarize"]
 
 
 def __getattr__(name: str) -> Any:
+    # the imports below are lazy on purpose (see the docstring): matplotlib only when asked
     if name == "build_run":
         from lab.report.verdict import build_run
         return build_run

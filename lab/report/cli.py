@@ -8,7 +8,6 @@ import argparse
 from pathlib import Path
 
 
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="verdicts, timelines and summary.md for a run or batch folder")
     p.add_argument("dir", type=Path, help="a run folder (captures/<run-id>) or a batch folder")
@@ -17,8 +16,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: `lab` loads every room's parser; the report's modules (matplotlib) load only for `lab report`
     from lab.report.summary import runs_under, summarize
-    from lab.report.verdict import build_run
+    from lab.report.verdict import build_run, verdict_passed
 
     d: Path = args.dir
     runs = runs_under(d)
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
         m = v["metrics"]
         name = str(r.relative_to(d)) if r != d else r.name
         name = name if len(name) <= 36 else "\u2026" + name[-35:]
-        print(f"{name:<36} {str(v.get('scenario') or '?')[:26]:<26} {'yes' if v['pass'] else 'NO':<5} "
+        print(f"{name:<36} {str(v.get('scenario') or '?')[:26]:<26} {'yes' if verdict_passed(v) else 'NO':<5} "
               f"{m['attempts']:>4}/{m['refused']:<3} {m['told']:<12} {str(m['truth_at_answer'] or m['truth_final']):<12} "
               f"{m['bookings']:>4}")
     out = summarize(d)

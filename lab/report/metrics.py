@@ -7,8 +7,8 @@ and returns a JSON-ready dict. Every field is present; a quantity that the recor
 
 Definitions (all times in ms on the run's clock):
 
-- loss: the first `fault.apply` of a blackhole/freeze/reject fault, or the first `action`
-  abort/close/freeze, whichever is first.
+- loss: the agent's `loss` event, the only loss (lab.anchors: the first fault start or path-cutting
+  action; `cuts_path` false when a fault only degraded the path). A record without one has no loss.
 - detection latency: the first `loss.detected` at or after the loss, minus the loss.
 - resume attempts: each `resume.attempt` paired with its `resume.result` (same attempt number);
   outcome accepted / refused (ok false) / no_result (the record ends first).
@@ -30,11 +30,15 @@ import re
 from collections import Counter
 from typing import Any, Iterable
 
+from lab import actions, metric_names
 from lab.events import Event
 from lab.report import claims
 
-LOSS_FAULT_WORDS = ("blackhole", "black_hole", "freeze", "reject", "partition")
-LOSS_ACTIONS = ("abort", "close", "freeze")
+# The metric names, each with its description and origin, are defined in lab.metric_names (below
+# this module and lab.expectations alike); compute() returns exactly those names.
+NAMES = metric_names.TOP_LEVEL
+# The actions that cut the path (lab.actions), for the timeline's marks.
+LOSS_ACTIONS = actions.cutting_names()
 STATUS_QUESTION_RE = re.compile(
     r"\b(did you (book|make|manage)|is it booked|was it booked|did it go through|booking status|"
     r"is (the|my) (booking|slot) (booked|done|confirmed))\b", re.I)
@@ -70,19 +74,10 @@ def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 1)
 
 
-def _is_loss_fault(e: Event) -> bool:
-    spec = e.get("spec")
-    words = " ".join(str(x) for x in (e.get("name"), e.get("fault"), e.get("type"), spec) if x is not None)
-    return any(w in words.lower() for w in LOSS_FAULT_WORDS)
-
-
-def _loss_event(events: list[Event]) -> Event | None:
-    for e in events:
-        if e.kind == "fault.apply" and _is_loss_fault(e):
-            return e
-        if e.kind == "action" and str(e.get("what", "")).lower() in LOSS_ACTIONS:
-            return e
-    return None
+def _loss_kind(loss: Event) -> str:
+    """fault:<kind> or action:<name>. Records before issue 8 wrote `how` as fault:<kind> or a bare action."""
+    how = str(loss.get("how") or "")
+    return how if ":" in how else f"action:{how}"
 
 
 def status_question(meta: dict[str, Any] | None) -> str | None:
@@ -229,15 +224,11 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     m["duration_ms"] = _r(events[-1].ms - (start.ms if start else events[0].ms)) if events else None
 
     # loss and detection
-    loss = _loss_event(events)
+    loss = _first(events, "loss")
     loss_ms = loss.ms if loss else None
     m["loss_ms"] = _r(loss_ms)
-    m["loss_kind"] = None
-    if loss is not None and loss.kind == "fault.apply":
-        spec = loss.get("spec")
-        m["loss_kind"] = f"fault:{loss.get('name') or (spec.get('kind') if isinstance(spec, dict) else spec)}"
-    elif loss is not None:
-        m["loss_kind"] = f"action:{loss.get('what')}"
+    m["loss_kind"] = _loss_kind(loss) if loss is not None else None
+    m["loss_cuts_path"] = loss.get("cuts_path") if loss is not None else None
     conns = _connections(events)
     m["connections"] = conns
     lost_conn = None

@@ -5,24 +5,14 @@ the metrics (`lab.report.metrics`), evaluates the scenario's `expect` dict from 
 `verdict.json` and `timeline.png` next to them and returns the verdict. It is a pure function of
 the folder: running it again on old results gives the same verdict.
 
-Supported expectations (anything else is listed as "not checked" and does not decide the verdict):
+The expectations and their checkers are defined in `lab.expectations` (the scenario loader refuses
+any other name); each row of the verdict says what was expected, observed, whether it held, and the
+`origin` of what it read (a twin input echoed back, or emerged from the run).
 
-| key | expected | observed |
-| --- | --- | --- |
-| bookings | int or [lo, hi] | backend commits |
-| told_truth | true / false / "never" | the status answer against the backend |
-| all_resumes_refused | bool | no attempt accepted and at least one refused |
-| refusal_code | int | every refusal carried this close code |
-| resumed | bool | an attempt was accepted |
-| resumed_after_close_ms | [lo, hi] | close of the old connection -> resumed setupComplete |
-| max_loss_to_first_audio_ms | number | loss -> first model audio after recovery (absent = failed) |
-| fallback | bool | a new session was opened by the fallback |
-| reissued_call | bool | the model issued the tool call again under a new id |
-| <metric name> | value or [lo, hi] | that metric (e.g. duplicate_bookings: 0, detection_ms: [0, 2500]) |
-| max_<metric> / min_<metric> | number | bound on that metric |
-
-A run passes when every checked expectation held and its record is complete (run.end present, its
-status not an error).
+A run passes (`pass`, the verdict's one outcome field) when its record is complete (run.end present,
+its status not an error), at least one expectation was checked ("no checks" is never a pass), and
+every checked expectation held. Verdicts written before issue 8 carried the same outcome twice, as
+`pass` and `passed`; `verdict_passed` reads either, and a verdict of an older `format` is rebuilt.
 """
 from __future__ import annotations
 
@@ -31,11 +21,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lab import expectations
 from lab.errors import LabError
 from lab.events import Event, read_events
 from lab.report import metrics as metrics_mod
 
 RUN_FILES = ("events.jsonl", "run.json")
+VERDICT_FORMAT = 2      # 2: one `pass` field, "no checks" fails, rows carry origin (issue 8)
 META_FIELDS = ("scenario", "client", "topology", "endpoint", "duration", "n", "index", "started", "model")
 
 
@@ -68,65 +60,9 @@ def load_run(run_dir: Path) -> tuple[list[Event], dict[str, Any], list[Event] | 
     return events, meta, twin, notes
 
 
-def _in_range(obs: Any, rng: Any) -> bool:
-    if obs is None:
-        return False
-    if isinstance(rng, (list, tuple)) and len(rng) == 2:
-        lo, hi = rng
-        return (lo is None or obs >= lo) and (hi is None or obs <= hi)
-    return obs == rng
-
-
-def _row(name: str, expected: Any, observed: Any, held: bool | None, note: str | None = None) -> dict[str, Any]:
-    row = {"name": name, "expected": expected, "observed": observed, "held": held}
-    if note:
-        row["note"] = note
-    return row
-
-
-def evaluate(expect: dict[str, Any], m: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each expectation as {name, expected, observed, held, note?}; held None = not checked."""
-    rows: list[dict[str, Any]] = []
-    for name, exp in (expect or {}).items():
-        if name == "status_question":
-            continue  # names the question, not an expectation
-        if name == "bookings":
-            rows.append(_row(name, exp, m["bookings"], _in_range(m["bookings"], exp)))
-        elif name == "told_truth":
-            want = "never" if exp in (None, "never") else bool(exp)
-            got = "never" if m["told_truth"] is None else bool(m["told_truth"])
-            rows.append(_row(name, want, got, want == got, f"told {m['told']}, truth {m['truth_at_answer'] or m['truth_final']}"))
-        elif name == "all_resumes_refused":
-            got = m["accepted"] == 0 and m["refused"] > 0
-            rows.append(_row(name, bool(exp), got, got == bool(exp),
-                             f"{m['refused']} of {m['attempts']} refused, {m['accepted']} accepted"))
-        elif name == "refusal_code":
-            codes = sorted(m["refusal_codes"])
-            held = bool(codes) and all(c == str(exp) for c in codes)
-            rows.append(_row(name, exp, [int(c) if c.lstrip("-").isdigit() else c for c in codes], held,
-                             None if codes else "no refusal seen"))
-        elif name == "resumed":
-            rows.append(_row(name, bool(exp), m["resumed"], m["resumed"] == bool(exp)))
-        elif name == "resumed_after_close_ms":
-            obs = m["resumed_after_close_ms"]
-            rows.append(_row(name, exp, obs, _in_range(obs, exp), None if obs is not None else "no resume after a close"))
-        elif name == "max_loss_to_first_audio_ms":
-            obs = m["loss_to_first_audio_ms"]
-            rows.append(_row(name, exp, obs, obs is not None and obs <= exp, None if obs is not None else "no audio after recovery"))
-        elif name == "fallback":
-            rows.append(_row(name, bool(exp), m["fallback"], m["fallback"] == bool(exp)))
-        elif name == "reissued_call":
-            got = m["tool_calls_reissued"] > 0
-            rows.append(_row(name, bool(exp), got, got == bool(exp), f"{m['tool_calls_reissued']} re-issued"))
-        elif name in m and not isinstance(m[name], (dict, list)):
-            rows.append(_row(name, exp, m[name], _in_range(m[name], exp)))
-        elif name[:4] in ("max_", "min_") and name[4:] in m and not isinstance(m[name[4:]], (dict, list)):
-            obs = m[name[4:]]
-            held = obs is not None and (obs <= exp if name.startswith("max_") else obs >= exp)
-            rows.append(_row(name, exp, obs, held))
-        else:
-            rows.append(_row(name, exp, None, None, "not checked: unknown expectation"))
-    return rows
+def verdict_passed(v: dict[str, Any]) -> bool:
+    """A verdict's outcome, from `pass` or the `passed` of verdicts written before issue 8."""
+    return bool(v.get("pass", v.get("passed")))
 
 
 def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | None = None,
@@ -141,7 +77,7 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
     for k in ("scenario", "client", "endpoint", "topology"):
         if k not in info and start is not None and start.get(k) is not None:
             info[k] = start.get(k)
-    rows = evaluate(meta.get("expect") or {}, m)
+    rows = expectations.evaluate(meta.get("expect") or {}, m)
     checked = [r for r in rows if r["held"] is not None]
     if not events:
         notes.append("empty record")
@@ -151,12 +87,14 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
         notes.append(f"run ended with status {m['status']}" + (f": {m['error']}" if m["error"] else ""))
     if not rows:
         notes.append("no expectations in run.json")
+    if not checked:
+        notes.append("no checks")
     ok_run = bool(events) and m["complete"] and str(m["status"]).lower() not in ("error", "failed", "aborted", "interrupted")
     return {
         "run_id": run_id,
+        "format": VERDICT_FORMAT,
         **info,
-        "pass": ok_run and all(r["held"] for r in checked),
-        "passed": ok_run and all(r["held"] for r in checked),  # alias read by lab.run
+        "pass": ok_run and bool(checked) and all(r["held"] for r in checked),
         "expectations": rows,
         "failed": [r["name"] for r in checked if not r["held"]],
         "notes": notes,
@@ -174,7 +112,7 @@ def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) ->
     events, meta, twin, notes = load_run(run_dir)
     v = verdict_of(events, meta, twin, run_id=run_dir.name, notes=notes)
     if timeline:
-        from lab.report.timeline import render
+        from lab.report.timeline import render  # lazy: matplotlib loads only when a picture is drawn
         try:
             render(events, run_dir / "timeline.png", twin=twin, title=_title(v))
             v["timeline"] = "timeline.png"

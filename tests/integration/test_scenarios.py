@@ -40,7 +40,7 @@ def _no_leftovers():
 def test_scenario_holds_its_expectations(tmp_path, scenario):
     run, verdict, lines = _run(tmp_path, scenario)
     failed = [c for c in verdict["expectations"] if not c["held"]]
-    assert verdict["passed"], f"{scenario}: {failed}\n" + "\n".join(lines[-30:])
+    assert verdict["pass"], f"{scenario}: {failed}\n" + "\n".join(lines[-30:])
     assert (run / "capture.pcapng").exists() and (run / "timeline.png").exists()
     _no_leftovers()
 
@@ -59,7 +59,7 @@ def test_b1_every_resume_refused_while_the_booking_commits(tmp_path):
 
 def test_b1_recovery_client_tells_the_truth(tmp_path):
     run, verdict, lines = _run(tmp_path, "b1-silent-loss", client="recovery")
-    assert verdict["passed"], verdict["expectations"]
+    assert verdict["pass"], verdict["expectations"]
 
 
 def test_b2_resume_works_just_after_the_close(tmp_path):

@@ -59,6 +59,11 @@ class Run:
         self.log.write(kind, src=src, **data)
         return self
 
+    def fault(self, ms: float, kind: str = "blackhole", cuts_path: bool = True, **spec):
+        """A fault as the agent records it: fault.apply, and the run's one loss event."""
+        self.at(ms, "fault.apply", src="agent", name=kind, spec={"kind": kind, **spec})
+        return self.at(ms, "loss", src="agent", how=f"fault:{kind}", cuts_path=cuts_path)
+
     def attempt(self, ms: float, n: int, conn: int, ok: bool, latency: float, code: int | None = 1011):
         self.at(ms, "resume.attempt", attempt=n, conn=conn)
         self.at(ms, "conn.open", conn=conn, purpose="resume", local="10.203.0.2:40000", remote="10.203.0.1:443")
@@ -94,7 +99,7 @@ def b1_run(root: Path, clock: Clock, run_id: str = "b1-0001", expect: dict | Non
         "bookings": 1, "told_truth": "never", "all_resumes_refused": True, "refusal_code": 1011,
         "resumed": False, "fallback": False}
     r = start_booking(Run(root, run_id, clock, "b1-silent-loss", expect))
-    r.at(3500, "fault.apply", src="agent", name="blackhole", spec={"kind": "blackhole", "direction": "both"})
+    r.fault(3500, direction="both")
     r.at(5300, "loss.detected", conn=1, silent_ms=2000)
     r.at(6510, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
     for i in range(attempts):
@@ -109,7 +114,7 @@ def b2_run(root: Path, clock: Clock, run_id: str = "b2-0001", close_to_setup: fl
         "resumed": True, "resumed_after_close_ms": [500, 700], "bookings": 1, "told_truth": True,
         "refusal_code": 1011}
     r = start_booking(Run(root, run_id, clock, "b2-path-return", expect))
-    r.at(3500, "fault.apply", src="agent", name="blackhole", spec={"kind": "blackhole"})
+    r.fault(3500)
     r.at(5300, "loss.detected", conn=1, silent_ms=2000)
     r.at(6510, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
     r.attempt(5310, 1, 2, ok=False, latency=520)
@@ -133,7 +138,7 @@ def recovery_run(root: Path, clock: Clock, run_id: str = "s2-0001", reissue: boo
         "fallback": True, "told_truth": True, "bookings": 1, "max_loss_to_first_audio_ms": 7100,
         "reissued_call": False, "duplicate_bookings": 0}
     r = start_booking(Run(root, run_id, clock, "s2-recovery", expect, client="recovery"))
-    r.at(3500, "fault.apply", src="agent", name="blackhole", spec={"kind": "blackhole"})
+    r.fault(3500)
     r.at(5300, "loss.detected", conn=1, silent_ms=2000)
     r.at(6000, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
     for i in range(4):
@@ -230,6 +235,7 @@ def test_recovery_reissued_call_is_caught(tmp_path, clock):
 def test_in_progress_answer_after_commit_is_not_the_truth(tmp_path, clock):
     r = start_booking(Run(tmp_path, "r1-0001", clock, "r1-idle-abort-immediate", {"told_truth": True}))
     r.at(3000, "action", src="agent", what="abort")
+    r.at(3000, "loss", src="agent", how="action:abort", cuts_path=True)
     r.at(3010, "conn.closed", conn=1, code=1006, reason="", by="abnormal")
     r.attempt(3020, 1, 2, ok=False, latency=600)
     r.attempt(4620, 2, 3, ok=True, latency=500)
@@ -316,7 +322,7 @@ def test_lab_report_cli(tmp_path, clock, capsys):
 
 def test_metrics_tolerate_missing_fields():
     from lab.events import Event
-    evs = [Event("fault.apply", T0, 10, "agent", {"spec": "blackhole both"}),
+    evs = [Event("loss", T0, 10, "agent", {}),
            Event("resume.result", T0, 900, "client", {"ok": False}),
            Event("conn.closed", T0, 950, "client", {"conn": 2}),
            Event("model.text", T0, 990, "client", {})]
@@ -327,7 +333,7 @@ def test_metrics_tolerate_missing_fields():
 def test_a_reply_that_began_before_the_question_is_not_its_answer(tmp_path, clock):
     """model.text is written at turn end: the restore reply can be logged after the question."""
     r = start_booking(Run(tmp_path, "s2-0009", clock, "s2-recovery", {"told_truth": True}, client="recovery"))
-    r.at(3500, "fault.apply", src="agent", name="blackhole", spec={"kind": "blackhole"})
+    r.fault(3500)
     r.at(5300, "loss.detected", conn=1, silent_ms=2000)
     r.at(6000, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
     r.at(5400, "fallback.start", conn=1, note=False, turns=2)
@@ -352,3 +358,64 @@ def test_b2_after_close_is_measured_from_the_echo(tmp_path, clock):
     v = build_run(run)
     assert v["metrics"]["resumed_after_close_ms"] == pytest.approx(600, abs=1)
     assert v["pass"], v["expectations"]
+
+
+def test_no_checks_is_not_a_pass(tmp_path, clock):
+    v = build_run(b1_run(tmp_path, clock, "b1-none", expect={}), timeline=False)
+    assert v["pass"] is False and "no checks" in v["notes"] and "passed" not in v
+    v = build_run(b1_run(tmp_path, clock, "b1-gone", expect={"retired_check": 1}), timeline=False)
+    assert v["pass"] is False and "no checks" in v["notes"]
+    assert [(r["name"], r["held"]) for r in v["expectations"]] == [("retired_check", None)]
+
+
+def test_verdict_rows_carry_their_origin(tmp_path, clock):
+    v = build_run(b2_run(tmp_path, clock), timeline=False)
+    origin = {r["name"]: r["origin"] for r in v["expectations"]}
+    assert origin["refusal_code"] == origin["resumed_after_close_ms"] == "twin-input"
+    assert origin["bookings"] == origin["told_truth"] == "emerged"
+
+
+def test_a_degraded_path_still_gives_loss_relative_figures(tmp_path, clock):
+    r = start_booking(Run(tmp_path, "loss-0001", clock, "lossy", {"bookings": 1}))
+    r.fault(3000, kind="loss", cuts_path=False, p=0.3)
+    r.at(5000, "loss.detected", conn=1, silent_ms=2000)
+    r.at(6510, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
+    m = build_run(r.end(8000), timeline=False)["metrics"]
+    assert (m["loss_ms"], m["loss_kind"], m["loss_cuts_path"], m["detection_ms"]) == (3000, "fault:loss", False, 2000)
+
+
+def test_a_folder_written_before_issue_8_is_rebuilt(tmp_path, clock):
+    """Old run.json keys, the old agent's loss event (how: a bare action), a stale verdict with `passed`."""
+    r = start_booking(Run(tmp_path, "r2-old", clock, "r2-freeze", {}))
+    r.at(3500, "action", src="agent", what="freeze")
+    r.at(3500, "loss", src="agent", how="freeze")
+    r.at(5300, "loss.detected", conn=1, silent_ms=2000)
+    r.at(6510, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
+    d = r.end(9000)
+    (d / "run.json").write_text(json.dumps({
+        "run_id": "r2-old", "scenario": {"name": "r2-freeze", "title": "Round 2", "client": "probe"},
+        "client": "probe", "topology": "netns", "endpoint": "twin", "duration": 80, "params": {},
+        "expect": {"bookings": 1, "all_resumes_refused": False}, "started": "2026-11-29T15:00:00+00:00"}))
+    (d / "verdict.json").write_text(json.dumps({"run_id": "r2-old", "scenario": "r2-freeze", "pass": False,
+                                                "passed": False, "expectations": [], "notes": [], "metrics": {}}))
+    out = summarize(tmp_path)        # the stale verdict is newer than the record, but of the old format
+    v = json.loads((d / "verdict.json").read_text())
+    assert v["format"] == 2 and v["pass"] is True and "passed" not in v and v["scenario"] == "r2-freeze"
+    assert v["metrics"]["loss_kind"] == "action:freeze" and v["metrics"]["loss_cuts_path"] is None
+    assert v["metrics"]["detection_ms"] == 1800
+    assert "| r2-old | r2-freeze | probe | pass |" in out.read_text()
+
+
+def test_readers_accept_an_old_verdict():
+    from lab.report.verdict import verdict_passed
+    assert verdict_passed({"passed": True}) and not verdict_passed({"passed": False})
+    assert verdict_passed({"pass": True}) and not verdict_passed({})
+
+
+def test_summary_marks_twin_inputs(tmp_path, clock):
+    b2_run(tmp_path / "batch", clock, "b2-0001")
+    text = summarize(tmp_path / "batch").read_text()
+    assert "\u2020 a twin input echoed back" in text and "resume_setup_s" in text
+    assert "| resume after the close\u2020 |" in text and "| accepted attempt latency\u2020 |" in text
+    assert "| detection |" in text and "detection\u2020" not in text
+    assert "resume attempts (codes)\u2020" in text

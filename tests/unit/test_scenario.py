@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from lab import scenario
+from lab import expectations, scenario
 from lab.errors import ScenarioError
 
 GOOD = """\
@@ -52,7 +52,7 @@ def test_good_file_parses(tmp_path):
     ("at: step:drop", "at: step:nope", 8, "earlier step"),
     ("say: 0}", "say: 5}", 6, "line index 0..1"),
     ("kind: blackhole", "kind: meteor", 7, "fault needs a kind"),
-    ("mode: silent", "mode: loud", 7, "silent or eperm"),
+    ("mode: silent", "mode: loud", 7, "got 'loud'"),
     ("heal: true", "action: explode", 8, "unknown action 'explode'"),
     ("name: t", "name: t\nnmae: x", 2, "unknown key 'nmae'"),
 ])
@@ -94,3 +94,99 @@ def test_a_step_may_wait_for_several_anchors(tmp_path):
     with pytest.raises(ScenarioError, match=r":8: unknown anchor 'comit'"):
         scenario.load(write(tmp_path, GOOD.replace("{at: step:drop, plus: 30, heal: true}",
                                                    "{at: [step:drop, comit], plus: 30, heal: true}")))
+
+
+# ---- every key is checked against its definition, before anything runs ------------------------------
+CONTROL = (scenario.catalogue_dir() / "control.yaml").read_text()
+
+
+def _refused(tmp_path, text, *words):
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as e:
+        scenario.load(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}:") and all(w in msg for w in words), msg
+    return msg
+
+
+def _line_of(text, needle):
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_a_misspelt_expectation_is_refused(tmp_path):
+    bad = CONTROL.replace("bookings: 1", "bookingz: 1")
+    msg = _refused(tmp_path, bad, "unknown expectation 'bookingz' (did you mean bookings?)", "known: ", "told_truth")
+    assert f":{_line_of(bad, 'bookingz')}:" in msg
+
+
+def test_a_misspelt_client_parameter_is_refused(tmp_path):
+    bad = CONTROL.replace("client: probe\n", "client: probe\nclient_params: {all: {resume_evry_s: 1}}\n")
+    _refused(tmp_path, bad, "unknown client parameter 'resume_evry_s' for any built-in client",
+             "(did you mean resume_every_s?)")
+
+
+def test_a_parameter_is_checked_against_the_client_it_is_given_to(tmp_path):
+    ok = CONTROL.replace("client: probe\n", "client: probe\nclient_params: {recovery: {hedge: false}, all: {hedge: true}}\n")
+    assert scenario.load(write(tmp_path, ok)).params_for("recovery") == {"hedge": False}
+    bad = CONTROL.replace("client: probe\n", "client: probe\nclient_params: {probe: {hedge: false}}\n")
+    _refused(tmp_path, bad, "unknown client parameter 'hedge' for client 'probe'")
+
+
+def test_a_misspelt_step_key_is_refused(tmp_path):
+    bad = CONTROL.replace("{at: commit, plus: 1.5, say: 1}", "{at: commit, plsu: 1.5, say: 1}")
+    msg = _refused(tmp_path, bad, "unknown step key 'plsu'", "plus")
+    assert f":{_line_of(bad, 'plsu')}:" in msg
+
+
+@pytest.mark.parametrize("old,new,words", [
+    ("  all: {bookings: 1", "  prbe: {bookings: 1", ["unknown client 'prbe' in expect", "recovery"]),
+    ("resumed: false", "resumed: nope", ["expectation resumed takes true or false", "'nope'"]),
+    ("{at: commit, plus: 1.5, say: 1}", "{at: commit, plus: 1.5, say: 1, only_client: prbe}",
+     ["unknown client 'prbe' in only_client"]),
+    ("client: probe\n", "client: probe\nclient_params: {mymod: {x: 1}}\n", ["unknown client 'mymod' in client_params"]),
+    ("client: probe\n", "client: probe\nbackend: {commit_after: 4}\n", ["unknown backend key 'commit_after'"]),
+    ("client: probe\n", "client: prob\n", ["client must be a client name", "'prob'"]),
+    ("{at: commit, plus: 1.5, say: 1}", "{at: commit, plus: 1.5, fault: {kind: blackhole, mdoe: silent}}",
+     ["fault blackhole", "mdoe"]),
+    ("{at: commit, plus: 1.5, say: 1}", "{at: commit, plus: 1.5, fault: {kind: loss}}", ["fault loss", "p "]),
+    ("{at: commit, plus: 1.5, say: 1}", "{at: commit, plus: 1.5, fault: {kind: reject, target: everything}}",
+     ["target must be flow", "'everything'"]),
+    ("{at: commit, plus: 1.5, say: 1}", "{at: commit, plus: 1.5, action: freez}", ["unknown action 'freez'", "freeze"]),
+])
+def test_unknown_names_anywhere_are_refused(tmp_path, old, new, words):
+    assert old in CONTROL
+    _refused(tmp_path, CONTROL.replace(old, new, 1), *words)
+
+
+def test_faults_that_validate_in_netem_are_accepted(tmp_path):
+    text = CONTROL.replace("{at: commit, plus: 1.5, say: 1}",
+                           "{at: commit, plus: 1.5, fault: {kind: loss, p: 0.3, target: endpoint}}\n"
+                           "  - {at: commit, plus: 2, fault: {kind: netem, dev: eth0, delay_ms: 50}}")
+    s = scenario.load(write(tmp_path, text))
+    assert [st.fault["kind"] for st in s.timeline if st.fault] == ["loss", "netem"]
+
+
+def test_a_module_client_is_asked_for_its_parameters(tmp_path):
+    text = CONTROL.replace("client: probe\n", "client: lab.clients.probe:ProbeClient\n"
+                           "client_params: {'lab.clients.probe:ProbeClient': {resume_every_s: 3}}\n")
+    assert scenario.load(write(tmp_path, text)).params_for("lab.clients.probe:ProbeClient") == {"resume_every_s": 3}
+    bad = text.replace("resume_every_s: 3", "resume_evry_s: 3")
+    _refused(tmp_path, bad, "unknown client parameter 'resume_evry_s'")
+
+
+def test_every_catalogue_scenario_checks_something_for_each_client_it_names():
+    for n in scenario.names():
+        s = scenario.load(n)
+        for client in {s.client} | (set(s.expect) - {"all"}):
+            real = [k for k in s.expect_for(client) if expectations.resolve(k) is not None]
+            assert real, f"{n} checks nothing for {client}"
+
+
+def test_cli_refuses_a_misspelt_expectation_before_anything_runs(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(CONTROL.replace("bookings: 1", "bookingz: 1"))
+    out = subprocess.run([sys.executable, "-m", "lab", "run", str(bad), "--out", str(tmp_path / "batch")],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("lab: ") and "bookingz" in out.stderr
+    assert not (tmp_path / "batch").exists() and not (tmp_path / "captures").exists()

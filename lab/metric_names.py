@@ -1,0 +1,125 @@
+"""The names of a run's metrics: what each one is and where its value comes from.
+
+Defined here, below both of their readers, because two rooms ask them and neither may import the
+other's way: `lab.report.metrics` computes exactly these names (a unit test holds it to that), and
+`lab.expectations` checks a scenario's `<metric>` and `max_/min_<metric>` expectations against
+them while the report imports `lab.expectations` (so it cannot import `lab.report` back).
+
+`origin` says whether a figure can be read as a finding (docs/SEAMS.md):
+
+- `twin-input`: against the twin the figure is one of its profile parameters echoed back (`param`
+  names it): the refusal code and delay, the resume setup time, the idle release. Agreement with the
+  study there is by construction, not a result.
+- `emerged`: the figure came out of the run: kernel timers, the client's logic, real packets, or a
+  twin behaviour that no single parameter sets.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TWIN_INPUT = "twin-input"
+EMERGED = "emerged"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    about: str
+    origin: str = EMERGED
+    param: str | None = None        # the twin parameter a twin-input figure echoes
+    scalar: bool = True             # a number, bool or string (an expectation may bound it); else a table
+
+
+def _m(name: str, about: str, origin: str = EMERGED, param: str | None = None, scalar: bool = True) -> Metric:
+    return Metric(name, about, origin, param, scalar)
+
+
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    # the record itself
+    _m("complete", "the record ends with run.end"),
+    _m("status", "run.end's status (ok, error, interrupted)"),
+    _m("error", "run.end's error line"),
+    _m("n_events", "events in the record"),
+    _m("duration_ms", "run.start to the last event"),
+    # the loss and its detection
+    _m("loss_ms", "the agent's loss event (the first fault start or path-cutting action)"),
+    _m("loss_kind", "what the loss was: fault:<kind> or action:<name>"),
+    _m("loss_cuts_path", "the loss cut the path (false: it only degraded it; None: an old record)"),
+    _m("connections", "each connection: purpose, open, setup, close", scalar=False),
+    _m("lost_conn", "the connection open at the loss"),
+    _m("detected_ms", "the client's first loss.detected after the loss"),
+    _m("detection_ms", "loss -> the client detected it (its ping timing against the dead path)"),
+    # resume attempts
+    _m("resume_attempts", "each attempt with its outcome and latency", scalar=False),
+    _m("attempts", "resume attempts"),
+    _m("refused", "attempts refused"),
+    _m("accepted", "attempts accepted"),
+    _m("no_result", "attempts the record ends before answering"),
+    _m("refusal_codes", "close code of each refusal, counted", TWIN_INPUT, "refuse_code", scalar=False),
+    _m("refusal_latency_ms", "attempt start -> its refusal (min, max, p50)", TWIN_INPUT, "refuse_close_s", scalar=False),
+    _m("resumed", "an attempt was accepted"),
+    _m("first_accept_latency_ms", "the accepted attempt's start -> its setupComplete", TWIN_INPUT, "resume_setup_s"),
+    _m("first_accept_after_loss_ms", "loss -> the start of the accepted attempt"),
+    _m("refused_before_accept", "refusals before the accepted attempt"),
+    # recovery
+    _m("recovered_ms", "the first resumed or new setupComplete after the loss"),
+    _m("recovered_via", "resume or new"),
+    _m("loss_to_setup_ms", "loss -> resumed or new setupComplete"),
+    _m("first_audio_ms", "the first model audio after the recovery"),
+    _m("loss_to_first_audio_ms", "loss -> the first model audio after the recovery"),
+    _m("resumed_after_close_ms", "the old connection's (echoed) close -> the resumed setupComplete: the twin's resume "
+       "setup time once idle_release_s has passed since the last data frame", TWIN_INPUT, "resume_setup_s"),
+    _m("close_ms", "the close that unlocked the session"),
+    _m("fallback", "the client opened a new session by its fallback"),
+    _m("fallback_note", "the fallback carried a status note"),
+    _m("recovery", "the fallback's breakdown (the recovery.* entries)", scalar=False),
+    _m("recovery.detection_ms", "loss -> detected"),
+    _m("recovery.resume_window_ms", "detected -> the fallback started (the client's resume window)"),
+    _m("recovery.new_setup_ms", "the new session's open -> setupComplete", TWIN_INPUT, "new_setup_s"),
+    _m("recovery.restore_to_first_audio_ms", "restored -> the first model audio", TWIN_INPUT, "restore_first_audio_s"),
+    _m("recovery.loss_to_first_audio_ms", "loss -> the first model audio after the recovery"),
+    # bookings: the backend is the ground truth
+    _m("bookings", "backend commits"),
+    _m("booking_requests", "backend requests"),
+    _m("distinct_keys", "distinct business keys committed"),
+    _m("duplicate_bookings", "commits beyond one per business key"),
+    _m("commit_after_loss_ms", "loss -> each commit", scalar=False),
+    # tool calls
+    _m("tool_calls", "distinct tool call ids"),
+    _m("tool_calls_reissued", "the first call issued again under a new id"),
+    _m("tool_dedups", "calls the backend answered from an existing job"),
+    _m("pending_call_answered_after_resume", "a call pending at the loss answered on the resumed session"),
+    _m("handle_updates", "resumption handle updates per connection", scalar=False),
+    _m("max_handle_updates_per_conn", "most handle updates on one connection"),
+    # what the user was told
+    _m("asked_ms", "the status question was said"),
+    _m("answer_ms", "its answer"),
+    _m("answer_after_question_ms", "question -> answer"),
+    _m("answer_text", "the model's answer"),
+    _m("told", "what the answer claimed: booked, in_progress, not_booked, unknown, never"),
+    _m("truth_at_answer", "the backend's state when answered"),
+    _m("truth_final", "the backend's state at the end"),
+    _m("told_truth", "the claim matched the backend (None: never answered)"),
+    _m("first_text_after_recovery", "the model's first words after the recovery"),
+    _m("first_claim_after_recovery", "what they claimed"),
+    # protocol observations (drift)
+    _m("go_away", "goAway messages seen"),
+    _m("transparent_requested", "the client asked for transparent resumption"),
+    _m("transparent_refused", "the setup with transparent was closed 1007", TWIN_INPUT, "transparent_supported"),
+    _m("server_closes", "close codes of connections the server closed", scalar=False),
+    _m("twin", "the twin's own record: refusals, accepts, connection ends (None: no twin.jsonl)", TWIN_INPUT,
+       scalar=False),
+)}
+
+TOP_LEVEL = tuple(n for n in METRICS if "." not in n)
+
+
+def origin(name: str) -> str | None:
+    """The origin of a metric name (a dotted recovery.* name included); None for an unknown name."""
+    m = METRICS.get(name)
+    return m.origin if m is not None else None
+
+
+def scalar_names() -> list[str]:
+    """Top-level metrics an expectation may compare or bound."""
+    return [n for n in TOP_LEVEL if METRICS[n].scalar]
