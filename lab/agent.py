@@ -29,16 +29,14 @@ from lab.clients.base import ClientContext, Endpoint
 from lab.errors import ONE_LINE_ERRORS, LabError
 from lab.events import Event, EventLog
 from lab.live import errors as live_errors
+from lab.live.budget import ConnectionCharger
 
-# What a client records when a connection is refused or fails: an auth or quota refusal among them
-# ends the run at once (lab.live.errors classifies; a plain 1011 refusal is what the lab studies).
-REFUSAL_KINDS = ("conn.closed", "resume.result", "client.error", "fallback.new_failed")
 
 
 class Agent:
     def __init__(self, scn: scenario_mod.Scenario, client_name: str, run_dir: Path, endpoint,
                  t0: float | None = None, duration: float | None = None, proxy_control: str | None = None,
-                 endpoint_ip: str | None = None, progress=print):
+                 endpoint_ip: str | None = None, progress=print, before_connect=None):
         self.scn = scn
         self.client_name = client_name
         self.run_dir = run_dir
@@ -47,6 +45,7 @@ class Agent:
         self.proxy_control = proxy_control
         self.endpoint_ip = endpoint_ip
         self.progress = progress
+        self.before_connect = before_connect   # live runs: one session charged per connection opened
         self.log = EventLog(run_dir / "events.jsonl", t0=t0)
         self.table = None       # netem.table.FaultTable, created lazily: a run with no fault needs no root
         self.client = None
@@ -69,14 +68,11 @@ class Agent:
 
     # ---- a connection refused for auth or quota ends the run at once ---------------------------
     def _watch_refusals(self, e: Event) -> None:
-        if e.kind not in REFUSAL_KINDS or (e.kind == "resume.result" and e.get("ok")) or self._refusal.is_set():
-            return
-        code = e.get("code") if isinstance(e.get("code"), int) else None
-        reason = str(e.get("reason") or e.get("error") or "")
-        kind = live_errors.classify(code=code, reason=reason)
-        if kind in (live_errors.AUTH, live_errors.QUOTA):
-            self._refusal_reason = (f"the endpoint refused a connection ({kind}): "
-                                    f"{live_errors.describe(code=code, reason=reason)}")
+        # lab.live.errors decides which records mean auth or quota (a plain 1011 refusal is what the
+        # lab studies, not a reason to stop)
+        stop = None if self._refusal.is_set() else live_errors.live_stop(e)
+        if stop is not None:
+            self._refusal_reason = f"the endpoint refused a connection: {stop}"
             self._refusal.set()
 
     def _fault_spec(self, spec: dict) -> dict:
@@ -193,7 +189,8 @@ class Agent:
     async def run(self) -> int:
         backend = Backend(self.log, commit_after_s=float(self.scn.backend.get("commit_after_s", 4.0)))
         ctx = ClientContext(endpoint=self.endpoint, log=self.log, backend=backend,
-                            params=self.scn.params_for(self.client_name), speech=self.scn.input == "speech")
+                            params=self.scn.params_for(self.client_name), speech=self.scn.input == "speech",
+                            before_connect=self.before_connect)
         self.client = get_client(self.client_name)(ctx)
         steps = [s for s in self.scn.timeline if s.applies_to(self.client_name)]
         says_expected = sum(1 for s in steps if s.say is not None)
@@ -260,6 +257,8 @@ def add_parser(sub) -> None:
     p.add_argument("--ca", default=None, help="CA certificate the client trusts (the twin's)")
     p.add_argument("--api-key-env", default="LAB_API_KEY", help="environment variable holding the key")
     p.add_argument("--model", default="gemini-3.8-live")
+    p.add_argument("--budget-ledger", default=None,
+                   help="live mode: the batch's session ledger; each connection is charged before it opens")
     p.add_argument("--keylog", default=None, help="write TLS secrets here (twin runs; live only when asked)")
     p.add_argument("--t0", type=float, default=None)
     p.add_argument("--duration", type=float, default=None)
@@ -283,7 +282,9 @@ def _main(args) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     agent = Agent(scn, args.client or scn.client, run_dir, ep, t0=args.t0, duration=args.duration,
                   proxy_control=args.proxy_control, endpoint_ip=args.endpoint_ip,
-                  progress=lambda s: print(s, flush=True))
+                  progress=lambda s: print(s, flush=True),
+                  before_connect=(ConnectionCharger.from_ledger(args.budget_ledger, run_dir.name)
+                                  if args.budget_ledger else None))
 
     async def main() -> int:
         loop = asyncio.get_running_loop()

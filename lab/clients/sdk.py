@@ -70,7 +70,7 @@ class SdkClient(Client):
 
     def __init__(self, ctx: ClientContext):
         super().__init__(ctx)
-        self.p = Params(self.name, self.DEFAULTS, ctx.params)
+        self.p = Params(self.name, self.declared_params(), ctx.params)   # one list of names: the scenario validator asks the same
         self.log = ctx.log
         self.backend = ctx.backend
         self.genai = make_genai_client(ctx.endpoint, open_timeout=float(self.p["open_timeout"]),

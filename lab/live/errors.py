@@ -110,7 +110,7 @@ def describe(err: Any = None, *, code: int | None = None, reason: str | None = N
 
 # Records that carry a close code and reason, and records that carry an error text.
 CLOSE_KINDS = ("conn.closed", "resume.result")
-ERROR_KINDS = ("client.error", "run.end", "user.say.failed", "step.error")
+ERROR_KINDS = ("client.error", "fallback.new_failed", "run.end", "user.say.failed", "step.error")
 
 
 def _code_reason(event: Event | Mapping[str, Any]) -> tuple[int | None, str] | None:
