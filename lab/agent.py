@@ -72,7 +72,7 @@ class Agent:
         # lab studies, not a reason to stop)
         stop = None if self._refusal.is_set() else live_errors.live_stop(e)
         if stop is not None:
-            self._refusal_reason = f"the endpoint refused a connection: {stop}"
+            self._refusal_reason = str(stop)
             self._refusal.set()
 
     def _fault_spec(self, spec: dict) -> dict:

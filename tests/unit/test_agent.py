@@ -129,7 +129,7 @@ def test_an_auth_refusal_ends_the_run_at_once(play):
                          refusal={"code": 1008, "reason": "API key not valid. Please pass a valid API key."},
                          duration=30)
     end = next(e for e in evs if e.kind == "run.end")
-    assert rc == 4 and end["status"] == "error" and "auth" in end["error"] and "\n" not in end["error"]
+    assert rc == 4 and end["status"] == "error" and "refused the API key" in end["error"] and "\n" not in end["error"]
     assert took < 10, "the run should end at the refusal, not after its 30 s"
 
 
