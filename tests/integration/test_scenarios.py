@@ -31,9 +31,10 @@ def _run(tmp_path, scenario, client=None):
     return run, verdict, lines
 
 
-def _no_leftovers():
+def _no_leftovers(run):
+    # only this run's namespaces: other runs on the machine may hold theirs right now
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "ll-" not in ns, f"namespaces left behind: {ns}"
+    assert f"ll-{run.name}-" not in ns, f"namespaces left behind: {ns}"
 
 
 @pytest.mark.parametrize("scenario", names())
@@ -42,7 +43,7 @@ def test_scenario_holds_its_expectations(tmp_path, scenario):
     failed = [c for c in verdict["expectations"] if not c["held"]]
     assert verdict["passed"], f"{scenario}: {failed}\n" + "\n".join(lines[-30:])
     assert (run / "capture.pcapng").exists() and (run / "timeline.png").exists()
-    _no_leftovers()
+    _no_leftovers(run)
 
 
 def test_b1_every_resume_refused_while_the_booking_commits(tmp_path):
