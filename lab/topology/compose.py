@@ -164,9 +164,10 @@ class ComposeNode(Node):
     def dev(self) -> str:
         return "eth0"
 
-    def popen(self, argv: list[str], role: str = "proc", env: dict[str, str] | None = None,
-              **popen_kw) -> subprocess.Popen:
-        """`env` sets variables inside the container; when it is a full environment (os.environ plus
+    def exec_argv(self, argv: list[str], role: str = "proc", env: dict[str, str] | None = None) -> tuple[list[str], str]:
+        """(the host command line that runs `argv` in this container, the pidfile it writes there).
+
+        `env` sets variables inside the container; when it is a full environment (os.environ plus
         additions), only the variables that differ from this process's environment are passed."""
         extra: list[str] = []
         for k, v in (env or {}).items():
@@ -174,11 +175,15 @@ class ComposeNode(Node):
                 extra += ["-e", f"{k}={self.topo.container_path(v)}"]
         self._n += 1
         pidfile = f"/tmp/livelab-{re.sub(r'[^A-Za-z0-9_.-]', '_', role)}-{os.getpid()}-{self._n}.pid"
+        return self.topo.compose_argv("exec", "-T", *extra, self.service, "sh", "-c", self.WRAP, pidfile,
+                                      *self.topo.container_argv(argv)), pidfile
+
+    def popen(self, argv: list[str], role: str = "proc", env: dict[str, str] | None = None,
+              **popen_kw) -> subprocess.Popen:
+        host_argv, pidfile = self.exec_argv(argv, role, env)
         popen_kw.setdefault("cwd", REPO)
         popen_kw["env"] = self.topo._env()
-        argv = self.topo.compose_argv("exec", "-T", *extra, self.service, "sh", "-c", self.WRAP, pidfile,
-                                      *self.topo.container_argv(argv))
-        return ContainerProcess(argv, node=self, pidfile=pidfile, **popen_kw)
+        return ContainerProcess(host_argv, node=self, pidfile=pidfile, **popen_kw)
 
 
 class ComposeTopology(Topology):
