@@ -170,7 +170,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
         topo.down()
         _finish(capture, raw, keylog if spec.endpoint == "twin" else None, out)
         shutil.rmtree(secrets, ignore_errors=True)
-    from lab.report import build_run
+    from lab.report import build_run      # here, not at the top: the report loads matplotlib
     verdict = build_run(run_dir)
     verdict["run_status"] = status
     return verdict
@@ -192,7 +192,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     scns = preflight(scenarios, client, topology, endpoint)
     live_key = None
     if endpoint == "live":
-        from lab.live.key import load_key
+        from lab.live.key import load_key     # here: lab.live's soak imports this module
         live_key = load_key()
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     batch = Path(out_dir) if out_dir else Path.cwd() / "captures" / f"{stamp}-{scns[0].name if len(scns) == 1 else 'batch'}"
@@ -217,11 +217,11 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
                 + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
                           f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", [])))
             if endpoint == "live":
-                from lab.live.errors import stop_reason
+                from lab.live.errors import stop_reason   # here: as load_key above
                 why = stop_reason(run_dir)
                 if why:
                     raise LabError(f"stopping the batch: {why}")
-    from lab.report import summarize
+    from lab.report import summarize      # here: matplotlib, as above
     summarize(batch)
     out(f"== results: {batch} (summary.md, per run: events.jsonl, capture.pcapng, verdict.json, timeline.png)")
     return batch
@@ -260,7 +260,7 @@ def _cmd_run(args) -> int:
         raise LabError("-n must be at least 1")
     budget = None
     if args.endpoint == "live":
-        from lab.live.budget import Budget
+        from lab.live.budget import Budget    # here: lab.live's soak imports this module
         budget = Budget.for_batch(args.budget)
     batch = run_batch(names, n=args.n, client=args.client, topology=args.topology, endpoint=args.endpoint,
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
@@ -283,6 +283,7 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_down(args) -> int:
+    # imported here, each guarded: `lab down` must clean up what it can even when one part is broken
     done = []
     try:
         from netem.cleanup import describe, down
