@@ -92,9 +92,9 @@ class Topology(abc.ABC):
         self.down()
 
 
-def require_tools(where: str, tools, which) -> None:
-    """Raise one CapabilityError naming the tools `which(tool)` does not find on `where`."""
+def require_tools(where: str, tools, which, fix: str) -> None:
+    """Raise one CapabilityError naming the tools `which(tool)` does not find on `where`, and `fix`
+    (with {} for the missing names)."""
     missing = [t for t in sorted(tools) if not which(t)]
     if missing:
-        raise CapabilityError(f"{where} lacks {', '.join(missing)}"
-                              + (" (apt-get install espeak-ng)" if "espeak-ng" in missing else ""))
+        raise CapabilityError(f"{where} lacks {', '.join(missing)}: {fix.format(' '.join(missing))}")

@@ -240,7 +240,8 @@ class ComposeTopology(Topology):
             raise CapabilityError(f"compose topology: cannot run the client image {image}: "
                                   f"{(r.stderr.strip().splitlines() or ['no output'])[-1]}")
         have = set(client_tools) - set(r.stdout.split())
-        require_tools(f"the client image {image} (Dockerfile.client)", client_tools, lambda t: t in have)
+        require_tools(f"the client image {image}", client_tools, lambda t: t in have,
+                      "install {} in Dockerfile.client")
 
     # -- plumbing
     def _env(self, run_dir: Path | None = None) -> dict[str, str]:

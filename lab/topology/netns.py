@@ -123,7 +123,8 @@ class NetnsTopology(Topology):
         for tool in ("ip", "iptables", "iptables-restore", "tcpdump"):
             if not shutil.which(tool):
                 raise CapabilityError(f"the netns topology needs {tool!r}; run `make setup` as root")
-        require_tools("this machine (the netns client runs on the host's files)", client_tools, shutil.which)
+        require_tools("this machine (the netns client runs on the host's files)", client_tools, shutil.which,
+                      "apt-get install {}")
 
     # --------------------------------------------------------------------------- addresses
     @property

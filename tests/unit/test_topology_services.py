@@ -125,8 +125,9 @@ def test_preflight_asks_the_topology_for_espeak_ng_when_a_scenario_speaks(monkey
 
 
 def test_a_tool_missing_on_the_client_node_is_named():
-    with pytest.raises(CapabilityError, match="the client image x lacks espeak-ng .apt-get install espeak-ng."):
-        require_tools("the client image x", {"espeak-ng", "tcpdump"}, lambda t: t == "tcpdump")
+    with pytest.raises(CapabilityError, match="^the client image x lacks espeak-ng: install espeak-ng in Dockerfile"):
+        require_tools("the client image x", {"espeak-ng", "tcpdump"}, lambda t: t == "tcpdump",
+                      "install {} in Dockerfile.client")
 
 
 def test_compose_has_no_uplink_for_live_mode():
