@@ -32,3 +32,16 @@ def test_compose_argv_layers_files(tmp_path):
     assert argv[:4] == ["docker", "compose", "-p", "p1"]
     assert argv[-1] == "ps" and str(over) in argv and argv[argv.index(str(over)) - 1] == "-f"
     assert t.ca_path == Path("/certs/ca.pem") and t.endpoint_host == "endpoint" and t.endpoint_port == 8443
+
+
+def test_compose_yaml_holds_two_idle_nodes_and_no_service_command_lines():
+    """The services' arguments live in lab/topology/services.py only: a command line here could
+    drift from the netns topology's (as the proxy's --freeze-first and the twin's --t0 did)."""
+    import yaml
+
+    from lab.topology.compose import COMPOSE_FILE, LAB_SERVICES
+
+    services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    assert set(services) == set(LAB_SERVICES) == {"endpoint", "client"}
+    assert all(s["command"] == ["sleep", "infinity"] for s in services.values())
+    assert "NET_ADMIN" in services["client"]["cap_add"]
