@@ -12,6 +12,7 @@ image, the wheelhouse) or the project's wheel is older than its sources, so a fr
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -35,9 +36,12 @@ UPLINK_MISSING = ("the compose topology has no way out (its network is internal)
 PROJECT_PREFIX = "livelab"
 
 
-def _project_name(run_id: str) -> str:
+def _project_name(run_id: str, run_dir: Path | None = None) -> str:
+    """livelab-<run id>[-<hash of the run folder>]: the same scenario run from two batches at once
+    (two engineers, two worktrees) must not share a project, or one's up() takes the other's down."""
     slug = re.sub(r"[^a-z0-9_-]+", "-", run_id.lower()).strip("-_")[:40] or "run"
-    return f"{PROJECT_PREFIX}-{slug}"
+    where = f"-{hashlib.sha1(str(run_dir).encode()).hexdigest()[:8]}" if run_dir is not None else ""
+    return f"{PROJECT_PREFIX}-{slug}{where}"
 
 
 def _run(argv: list[str], timeout: float | None = None, **kw) -> subprocess.CompletedProcess:
@@ -208,7 +212,7 @@ class ComposeTopology(Topology):
             captures_dir = run_dir.parent
             self.run_id = run_dir.name
         self.captures_dir = Path(captures_dir or REPO / "captures").resolve()
-        self.project = project or _project_name(run_id)
+        self.project = project or _project_name(self.run_id, run_dir)
         self.files = [COMPOSE_FILE, *(Path(f).resolve() for f in (extra_files or []))]
         self.secrets_dir = Path(secrets_dir).resolve() if secrets_dir else None
         self.extra_env = dict(env or {})

@@ -11,6 +11,13 @@ def test_project_name_is_compose_safe():
     assert _project_name("///") == "livelab-run"
 
 
+def test_the_same_run_id_in_two_batches_gets_two_projects(tmp_path):
+    a = ComposeTopology("x", run_dir=tmp_path / "a" / "r2-freeze-probe-01", setup=False)
+    b = ComposeTopology("x", run_dir=tmp_path / "b" / "r2-freeze-probe-01", setup=False)
+    assert a.project != b.project and a.project.startswith("livelab-r2-freeze-probe-01-")
+    assert a.project == ComposeTopology("y", run_dir=tmp_path / "a" / "r2-freeze-probe-01", setup=False).project
+
+
 def test_argv_translation(tmp_path):
     run_dir = tmp_path / "batch" / "r2-freeze-probe-01"
     t = ComposeTopology("x", run_dir=run_dir, secrets_dir=tmp_path / "sec", setup=False)
