@@ -1,7 +1,9 @@
 """The orchestrator: one scenario run = topology up, twin, capture, agent, then the report.
 
-Everything a run needs is checked before anything is recorded (scenario files, client names, the
-topology's capabilities), so bad input costs nothing. Each run gets its own folder; a run that
+Topology-agnostic: a topology is built by name from the registry (lab/topology), the services (twin,
+proxy, capture) are started on its nodes, the agent runs on its client node. Everything a run needs
+is checked before anything is recorded (scenario files, client names, what the topology can do), so
+bad input costs nothing. Each run gets its own folder; a run that
 fails half-way still leaves its events.jsonl and whatever capture it made, and the topology is
 always taken down.
 """
@@ -20,9 +22,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab import scenario as scenario_mod
+from lab.clients import get as get_client
 from lab.errors import CapabilityError, LabError
+from lab.topology import TOPOLOGIES
+from lab.topology import get as get_topology
+from lab.topology.services import Capture, Proxy, Twin
+from netem import faults as netem_faults
+from netem import kernel as netem_kernel
 
 TWIN_KEY = "lab-twin-key"          # the fake key the twin is configured with; never a real one
+SPEECH_TOOLS = ("espeak-ng",)      # what `input: speech` needs on the client node (lab/speech.py)
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -42,24 +51,22 @@ def _relay(proc: subprocess.Popen, prefix: str, sink) -> threading.Thread:
 def preflight(scenarios: list[str], client: str | None, topology: str, endpoint: str) -> list[scenario_mod.Scenario]:
     """Validate everything up front; raise one clear LabError on the first problem."""
     scns = [scenario_mod.load(s) for s in scenarios]
-    from lab.clients import get as get_client
     for s in scns:
         get_client(client or s.client)
-    if topology == "netns":
-        if os.geteuid() != 0:
-            raise CapabilityError("the netns topology needs root (network namespaces and iptables); "
-                                  "run as root or use --topology compose")
-        for tool in ("ip", "iptables", "iptables-restore", "tcpdump"):
-            if not shutil.which(tool):
-                raise CapabilityError(f"the netns topology needs {tool!r}; run `make setup` as root")
-    uses_netem = any(st.fault and st.fault.get("kind") == "netem" for s in scns for st in s.timeline)
-    if uses_netem and topology == "netns":
-        from netem.kernel import probe
-        caps = probe()
-        if not caps.netem:
-            raise CapabilityError("a scenario uses tc netem, but this kernel has none: " + "; ".join(caps.missing))
     if endpoint not in ("twin", "live"):
         raise LabError(f"unknown endpoint {endpoint!r}; use twin or live")
+    # every fault kind a scenario uses, asked of netem's registry (what the kernel must offer); the
+    # containers share the host's kernel, so the same check holds in every topology
+    kinds = sorted({st.fault["kind"] for s in scns for st in s.timeline if st.fault})
+    if kinds:
+        caps = netem_kernel.probe()
+        for kind in kinds:
+            missing = netem_faults.unmet(kind, caps)
+            if missing:
+                raise CapabilityError(f"a scenario uses the {kind} fault, which this kernel cannot run: "
+                                      + "; ".join(missing))
+    client_tools = frozenset(SPEECH_TOOLS if any(s.input == "speech" for s in scns) else ())
+    get_topology(topology).preflight(client_tools=client_tools, uplink=endpoint == "live")
     return scns
 
 
@@ -69,7 +76,8 @@ class RunSpec:
     tests, may start an endpoint once the topology is up and return (base_url, ca)."""
 
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
-                 keylog_live=False, ca=None, endpoint_hook=None):
+                 keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None):
+        self.budget_ledger = budget_ledger     # live: the agent charges each connection against it
         self.scn, self.client, self.topology, self.endpoint = scn, client, topology, endpoint
         self.run_dir, self.duration, self.base_url, self.model = run_dir, duration, base_url, model
         self.live_key, self.keylog_live = live_key, keylog_live
@@ -78,8 +86,6 @@ class RunSpec:
 
 def run_one(spec: RunSpec, out=print) -> dict:
     """One run, start to finish; returns the verdict (or a dict with the error)."""
-    from lab.topology import get as get_topology
-
     scn, run_dir = spec.scn, spec.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
@@ -103,48 +109,51 @@ def run_one(spec: RunSpec, out=print) -> dict:
         keylog = keydir / f"{run_id}.keys.log"
         out(f"  live TLS key log (kept out of the results): {keylog}")
     via_proxy = scn.endpoint.get("via") == "proxy"
-    if spec.topology == "compose":
-        topo = get_topology("compose")(run_id=run_id, run_dir=run_dir, secrets_dir=secrets, with_proxy=via_proxy,
-                                       log=out)
-    else:
-        # live mode: the client's namespace gets an uplink through the host (NAT) to reach the endpoint
-        topo = get_topology(spec.topology)(run_id=run_id, ca_path=secrets / "certs" / "ca.pem",
-                                           uplink=spec.endpoint == "live")
-    t0 = time.time()
-    procs: list[subprocess.Popen] = []
+    # live mode: the client's node gets an uplink through the host (NAT) to reach the endpoint
+    topo = get_topology(spec.topology)(run_id=run_id, run_dir=run_dir, secrets_dir=secrets,
+                                       uplink=spec.endpoint == "live", log=out)
+    services: list = []
+    capture = Capture(topo.client, run_dir)
+    agent = None
     status = "error"
     try:
         topo.up()
-        host, port = topo.endpoint_host, topo.endpoint_port
+        # the run's clock starts once the lab is up (a Compose build must not eat the scenario's
+        # duration); every service that keeps time gets it
+        t0 = time.time()
         if spec.endpoint == "twin":
-            base_url = f"https://{host}:{port}"
             # a seed per run: the twin's drawn delays differ between runs but replay the same for a run id
             seed = int(hashlib.sha1(run_id.encode()).hexdigest(), 16) % 100000
-            topo.start_twin(api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl", t0=t0, extra=["--seed", str(seed)])
-            if via_proxy and spec.topology != "compose":
-                topo.start_proxy()
-            key = TWIN_KEY
+            twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl",
+                        t0=t0, seed=seed, port=topo.endpoint_port)
+            services.append(twin.start())
+            base_url, ca, key = twin.base_url, topo.ca_path, TWIN_KEY
         else:
             base_url, ca = spec.base_url, spec.ca
             if spec.endpoint_hook is not None:
                 base_url, ca = spec.endpoint_hook(topo)
             key = spec.live_key
-        topo.capture_start(run_dir)
+        proxy = Proxy(topo.endpoint).start() if via_proxy else None
+        if proxy:
+            services.append(proxy)
+        capture.start()
         argv = [_python(), "-m", "lab", "agent", "--scenario", str(run_dir / "scenario.yaml"), "--client", spec.client,
                 "--run-dir", str(run_dir), "--t0", repr(t0), "--duration", str(duration), "--model", spec.model]
         if base_url:
             argv += ["--base-url", base_url]
-        if spec.endpoint == "twin":
-            argv += ["--ca", str(topo.ca_path), "--endpoint-ip", getattr(topo, "endpoint_ip", host)]
-        elif ca:
+        if ca:
             argv += ["--ca", str(ca)]
+        if spec.endpoint == "twin":
+            argv += ["--endpoint-ip", topo.endpoint.ip]
         if keylog:
             argv += ["--keylog", str(keylog)]
-        if via_proxy:
-            argv += ["--proxy", topo.proxy_url, "--proxy-control", topo.proxy_control_url]
+        if spec.budget_ledger:
+            argv += ["--budget-ledger", str(spec.budget_ledger)]
+        if proxy:
+            argv += ["--proxy", proxy.url, "--proxy-control", proxy.control_url]
         env = {**os.environ, "LAB_API_KEY": key, "PYTHONUNBUFFERED": "1"}
-        agent = topo.client_exec(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        procs.append(agent)
+        agent = topo.client.popen(argv, role="agent", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
         relay = _relay(agent, "  ", out)
         try:
             rc = agent.wait(timeout=duration + 120)
@@ -155,33 +164,31 @@ def run_one(spec: RunSpec, out=print) -> dict:
         status = "ok" if rc == 0 else f"agent exit {rc}"
     except KeyboardInterrupt:
         status = "interrupted"
-        for p in procs:
-            p.terminate()
+        if agent is not None:
+            agent.terminate()
         raise
     finally:
         raw = []
         try:
-            raw = topo.capture_stop()
+            raw = capture.stop()
         except Exception as e:
             out(f"  capture stop failed: {e}")
+        for svc in reversed(services):
+            svc.stop()
         topo.down()
-        _finish(run_dir, raw, keylog if spec.endpoint == "twin" else None, out)
+        _finish(capture, raw, keylog if spec.endpoint == "twin" else None, out)
         shutil.rmtree(secrets, ignore_errors=True)
-    from lab.report import build_run
+    from lab.report import build_run      # here, not at the top: the report loads matplotlib
     verdict = build_run(run_dir)
     verdict["run_status"] = status
     return verdict
 
 
-def _finish(run_dir: Path, raw: list[Path], keylog: Path | None, out) -> None:
+def _finish(capture: Capture, raw: list[Path], keylog: Path | None, out) -> None:
     """Merge the raw captures into one pcapng with comments and secrets; keep going on failure."""
     try:
-        from lab.capture import finalize
-        from lab.events import read_events
-        evp = run_dir / "events.jsonl"
-        events = read_events(evp) if evp.exists() else []
         if any(p.exists() for p in raw):
-            finalize(run_dir, events, keylog=keylog if keylog and keylog.exists() else None)
+            capture.finish(keylog)
     except Exception as e:
         out(f"  capture finalize failed: {type(e).__name__}: {e} (raw pcaps kept)")
 
@@ -193,7 +200,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     scns = preflight(scenarios, client, topology, endpoint)
     live_key = None
     if endpoint == "live":
-        from lab.live.key import load_key
+        from lab.live.key import load_key     # here: lab.live's soak imports this module
         live_key = load_key()
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     batch = Path(out_dir) if out_dir else Path.cwd() / "captures" / f"{stamp}-{scns[0].name if len(scns) == 1 else 'batch'}"
@@ -205,24 +212,26 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
         cl = client or scn.client
         for i in range(1, n + 1):
             run_dir = batch / f"{scn.name}-{cl}-{i:02d}"
-            if budget is not None:
-                budget.start_run(run_dir.name)
+            # the run's ledger: reserved before anything starts, charged per connection by the agent
+            ledger = budget.start_run(run_dir.name) if budget is not None else None
             out(f"== {scn.name} ({cl}, {topology}, {endpoint}) run {i}/{n} -> {run_dir}")
             v = run_one(RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key,
-                                keylog_live, ca=ca, endpoint_hook=endpoint_hook), out=out)
+                                keylog_live, ca=ca, endpoint_hook=endpoint_hook, budget_ledger=ledger), out=out)
             verdicts.append(v)
             if budget is not None:
-                budget.settle(run_dir)
+                settled = budget.settle(run_dir)      # the cross-check: every opened connection charged
+                if settled.note:
+                    out(f"   budget: {settled.note}")
             held = v.get("pass", v.get("passed"))
             out(f"   verdict: {'PASS' if held else 'FAIL'}"
                 + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
                           f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", [])))
             if endpoint == "live":
-                from lab.live.errors import stop_reason
+                from lab.live.errors import stop_reason   # here: as load_key above
                 why = stop_reason(run_dir)
                 if why:
                     raise LabError(f"stopping the batch: {why}")
-    from lab.report import summarize
+    from lab.report import summarize      # here: matplotlib, as above
     summarize(batch)
     out(f"== results: {batch} (summary.md, per run: events.jsonl, capture.pcapng, verdict.json, timeline.png)")
     return batch
@@ -235,7 +244,7 @@ def add_parser(sub) -> None:
     p.add_argument("--all", action="store_true", help="every scenario in the catalogue")
     p.add_argument("-n", type=int, default=1, help="runs per scenario")
     p.add_argument("--client", default=None, help="probe, recovery, naive, or module:Class")
-    p.add_argument("--topology", default="netns", choices=["netns", "compose"])
+    p.add_argument("--topology", default="netns", choices=sorted(TOPOLOGIES))
     p.add_argument("--endpoint", default="twin", choices=["twin", "live"])
     p.add_argument("--base-url", default=None, help="live mode: point at any endpoint (the twin, in tests)")
     p.add_argument("--ca", default=None, help="live mode: CA file the client trusts (default: the system's)")
@@ -261,7 +270,7 @@ def _cmd_run(args) -> int:
         raise LabError("-n must be at least 1")
     budget = None
     if args.endpoint == "live":
-        from lab.live.budget import Budget
+        from lab.live.budget import Budget    # here: lab.live's soak imports this module
         budget = Budget.for_batch(args.budget)
     batch = run_batch(names, n=args.n, client=args.client, topology=args.topology, endpoint=args.endpoint,
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
@@ -284,6 +293,7 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_down(args) -> int:
+    # imported here, each guarded: `lab down` must clean up what it can even when one part is broken
     done = []
     try:
         from lab.topology.uplink import down  # netem.cleanup.down and the live-mode uplinks

@@ -8,6 +8,8 @@ returns
   (`InvalidStatus`), or "API key not valid" anywhere in the message;
 - ``"quota"``: close 1011/1013 whose reason says quota / RESOURCE_EXHAUSTED / rate limit, or HTTP
   429;
+- ``"budget"``: a connection the client did not open because the session budget refused it (the
+  client records "not opened (BudgetError): <the budget's line>");
 - ``"other"``: everything else. A plain 1011 "Internal error encountered." is the resume refusal
   the lab studies, not a reason to stop.
 
@@ -27,7 +29,8 @@ from typing import Any, Mapping
 from lab.errors import LabError
 from lab.events import Event, read_events
 
-AUTH, QUOTA, OTHER = "auth", "quota", "other"
+AUTH, QUOTA, BUDGET, OTHER = "auth", "quota", "budget", "other"
+STOP_KINDS = (AUTH, QUOTA, BUDGET)
 AUTH_RE = re.compile(r"api[ _-]?key (not valid|invalid|missing|expired)|invalid api[ _-]?key|"
                      r"API_KEY_INVALID|PERMISSION_DENIED|UNAUTHENTICATED|unregistered callers|"
                      r"method doesn't allow unregistered", re.I)
@@ -36,11 +39,14 @@ KEYISH_RE = re.compile(r"AIza[0-9A-Za-z_\-]{20,}|[A-Za-z0-9_\-]{32,}")
 
 
 class LiveStop(LabError):
-    """Stop the batch: the key is refused or the quota is spent."""
+    """Stop the batch: the key is refused, the quota is spent, or the session budget is."""
     code = 5
 
     def __init__(self, kind: str, detail: str):
         self.kind = kind
+        if kind == BUDGET:   # the budget's own line already says which cap and what to do
+            super().__init__(f"live batch stopped: {detail}")
+            return
         what = ("the endpoint refused the API key" if kind == AUTH else "the API quota is spent")
         hint = ("check GEMINI_API_KEY (env or .env)" if kind == AUTH else "wait for the quota to reset or lower N/DURATION")
         super().__init__(f"live batch stopped: {what} ({detail}); {hint}")
@@ -91,6 +97,8 @@ def classify(err: Any = None, *, code: int | None = None, reason: str | None = N
         # an upgrade refused with an HTTP status, as an exception or as its recorded text
         m = re.search(r"HTTP (\d{3})", text)
         status = int(m.group(1)) if m else None
+    if re.search(r"\bBudgetError\b", text):
+        return BUDGET
     if status in (401, 403) or AUTH_RE.search(text) or (code == 1008 and re.search(r"api[ _-]?key|auth", text, re.I)):
         return AUTH
     if status == 429 or (code in (1011, 1013, None) and QUOTA_RE.search(text)):
@@ -132,11 +140,13 @@ def live_stop(event: Event | Mapping[str, Any]) -> LiveStop | None:
         return None
     code, reason = got
     kind = classify(code=code, reason=reason)
+    if kind == BUDGET:
+        return LiveStop(kind, reason.split("): ", 1)[-1])
     return LiveStop(kind, describe(code=code, reason=reason)) if kind in (AUTH, QUOTA) else None
 
 
 def classify_event(event: Event | Mapping[str, Any]) -> str | None:
-    """auth | quota for a record that must stop a live batch, else None (a 1011 refusal included)."""
+    """auth | quota | budget for a record that must stop a live batch, else None (a 1011 refusal included)."""
     stop = live_stop(event)
     return stop.kind if stop is not None else None
 

@@ -1,21 +1,30 @@
-"""timeline.png: one run on one time axis (seconds since the run started).
+"""timeline.png: one run on one time axis (seconds since the run started), every mark in the legend.
 
 Lanes, top to bottom:
 
 - faults: each fault window shaded across the whole figure (an unclosed fault runs to the end),
-  scripted actions (abort, close, freeze) as dashed lines, the client's loss detection as a marker;
+  scripted actions (abort, close, freeze) as dashed lines, the loss (the agent's `loss` event) and
+  the client's detection of it as markers;
 - connections: a bar per connection from open to close, labelled with its purpose, the close code
   at its end (bars cycle over three sub-rows so short resume connections stay visible);
 - resume: one marker per attempt, green accepted, red refused (with the close code), grey no result;
+- twin: the twin's own marks from twin.jsonl (refusals, accepted setups, freeze closes, GoAways);
 - tool call: call, backend request, backend commit, response sent, dedup;
-- user: each line said (and the heard playback windows, when recorded);
+- user: each line said, and what the user heard (the playback windows, when recorded);
 - model: first audio chunk of each turn, and each text turn coloured by what it claims.
+
+Drawing happens in two steps: `layout()` turns the record into marks (a style key, a lane, a time),
+`draw()` paints them; the legend is built from the styles of the marks drawn, so nothing is drawn
+that the legend does not name. The twin's marks are placed by wall time (`t`, the clock every
+record shares) against the run's start, so they land right even in a twin.jsonl that counted `ms`
+from its own start (runs made before the twin got the run's `--t0`).
 
 Works on truncated records: a connection without a close runs to the last event, a missing field
 is skipped. Matplotlib with the Agg backend only (no display needed).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +32,69 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 from lab.events import Event  # noqa: E402
 from lab.report import claims  # noqa: E402
-from lab.report.metrics import LOSS_ACTIONS  # noqa: E402
 
-LANES = ["faults", "connections", "resume", "tool call", "user", "model"]
-OUTCOME_COLOR = {"accepted": "tab:green", "refused": "tab:red", "no_result": "tab:gray"}
-CLAIM_COLOR = {claims.BOOKED: "tab:green", claims.IN_PROGRESS: "tab:orange", claims.NOT_BOOKED: "tab:purple",
-               claims.UNKNOWN: "tab:gray"}
-PURPOSE_COLOR = {"initial": "tab:blue", "resume": "tab:cyan", "new": "tab:olive"}
+LANES = ["faults", "connections", "resume", "twin", "tool call", "user", "model"]
 MAX_LABELS = 40  # per lane: beyond this, labels only where they change
+
+
+@dataclass(frozen=True)
+class Style:
+    label: str                 # the legend entry
+    color: str
+    draw: str = "mark"         # mark | bar | vline | window (a bar and the whole figure shaded) | label
+    marker: str = "o"
+    size: float = 6
+    alpha: float = 0.85
+
+
+STYLES: dict[str, Style] = {
+    "fault": Style("fault in force", "tab:red", "window", alpha=0.6),
+    "action": Style("scripted action (abort, close, freeze ...)", "gray", "vline"),
+    "loss": Style("loss: the path cut (the agent's record)", "tab:red", marker="X", size=8),
+    "detected": Style("the client detected the loss", "black", marker="v", size=7),
+    "conn.initial": Style("connection: initial", "tab:blue", "bar"),
+    "conn.resume": Style("connection: resume", "tab:cyan", "bar"),
+    "conn.new": Style("connection: new session", "tab:olive", "bar"),
+    "conn.other": Style("connection: other", "tab:gray", "bar"),
+    "conn.setup": Style("setup complete", "black", marker="|"),
+    "conn.code": Style("close code", "tab:red", "label"),      # text only: no legend entry
+    "resume.accepted": Style("resume accepted", "tab:green", marker="o", size=5),
+    "resume.refused": Style("resume refused (close code above)", "tab:red", marker="o", size=5),
+    "resume.no_result": Style("resume without a result", "tab:gray", marker="o", size=5),
+    "twin.refuse": Style("twin: refused a connection", "tab:red", marker="x", size=6),
+    "twin.accept": Style("twin: accepted a setup", "tab:green", marker="+", size=7),
+    "twin.freeze_close": Style("twin: closed a frozen connection", "tab:brown", marker="s", size=5),
+    "twin.goaway": Style("twin: sent GoAway", "tab:orange", marker="d", size=6),
+    "tool.call": Style("tool call", "tab:blue", marker="^"),
+    "backend.request": Style("backend request", "tab:gray", marker="s"),
+    "backend.commit": Style("backend commit", "tab:green", marker="*", size=8),
+    "tool.response": Style("tool response sent", "tab:cyan", marker="D"),
+    "tool.dedup": Style("tool call deduplicated", "tab:orange", marker="x"),
+    "user.say": Style("user said a line", "black", marker=">"),
+    "user.heard": Style("what the user heard (playback)", "tab:purple", "bar", alpha=0.5),
+    "model.audio": Style("model audio: first chunk of a turn", "tab:blue", marker="|", size=9),
+    **{f"model.text.{c}": Style(f"model text: {c}", col) for c, col in (
+        (claims.BOOKED, "tab:green"), (claims.IN_PROGRESS, "tab:orange"), (claims.NOT_BOOKED, "tab:purple"),
+        (claims.UNKNOWN, "tab:gray"))},
+}
+TWIN_MARKS = ("twin.refuse", "twin.accept", "twin.freeze_close", "twin.goaway")
+TOOL_MARKS = ("tool.call", "backend.request", "backend.commit", "tool.response", "tool.dedup")
+
+
+@dataclass(frozen=True)
+class Mark:
+    style: str                 # a key of STYLES
+    lane: str
+    x: float                   # seconds since the run started
+    x2: float | None = None    # the end, for bars and windows
+    dy: float = 0.0            # offset inside the lane
+    text: str | None = None
+    text_dy: float = 0.15
 
 
 def _short(s: Any, n: int = 34) -> str:
@@ -41,58 +102,50 @@ def _short(s: Any, n: int = 34) -> str:
     return s if len(s) <= n else s[: n - 1] + "\u2026"
 
 
-def render(events: list[Event], out: Path | str, twin: list[Event] | None = None, title: str = "") -> Path:
-    """Draw the timeline of `events` (and the twin's refusals, if given) into `out`."""
-    out = Path(out)
+def run_start(events: list[Event]) -> float | None:
+    """The run's t0 on the wall clock: every event's `t` minus its `ms`."""
+    return next((e.t - e.ms / 1000.0 for e in events), None)
+
+
+def layout(events: list[Event], twin: list[Event] | None = None) -> list[Mark]:
+    """The marks of one run, in seconds since its start."""
     events = sorted(events, key=lambda e: e.ms)
-    y = {name: len(LANES) - 1 - i for i, name in enumerate(LANES)}
-    end_s = max((e.ms for e in events), default=1000.0) / 1000.0
-    end_s = max(end_s, 0.001)
+    end_s = max(max((e.ms for e in events), default=1000.0) / 1000.0, 0.001)
+    marks = _faults(events, end_s) + _connections(events, end_s) + _resumes(events)
+    t0 = run_start(events)
+    if t0 is not None:
+        marks += [Mark(e.kind, "twin", e.t - t0, dy=-0.1) for e in twin or [] if e.kind in TWIN_MARKS]
+    marks += [Mark(e.kind, "tool call", e.ms / 1000.0, text=STYLES[e.kind].label.split()[-1],
+                   text_dy=0.15 + 0.15 * (j % 2))
+              for j, e in enumerate(x for x in events if x.kind in TOOL_MARKS)]
+    return marks + _user(events) + _model(events)
 
-    fig, ax = plt.subplots(figsize=(14, 6.5))
-    ax.set_yticks([y[n] for n in LANES], LANES)
-    ax.set_ylim(-0.7, len(LANES) - 0.3)
-    ax.set_xlabel("seconds since run start")
-    ax.grid(axis="x", alpha=0.3)
-    if title:
-        ax.set_title(title, fontsize=10, loc="left")
-    if not events:
-        ax.text(0.5, 0.5, "no events recorded", transform=ax.transAxes, ha="center", va="center")
-        ax.set_xlim(0, 1)
-        _save(fig, out)
-        return out
 
-    # faults: windows shaded, actions as lines
+def _faults(events: list[Event], end_s: float) -> list[Mark]:
     open_faults: dict[str, float] = {}
-    windows: list[tuple[str, float, float]] = []
+    marks: list[Mark] = []
     for e in events:
         spec = e.get("spec") if isinstance(e.get("spec"), dict) else {}
         name = str(e.get("name") or spec.get("kind") or "fault")
+        x = e.ms / 1000.0
         if e.kind == "fault.apply":
-            open_faults[name] = e.ms / 1000.0
+            open_faults[name] = x
         elif e.kind == "fault.clear":
             if name in open_faults:
-                windows.append((name, open_faults.pop(name), e.ms / 1000.0))
+                marks.append(Mark("fault", "faults", open_faults.pop(name), x, text=_short(name, 24), text_dy=0.25))
             elif open_faults and name in ("fault", "all"):
-                for k, s in list(open_faults.items()):
-                    windows.append((k, s, e.ms / 1000.0))
-                    open_faults.pop(k)
-    windows += [(k, s, end_s) for k, s in open_faults.items()]
-    for name, s, t in windows:
-        ax.axvspan(s, t, color="tab:red", alpha=0.08, lw=0)
-        ax.barh(y["faults"], t - s, left=s, height=0.35, color="tab:red", alpha=0.6)
-        ax.text(s, y["faults"] + 0.25, _short(name, 24), fontsize=7, color="tab:red")
-    for e in events:
-        if e.kind == "action":
-            what = str(e.get("what", ""))
-            x = e.ms / 1000.0
-            ax.axvline(x, color="black" if what in LOSS_ACTIONS else "gray", ls="--", lw=0.8, alpha=0.6)
-            ax.text(x, y["faults"] - 0.35, what, fontsize=7, rotation=0)
+                marks += [Mark("fault", "faults", s, x, text=_short(k, 24), text_dy=0.25) for k, s in open_faults.items()]
+                open_faults.clear()
+        elif e.kind == "action":
+            marks.append(Mark("action", "faults", x, text=str(e.get("what", "")), text_dy=-0.35))
+        elif e.kind == "loss":
+            marks.append(Mark("loss", "faults", x, dy=0.12))
         elif e.kind == "loss.detected":
-            ax.plot([e.ms / 1000.0], [y["faults"]], marker="v", color="black", ms=7)
-            ax.text(e.ms / 1000.0, y["faults"] - 0.5, "detected", fontsize=7)
+            marks.append(Mark("detected", "faults", x, text="detected", text_dy=-0.5))
+    return marks + [Mark("fault", "faults", s, end_s, text=_short(k, 24), text_dy=0.25) for k, s in open_faults.items()]
 
-    # connections
+
+def _connections(events: list[Event], end_s: float) -> list[Mark]:
     conns: dict[Any, dict[str, Any]] = {}
     for e in events:
         c = e.get("conn")
@@ -106,75 +159,116 @@ def render(events: list[Event], out: Path | str, twin: list[Event] | None = None
         elif e.kind == "conn.closed" and d["close"] is None:
             d["close"], d["code"] = e.ms / 1000.0, e.get("code")
     many = len(conns) > MAX_LABELS
+    marks: list[Mark] = []
     for i, (c, d) in enumerate(conns.items()):
         s = d["open"] if d["open"] is not None else (d["setup"] if d["setup"] is not None else d["close"])
         if s is None:
             continue
         t = d["close"] if d["close"] is not None else end_s
-        yy = y["connections"] + (i % 3 - 1) * 0.22
-        ax.barh(yy, max(t - s, end_s / 2000.0), left=s, height=0.18,
-                color=PURPOSE_COLOR.get(d["purpose"], "tab:gray"), alpha=0.85)
+        dy = (i % 3 - 1) * 0.22
+        style = f"conn.{d['purpose']}" if f"conn.{d['purpose']}" in STYLES else "conn.other"
+        label = f"{c} {d['purpose'] or ''}" if not many or d["purpose"] != "resume" else None
+        marks.append(Mark(style, "connections", s, max(t, s + end_s / 2000.0), dy=dy, text=label, text_dy=dy + 0.1))
         if d["setup"] is not None:
-            ax.plot([d["setup"]], [yy], marker="|", color="black", ms=6)
-        if not many or d["purpose"] != "resume":
-            ax.text(s, yy + 0.1, f"{c} {d['purpose'] or ''}", fontsize=6)
+            marks.append(Mark("conn.setup", "connections", d["setup"], dy=dy))
         if d["code"] is not None and (not many or i < MAX_LABELS):
-            ax.text(t, yy - 0.05, str(d["code"]), fontsize=6, color="tab:red")
+            marks.append(Mark("conn.code", "connections", t, text=str(d["code"]), text_dy=dy - 0.05))
+    return marks
 
-    # resume attempts
+
+def _resumes(events: list[Event]) -> list[Mark]:
     results = [e for e in events if e.kind == "resume.result"]
     attempts = [e for e in events if e.kind == "resume.attempt"]
+    if not attempts:
+        return [Mark("resume.accepted" if r.get("ok") else "resume.refused", "resume", r.ms / 1000.0) for r in results]
+    marks: list[Mark] = []
     last_code = object()
     for i, a in enumerate(attempts):
         r = next((x for x in results if x.get("attempt") == a.get("attempt") and x.ms >= a.ms), None)
         outcome = "no_result" if r is None else ("accepted" if r.get("ok") else "refused")
-        ax.plot([a.ms / 1000.0], [y["resume"]], marker="o", ms=5, color=OUTCOME_COLOR[outcome], alpha=0.85)
         code = r.get("code") if r is not None else None
-        if code is not None and (len(attempts) <= MAX_LABELS or code != last_code):
-            ax.text(a.ms / 1000.0, y["resume"] + 0.12 + 0.14 * (i % 2), str(code), fontsize=6)
+        text = None
         if outcome == "accepted":
-            ax.text(a.ms / 1000.0, y["resume"] - 0.3, "accepted", fontsize=7, color="tab:green")
+            text = "accepted"
+        elif code is not None and (len(attempts) <= MAX_LABELS or code != last_code):
+            text = str(code)
+        marks.append(Mark(f"resume.{outcome}", "resume", a.ms / 1000.0, text=text,
+                          text_dy=-0.3 if outcome == "accepted" else 0.12 + 0.14 * (i % 2)))
         last_code = code
-    if not attempts:
-        for r in results:
-            ax.plot([r.ms / 1000.0], [y["resume"]], marker="o", ms=5,
-                    color=OUTCOME_COLOR["accepted" if r.get("ok") else "refused"])
-    for e in twin or []:
-        if e.kind == "twin.refuse":
-            ax.plot([e.ms / 1000.0], [y["resume"] - 0.2], marker="x", ms=4, color="tab:red", alpha=0.5)
+    return marks
 
-    # tool-call lifecycle
-    marks = {"tool.call": ("^", "tab:blue", "call"), "backend.request": ("s", "tab:gray", "request"),
-             "backend.commit": ("*", "tab:green", "commit"), "tool.response": ("D", "tab:cyan", "response"),
-             "tool.dedup": ("x", "tab:orange", "dedup")}
-    for j, e in enumerate(x for x in events if x.kind in marks):
-        m, col, label = marks[e.kind]
-        ax.plot([e.ms / 1000.0], [y["tool call"]], marker=m, ms=8 if m == "*" else 6, color=col)
-        ax.text(e.ms / 1000.0, y["tool call"] + 0.15 + 0.15 * (j % 2), label, fontsize=6, color=col)
 
-    # user
-    for j, e in enumerate(x for x in events if x.kind == "user.say"):
-        ax.plot([e.ms / 1000.0], [y["user"]], marker=">", ms=6, color="black")
-        ax.text(e.ms / 1000.0, y["user"] + 0.15 + 0.15 * (j % 2), _short(e.get("text")), fontsize=7)
+def _user(events: list[Event]) -> list[Mark]:
+    marks = [Mark("user.say", "user", e.ms / 1000.0, text=_short(e.get("text")), text_dy=0.15 + 0.15 * (j % 2))
+             for j, e in enumerate(x for x in events if x.kind == "user.say")]
     for e in events:
         if e.kind == "user.heard" and e.get("start_ms") is not None and e.get("end_ms") is not None:
             s, t = e.get("start_ms") / 1000.0, e.get("end_ms") / 1000.0
-            ax.barh(y["user"] - 0.25, max(t - s, 0.01), left=s, height=0.12, color="tab:purple", alpha=0.5)
+            marks.append(Mark("user.heard", "user", s, s + max(t - s, 0.01), dy=-0.25))
+    return marks
 
-    # model
+
+def _model(events: list[Event]) -> list[Mark]:
     audio = [e for e in events if e.kind == "model.audio"]
     marked = any(e.get("first") for e in audio)  # clients mark the first chunk of each turn
-    for e in audio:
-        if e.get("first") or not marked:
-            ax.plot([e.ms / 1000.0], [y["model"] - 0.15], marker="|", ms=9, color="tab:blue")
+    marks = [Mark("model.audio", "model", e.ms / 1000.0, dy=-0.15) for e in audio if e.get("first") or not marked]
     for j, e in enumerate(x for x in events if x.kind == "model.text"):
-        cls = claims.classify(e.get("text"))
-        ax.plot([e.ms / 1000.0], [y["model"]], marker="o", ms=6, color=CLAIM_COLOR[cls])
-        ax.text(e.ms / 1000.0, y["model"] + 0.15 + 0.15 * (j % 2), _short(e.get("text")), fontsize=7,
-                color=CLAIM_COLOR[cls])
+        marks.append(Mark(f"model.text.{claims.classify(e.get('text'))}", "model", e.ms / 1000.0,
+                          text=_short(e.get("text")), text_dy=0.15 + 0.15 * (j % 2)))
+    return marks
 
-    ax.set_xlim(min(0.0, events[0].ms / 1000.0), end_s * 1.02 + 0.05)
-    _save(fig, out)
+
+def draw(marks: list[Mark], end_s: float, start_s: float = 0.0, title: str = "") -> Any:
+    """A figure of `marks`, with a legend entry for every style drawn."""
+    y = {name: len(LANES) - 1 - i for i, name in enumerate(LANES)}
+    fig, ax = plt.subplots(figsize=(16, 7))
+    ax.set_yticks([y[n] for n in LANES], LANES)
+    ax.set_ylim(-0.7, len(LANES) - 0.3)
+    ax.set_xlabel("seconds since run start")
+    ax.grid(axis="x", alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=10, loc="left")
+    for m in marks:
+        st, yy = STYLES[m.style], y[m.lane] + m.dy
+        if st.draw in ("bar", "window") and m.x2 is not None and m.x2 > m.x:
+            if st.draw == "window":
+                ax.axvspan(m.x, m.x2, color=st.color, alpha=0.08, lw=0)
+            ax.barh(yy, m.x2 - m.x, left=m.x, height=0.35 if st.draw == "window" else 0.18,
+                    color=st.color, alpha=st.alpha)
+        elif st.draw == "vline":
+            ax.axvline(m.x, color=st.color, ls="--", lw=0.8, alpha=0.6)
+        elif st.draw == "mark":
+            ax.plot([m.x], [yy], marker=st.marker, ms=st.size, color=st.color, alpha=st.alpha, ls="none")
+        if m.text:
+            ax.text(m.x, y[m.lane] + m.text_dy, m.text, color=st.color,
+                    fontsize=6 if m.lane in ("connections", "resume", "tool call") else 7)
+    used = list(dict.fromkeys(m.style for m in marks if STYLES[m.style].draw != "label"))
+    if used:
+        ax.legend(handles=[_handle(STYLES[k]) for k in used], loc="upper left", bbox_to_anchor=(1.005, 1.0),
+                  fontsize=7, frameon=False)
+    ax.set_xlim(min(0.0, start_s), end_s * 1.02 + 0.05)
+    return fig
+
+
+def _handle(st: Style) -> Any:
+    if st.draw in ("bar", "window"):
+        return Patch(color=st.color, alpha=st.alpha, label=st.label)
+    if st.draw == "vline":
+        return Line2D([], [], color=st.color, ls="--", lw=0.8, label=st.label)
+    return Line2D([], [], color=st.color, marker=st.marker, ms=st.size, ls="none", label=st.label)
+
+
+def render(events: list[Event], out: Path | str, twin: list[Event] | None = None, title: str = "") -> Path:
+    """Draw the timeline of `events` (and the twin's own marks, if given) into `out`."""
+    out = Path(out)
+    if not events:
+        fig = draw([], 1.0, title=title)
+        fig.axes[0].text(0.5, 0.5, "no events recorded", transform=fig.axes[0].transAxes, ha="center", va="center")
+        _save(fig, out)
+        return out
+    marks = layout(events, twin)
+    end_s = max(max(e.ms for e in events) / 1000.0, 0.001)
+    _save(draw(marks, end_s, start_s=min(e.ms for e in events) / 1000.0, title=title), out)
     return out
 
 

@@ -1,13 +1,19 @@
-"""The Compose topology: the lab in Docker containers on one internal network (compose.yaml).
+"""The Compose topology: the lab in two Docker containers on one internal network (compose.yaml).
 
-`endpoint` runs the twin, `proxy` the freezable CONNECT proxy, `client` the agent and its faults
-(NET_ADMIN), and `capture` tcpdump in the client's network namespace. Lifecycle goes through the
-compose v2 CLI (`docker compose -p <project> ...`); container inspection through the Docker SDK.
+The containers are the two nodes: `endpoint`, where the twin and the freeze proxy run, and
+`client` (NET_ADMIN), where the agent, its faults and the capture run. Both idle (`sleep infinity`)
+until the run starts its services in them with `docker compose exec`, the same service objects and
+command lines as in the netns topology (lab/topology/services.py): the containers carry no
+service command of their own, so nothing can drift between the topologies (as `--freeze-first`
+and the twin's `--t0` once did). Lifecycle goes through the compose v2 CLI
+(`docker compose -p <project> ...`); container inspection through the Docker SDK.
 `up()` first runs scripts/docker-setup.sh when something is missing (dockerd, compose v2, the base
 image, the wheelhouse) or the project's wheel is older than its sources, so a fresh machine works.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -16,7 +22,7 @@ import time
 from pathlib import Path
 
 from lab.errors import CapabilityError, LabError
-from lab.topology.base import Topology
+from lab.topology.base import Node, Topology, require_tools
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "compose.yaml"
@@ -24,13 +30,18 @@ SETUP_SCRIPT = REPO / "scripts" / "docker-setup.sh"
 WHEELS = REPO / "docker" / "wheels"
 BASE_IMAGE = os.environ.get("LIVELAB_BASE_IMAGE", "lab-base:bookworm")
 COMPOSE_VERSION = "v2.40.3"
-LAB_SERVICES = ("endpoint", "proxy", "client")      # what up() starts; capture starts with capture_start()
+LAB_SERVICES = ("endpoint", "client")   # the two nodes; their services are started on them with popen
+UPLINK_MISSING = ("the compose topology has no way out (its network is internal): live mode runs in "
+                  "--topology netns")
 PROJECT_PREFIX = "livelab"
 
 
-def _project_name(run_id: str) -> str:
+def _project_name(run_id: str, run_dir: Path | None = None) -> str:
+    """livelab-<run id>[-<hash of the run folder>]: the same scenario run from two batches at once
+    (two engineers, two worktrees) must not share a project, or one's up() takes the other's down."""
     slug = re.sub(r"[^a-z0-9_-]+", "-", run_id.lower()).strip("-_")[:40] or "run"
-    return f"{PROJECT_PREFIX}-{slug}"
+    where = f"-{hashlib.sha1(str(run_dir).encode()).hexdigest()[:8]}" if run_dir is not None else ""
+    return f"{PROJECT_PREFIX}-{slug}{where}"
 
 
 def _run(argv: list[str], timeout: float | None = None, **kw) -> subprocess.CompletedProcess:
@@ -102,43 +113,139 @@ def _docker_client():
         return None
 
 
+class ContainerProcess(subprocess.Popen):
+    """`docker compose exec -T SERVICE ...` whose signals reach the process inside the container.
+
+    docker exec forwards no signals without a TTY, so the command is wrapped to write its pid into
+    `pidfile` (inside the container) before it execs, and `send_signal` runs `kill` there. If that
+    fails (the process has not written its pid yet, or the container is gone) the local exec client
+    gets the signal instead.
+    """
+
+    def __init__(self, argv: list[str], *, node: "ComposeNode", pidfile: str, **popen_kw):
+        self.node, self.pidfile = node, pidfile
+        super().__init__(argv, **popen_kw)
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is not None:
+            return
+        script = f'kill -{int(sig)} "$(cat {self.pidfile})"'
+        try:
+            r = self.node.topo.compose("exec", "-T", self.node.service, "sh", "-c", script, timeout=30, check=False)
+            if r.returncode == 0:
+                return
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        super().send_signal(sig)
+
+
+class ComposeNode(Node):
+    """A container of the Compose lab: `popen` is `docker compose exec -T <service>`, with the host's
+    paths (the run folder, the secrets folder) and the host's Python translated to the container's."""
+
+    # the wrapper that lets ContainerProcess signal the command: $0 is the pidfile, "$@" the argv
+    WRAP = 'echo $$ > "$0" && exec "$@"'
+
+    def __init__(self, topo: "ComposeTopology", name: str, service: str):
+        super().__init__(name)
+        self.topo, self.service = topo, service
+        self._n = 0
+
+    @property
+    def host(self) -> str:
+        return self.service                 # Docker's DNS on the lab network
+
+    @property
+    def ip(self) -> str:
+        c = self.topo.containers().get(self.service)
+        nets = (c.attrs.get("NetworkSettings", {}).get("Networks", {}) if c is not None else {}) or {}
+        for net in nets.values():
+            if net.get("IPAddress"):
+                return net["IPAddress"]
+        raise LabError(f"compose topology: the {self.service} of {self.topo.project} has no address (is the lab up?)")
+
+    @property
+    def dev(self) -> str:
+        return "eth0"
+
+    def exec_argv(self, argv: list[str], role: str = "proc", env: dict[str, str] | None = None) -> tuple[list[str], str]:
+        """(the host command line that runs `argv` in this container, the pidfile it writes there).
+
+        `env` sets variables inside the container; when it is a full environment (os.environ plus
+        additions), only the variables that differ from this process's environment are passed."""
+        extra: list[str] = []
+        for k, v in (env or {}).items():
+            if os.environ.get(k) != v:
+                extra += ["-e", f"{k}={self.topo.container_path(v)}"]
+        self._n += 1
+        pidfile = f"/tmp/livelab-{re.sub(r'[^A-Za-z0-9_.-]', '_', role)}-{os.getpid()}-{self._n}.pid"
+        return self.topo.compose_argv("exec", "-T", *extra, self.service, "sh", "-c", self.WRAP, pidfile,
+                                      *self.topo.container_argv(argv)), pidfile
+
+    def popen(self, argv: list[str], role: str = "proc", env: dict[str, str] | None = None,
+              **popen_kw) -> subprocess.Popen:
+        host_argv, pidfile = self.exec_argv(argv, role, env)
+        popen_kw.setdefault("cwd", REPO)
+        popen_kw["env"] = self.topo._env()
+        return ContainerProcess(host_argv, node=self, pidfile=pidfile, **popen_kw)
+
+
 class ComposeTopology(Topology):
-    """`ComposeTopology(run_id, project=None, captures_dir=None)`; see the module docstring.
+    """`ComposeTopology(run_id, run_dir=None, secrets_dir=None, ...)`; see the module docstring.
 
     The run folder on the host is `captures_dir/run_id` (default ./captures/<run_id>), mounted in the
     containers at /captures/<run_id>. `extra_files` are more compose files layered on compose.yaml
-    (e.g. a test's override of the endpoint command); `env` adds variables for interpolation.
+    (e.g. a test's override); `env` adds variables for interpolation.
     """
 
     name = "compose"
 
     def __init__(self, run_id: str, project: str | None = None, captures_dir: Path | str | None = None,
                  run_dir: Path | str | None = None, extra_files: list[Path | str] | None = None,
-                 env: dict[str, str] | None = None, twin_args: list[str] | None = None, setup: bool = True,
-                 wait_timeout: int = 120, log=print, secrets_dir: Path | str | None = None,
-                 ca_path: Path | str | None = None, with_proxy: bool = True, **_options):
-        # ca_path: the CA is always /certs/ca.pem inside the containers (a volume `down -v` removes),
-        # so a host-side ca_path is not used; with_proxy: the proxy service always runs (it is cheap).
+                 env: dict[str, str] | None = None, setup: bool = True, wait_timeout: int = 120, log=print,
+                 secrets_dir: Path | str | None = None, uplink: bool = False):
+        if uplink:
+            raise CapabilityError(UPLINK_MISSING)
         self.run_id = run_id
         if run_dir is not None:
             run_dir = Path(run_dir).resolve()
             captures_dir = run_dir.parent
             self.run_id = run_dir.name
         self.captures_dir = Path(captures_dir or REPO / "captures").resolve()
-        self.project = project or _project_name(run_id)
+        self.project = project or _project_name(self.run_id, run_dir)
         self.files = [COMPOSE_FILE, *(Path(f).resolve() for f in (extra_files or []))]
         self.secrets_dir = Path(secrets_dir).resolve() if secrets_dir else None
         self.extra_env = dict(env or {})
         if self.secrets_dir:
             self.extra_env["SECRETS_DIR"] = str(self.secrets_dir)
-        if twin_args:
-            self.extra_env["TWIN_ARGS"] = " ".join(twin_args)   # word-split by sh in the endpoint
         self.setup = setup
         self.wait_timeout = wait_timeout
         self._log = log
-        self._capture_dir: Path | None = None
-        self._is_up = False
         self.timings: dict[str, float] = {}
+        self.client = ComposeNode(self, "client", "client")
+        self.endpoint = ComposeNode(self, "endpoint", "endpoint")
+
+    @classmethod
+    def preflight(cls, client_tools: frozenset[str] = frozenset(), uplink: bool = False) -> None:
+        """Docker ready (set up if it can be), and the client image holds `client_tools`: the image is
+        built here (the run's `up --build` then finds it cached) and asked, before any run starts."""
+        if uplink:
+            raise CapabilityError(UPLINK_MISSING)
+        ensure_docker()
+        if not client_tools:
+            return
+        probe = cls("preflight", log=None, setup=False)
+        probe.compose("build", "client", timeout=900)
+        image = json.loads(probe.compose("config", "--format", "json").stdout)["services"]["client"]["image"]
+        script = 'for t; do command -v "$t" >/dev/null || echo "$t"; done'
+        r = _run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c", script, "sh",
+                  *sorted(client_tools)], timeout=120)
+        if r.returncode != 0:
+            raise CapabilityError(f"compose topology: cannot run the client image {image}: "
+                                  f"{(r.stderr.strip().splitlines() or ['no output'])[-1]}")
+        have = set(client_tools) - set(r.stdout.split())
+        require_tools(f"the client image {image}", client_tools, lambda t: t in have,
+                      "install {} in Dockerfile.client")
 
     # -- plumbing
     def _env(self, run_dir: Path | None = None) -> dict[str, str]:
@@ -176,7 +283,6 @@ class ComposeTopology(Topology):
         if self.containers():
             self.down()                     # leftovers of an earlier run under the same project
         t1 = time.monotonic()
-        self._is_up = True
         r = self.compose("up", "-d", "--build", "--wait", "--wait-timeout", str(self.wait_timeout),
                          *LAB_SERVICES, timeout=self.wait_timeout + 300, check=False)
         self.timings["up_s"] = time.monotonic() - t1
@@ -196,8 +302,6 @@ class ComposeTopology(Topology):
         return detail
 
     def down(self) -> None:
-        self._is_up = False
-        self._capture_dir = None
         if shutil.which("docker") is None:
             return
         try:
@@ -206,34 +310,17 @@ class ComposeTopology(Topology):
             pass
 
     @property
-    def endpoint_host(self) -> str:
-        return "endpoint"
-
-    @property
-    def endpoint_port(self) -> int:
-        return 8443
+    def cert_dir(self) -> Path:
+        return Path("/certs")               # a volume: read-write in endpoint, read-only in client
 
     @property
     def ca_path(self) -> Path:
-        return Path("/certs/ca.pem")        # the twin's cert dir, a volume mounted read-only in client
-
-    @property
-    def proxy_url(self) -> str:
-        return "http://proxy:8080"
-
-    @property
-    def proxy_control_url(self) -> str:
-        return "http://proxy:8081"
+        return self.cert_dir / "ca.pem"
 
     @property
     def endpoint_ip(self) -> str:
         """The endpoint container's address on the lab network (for fault rules that match -d EP)."""
-        c = self.containers().get("endpoint")
-        nets = (c.attrs.get("NetworkSettings", {}).get("Networks", {}) if c is not None else {}) or {}
-        for net in nets.values():
-            if net.get("IPAddress"):
-                return net["IPAddress"]
-        raise LabError(f"compose topology: the endpoint of {self.project} has no address (is the lab up?)")
+        return self.endpoint.ip
 
     def container_path(self, arg: str) -> str:
         """A host path under the run's captures dir or the secrets dir -> its path in the containers."""
@@ -248,80 +335,6 @@ class ComposeTopology(Topology):
         if argv and "/" in argv[0] and Path(argv[0]).name.startswith("python"):
             argv[0] = "python"
         return argv
-
-    def client_exec(self, argv: list[str], env: dict[str, str] | None = None, **popen_kw) -> subprocess.Popen:
-        """`docker compose exec -T client ARGV` (host paths and the host's Python translated).
-
-        `env` sets variables inside the container; when it is a full environment (os.environ plus
-        additions), only the variables that differ from this process's environment are passed.
-        Stopping this Popen does not signal the process inside the container (docker exec forwards
-        no signals without a TTY); `down()` ends it.
-        """
-        extra: list[str] = []
-        for k, v in (env or {}).items():
-            if os.environ.get(k) != v:
-                extra += ["-e", f"{k}={self.container_path(v)}"]
-        popen_kw.setdefault("cwd", REPO)
-        popen_kw.setdefault("env", self._env())
-        return subprocess.Popen(self.compose_argv("exec", "-T", *extra, "client", *self.container_argv(argv)),
-                                **popen_kw)
-
-    def start_twin(self, api_key: str | None = None, log_path: Path | str | None = None, t0: float | None = None,
-                   extra: list[str] | None = None) -> None:
-        """Restart the endpoint's twin with these options (up() already started one with defaults).
-
-        `log_path` must lie in the run folder (it is written from inside the endpoint container);
-        `t0` is accepted for interface parity and not passed on (the twin CLI has no such option).
-        """
-        args: list[str] = []
-        if api_key:
-            args += ["--api-key", api_key]
-        if log_path:
-            inside = self.container_path(str(Path(log_path).resolve()))
-            if not inside.startswith("/captures/"):
-                raise LabError(f"compose topology: the twin's log {log_path} is outside {self.captures_dir}")
-            args += ["--log", inside]
-        args += list(extra or [])
-        self.extra_env["TWIN_ARGS"] = " ".join(args)
-        t1 = time.monotonic()
-        r = self.compose("up", "-d", "--no-deps", "--wait", "--wait-timeout", "60", "endpoint",
-                         timeout=180, check=False)
-        if r.returncode != 0:
-            raise LabError(f"compose topology: the twin did not restart: {self._failure_detail(r)}")
-        self.timings["start_twin_s"] = time.monotonic() - t1
-
-    def endpoint_exec(self, argv: list[str], **popen_kw) -> subprocess.Popen:
-        """A process in the endpoint container (the twin itself already runs there since up())."""
-        popen_kw.setdefault("cwd", REPO)
-        popen_kw.setdefault("env", self._env())
-        return subprocess.Popen(self.compose_argv("exec", "-T", "endpoint", *argv), **popen_kw)
-
-    def capture_start(self, run_dir: Path) -> None:
-        run_dir = Path(run_dir).resolve()
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("raw-eth.pcap", "raw-nflog.pcap"):
-            (run_dir / name).unlink(missing_ok=True)
-        t0 = time.monotonic()
-        r = self.compose("up", "-d", "--no-deps", "--wait", "--wait-timeout", "30", "capture",
-                         run_dir=run_dir, timeout=120, check=False)
-        if r.returncode != 0:
-            raise LabError(f"compose topology: capture did not start: {self._failure_detail(r)}")
-        deadline = time.monotonic() + 10
-        want = [run_dir / "raw-eth.pcap", run_dir / "raw-nflog.pcap"]
-        while not all(p.exists() for p in want) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not all(p.exists() for p in want):
-            raise LabError(f"compose topology: the capture wrote no pcap into {run_dir}")
-        self.timings["capture_start_s"] = time.monotonic() - t0
-        self._capture_dir = run_dir
-
-    def capture_stop(self) -> list[Path]:
-        run_dir = self._capture_dir
-        if run_dir is None:
-            return []
-        self.compose("stop", "-t", "5", "capture", run_dir=run_dir, timeout=60, check=False)
-        self._capture_dir = None
-        return [p for p in (run_dir / "raw-eth.pcap", run_dir / "raw-nflog.pcap") if p.exists()]
 
     # -- inspection (Docker SDK, with the CLI as a fallback)
     def containers(self) -> dict[str, object]:

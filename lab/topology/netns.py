@@ -4,10 +4,10 @@
 
 Both ends are called eth0, as in the Compose topology, so faults and captures name the same
 device everywhere. N is chosen per run id (a hash, skipping subnets that another lab namespace
-already uses) so runs can coexist. `up()` builds only the network (setup ~tens of ms); the lead
-starts the twin with `endpoint_exec([...])` and the agent with `client_exec([...])`. Every process
-started here, tcpdump included, is recorded under /run/livelab/ so `lab down` can end it after a
-SIGKILL. `down()` is idempotent and never raises.
+already uses) so runs can coexist. `up()` builds only the network (setup ~tens of ms); the nodes
+`topo.client` and `topo.endpoint` start processes with `popen([...])`. Every process started on
+them, tcpdump included, is recorded under /run/livelab/ so `lab down` can end it after a SIGKILL.
+`down()` is idempotent and never raises.
 
 With `uplink=True` (live mode) the client namespace also reaches the outside world through the host:
 
@@ -25,13 +25,12 @@ import hashlib
 import ipaddress
 import os
 import re
-import signal
+import shutil
 import subprocess
-import time
 from pathlib import Path
 
 from lab.errors import CapabilityError, LabError
-from lab.topology.base import Topology
+from lab.topology.base import Node, Topology, require_tools
 from lab.topology import uplink as uplinks  # the module; `uplink` is the flag below
 from netem import cleanup
 from netem.kernel import in_netns, list_netns
@@ -52,7 +51,9 @@ def _lab_addresses(root: bool = False) -> list[ipaddress.IPv4Address]:
 
     found = []
     sources = [lambda: IPRoute()] if root else []
-    sources += [lambda ns=ns: NetNS(ns) for ns in list_netns() if ns.startswith("ll-")]
+    # flags=0: open only. The default (O_CREAT) re-creates a namespace another run's teardown just
+    # deleted, and that empty copy then blocks any later run with the same id.
+    sources += [lambda ns=ns: NetNS(ns, flags=0) for ns in list_netns() if ns.startswith("ll-")]
     for open_ in sources:
         try:
             with open_() as ipr:
@@ -91,26 +92,42 @@ class NetnsTopology(Topology):
 
     def __init__(self, run_id: str, endpoint_port: int = 8443, ca_path: str | Path | None = None,
                  sysctls: dict[str, str | int] | None = None, subnet: int | None = None,
-                 pid_dir: Path | None = None, uplink: bool = False):
+                 pid_dir: Path | None = None, uplink: bool = False, secrets_dir: Path | str | None = None,
+                 run_dir: Path | str | None = None, log=print):
+        # secrets_dir: the twin's certificates go under it (both namespaces see the host's files);
+        # run_dir and log: part of every topology's signature, nothing to do with them here
         if not _RUN_ID_RE.match(run_id):
             raise LabError(f"run id {run_id!r}: use 1-64 characters of A-Z a-z 0-9 _ . -")
         self.run_id = run_id
         self.ns_client = f"ll-{run_id}-c"
         self.ns_endpoint = f"ll-{run_id}-e"
-        self.client_dev = DEV
         self._port = int(endpoint_port)
+        if ca_path is None and secrets_dir is not None:
+            ca_path = Path(secrets_dir) / "certs" / "ca.pem"
         self._ca_path = Path(ca_path) if ca_path else None
         self.sysctls = dict(sysctls or {})
         self._subnet = subnet
         self.pid_dir = pid_dir
         self._procs: list[tuple[subprocess.Popen, Path]] = []
-        self._capture: list[tuple[subprocess.Popen, Path, Path]] = []
         self.uplink = bool(uplink)
         self.uplink_ifname = uplinks.uplink_ifname(run_id)  # root-namespace end of the uplink veth
         self.uplink_dev = UPLINK_DEV                          # client-namespace end
         self._uplink: int | None = None                       # index of the /30 in 10.204.0.0/16
         self.uplink_forward_rules = False                     # LL_FWD rules added (FORWARD policy DROP)
         self._up = False
+        self.client = NetnsNode(self, "client", self.ns_client)
+        self.endpoint = NetnsNode(self, "endpoint", self.ns_endpoint)
+
+    @classmethod
+    def preflight(cls, client_tools: frozenset[str] = frozenset(), uplink: bool = False) -> None:
+        if os.geteuid() != 0:
+            raise CapabilityError("the netns topology needs root (network namespaces and iptables); "
+                                  "run as root or use --topology compose")
+        for tool in ("ip", "iptables", "iptables-restore", "tcpdump"):
+            if not shutil.which(tool):
+                raise CapabilityError(f"the netns topology needs {tool!r}; run `make setup` as root")
+        require_tools("this machine (the netns client runs on the host's files)", client_tools, shutil.which,
+                      "apt-get install {}")
 
     # --------------------------------------------------------------------------- addresses
     @property
@@ -144,6 +161,10 @@ class NetnsTopology(Topology):
     @ca_path.setter
     def ca_path(self, p: str | Path) -> None:
         self._ca_path = Path(p)
+
+    @property
+    def cert_dir(self) -> Path:
+        return self.ca_path.parent
 
     @property
     def uplink_subnet(self) -> ipaddress.IPv4Network:
@@ -296,11 +317,7 @@ class NetnsTopology(Topology):
                 raise LabError(f"sysctl {key}={value} in {ns}: {e.strerror}") from None
 
     def down(self) -> None:
-        """Stop what was started here, delete both namespaces. Idempotent, never raises."""
-        try:
-            self.capture_stop()
-        except Exception:
-            pass
+        """Stop what was started on the nodes, delete both namespaces. Idempotent, never raises."""
         for proc, pidfile in self._procs:
             try:
                 if proc.poll() is None:
@@ -328,73 +345,27 @@ class NetnsTopology(Topology):
         self._procs.append((proc, pidfile))
         return proc
 
-    def client_exec(self, argv: list[str], role: str = "agent", **popen_kw) -> subprocess.Popen:
-        """Start a process inside the client namespace (recorded for `lab down`)."""
-        return self._exec(self.ns_client, role, argv, **popen_kw)
 
-    def endpoint_exec(self, argv: list[str], role: str = "twin", **popen_kw) -> subprocess.Popen:
-        """Start a process inside the endpoint namespace (recorded for `lab down`)."""
-        return self._exec(self.ns_endpoint, role, argv, **popen_kw)
+class NetnsNode(Node):
+    """A network namespace of a NetnsTopology: `popen` is `ip netns exec <ns>`, every process is
+    recorded under /run/livelab/ so `lab down` can end it after a SIGKILL."""
 
-    # --------------------------------------------------------------------------- capture
-    def capture_start(self, run_dir: Path) -> None:
-        """tcpdump on the client's eth0 and on nflog:5 (the packets the lab's faults dropped)."""
-        if self._capture:
-            raise LabError("a capture is already running in this topology")
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        common = ["tcpdump", "--immediate-mode", "-U", "-Z", "root"]
+    def __init__(self, topo: NetnsTopology, name: str, ns: str):
+        super().__init__(name)
+        self.topo, self.ns = topo, ns
+
+    @property
+    def host(self) -> str:
+        return self.ip
+
+    @property
+    def ip(self) -> str:
+        return self.topo.client_host if self.name == "client" else self.topo.endpoint_host
+
+    @property
+    def dev(self) -> str:
         # in live mode the client's traffic leaves through the uplink, not the link to the endpoint
-        dev = self.uplink_dev if getattr(self, "uplink", False) else self.client_dev
-        plan = [("tcpdump-eth", ["-i", dev, "--time-stamp-precision=nano"], "raw-eth.pcap"),
-                ("tcpdump-nflog", ["-i", "nflog:5"], "raw-nflog.pcap")]
-        try:
-            for role, args, out in plan:
-                log = run_dir / f"{role}.log"
-                with open(log, "wb") as fh:
-                    proc = self._exec(self.ns_client, role, [*common, *args, "-w", str(run_dir / out)],
-                                      stdout=subprocess.DEVNULL, stderr=fh)
-                self._capture.append((proc, run_dir / out, log))
-            self._wait_listening()
-        except Exception:
-            self.capture_stop()
-            raise
+        return self.topo.uplink_dev if self.name == "client" and self.topo.uplink else DEV
 
-    def _wait_listening(self, timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        pending = list(self._capture)
-        while pending and time.monotonic() < deadline:
-            for item in list(pending):
-                proc, _out, log = item
-                text = log.read_text(errors="replace")
-                if "listening on" in text:
-                    pending.remove(item)
-                elif proc.poll() is not None:
-                    raise CapabilityError(f"tcpdump in {self.ns_client} exited: {text.strip().splitlines()[-1:] or proc.returncode}")
-            time.sleep(0.005)
-        if pending:
-            raise CapabilityError("tcpdump did not start listening within 5 s")
-
-    def capture_stop(self) -> list[Path]:
-        """SIGINT both tcpdumps (they flush and close their files), wait; return the pcap paths."""
-        out = []
-        for proc, path, _log in self._capture:
-            try:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGINT)
-            except ProcessLookupError:
-                pass
-        for proc, path, _log in self._capture:
-            try:
-                proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=2)
-            for p, pidfile in list(self._procs):
-                if p is proc:
-                    cleanup.forget(pidfile)
-                    self._procs.remove((p, pidfile))
-            if path.exists():
-                out.append(path)
-        self._capture = []
-        return out
+    def popen(self, argv: list[str], role: str = "proc", **popen_kw) -> subprocess.Popen:
+        return self.topo._exec(self.ns, role, argv, **popen_kw)

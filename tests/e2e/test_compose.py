@@ -1,7 +1,8 @@
 """The Compose lab end to end, the way CI runs it on a fresh machine.
 
 scripts/docker-setup.sh installs and starts everything (docker.io, dockerd, compose v2, the
-debootstrapped base image, the wheelhouse); then the lab comes up, all services must be healthy, a
+debootstrapped base image, the wheelhouse); then the lab's two containers come up, the services
+start on them (the twin and the proxy on the endpoint node, the capture on the client node), a
 client in the client container opens a TLS connection to the twin, a ~3 s NFQUEUE blackhole (with
 NFLOG group 5) drops its packets, and the capture must show them: the packets to endpoint:8443 in
 raw-eth.pcap, the dropped ones in raw-nflog.pcap. The lab is always taken down, even on failure.
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from lab.topology.compose import REPO, SETUP_SCRIPT, ComposeTopology
+from lab.topology.services import Capture, Proxy, Twin
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -53,9 +55,9 @@ print(json.dumps({"ep": ep, "lport": lport, "sent": sent, "t_apply": t_apply, "t
 
 
 # Runs inside the client container: websockets reaches the twin through the proxy because
-# HTTPS_PROXY is set (proxy=True is its default); the proxy's control API lists the tunnel.
+# HTTPS_PROXY is set (proxy=True is its default); the proxy's control API (argv[1]) lists the tunnel.
 PROXY_SCRIPT = r"""
-import asyncio, json, ssl, urllib.request
+import asyncio, json, ssl, sys, urllib.request
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 async def main():
@@ -66,7 +68,7 @@ async def main():
     except InvalidStatus as e:           # the twin answers a bare path with an HTTP error: the TLS tunnel worked
         status = e.response.status_code
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    state = json.loads(opener.open("http://proxy:8081/state", timeout=5).read())
+    state = json.loads(opener.open(sys.argv[1] + "/state", timeout=5).read())
     print(json.dumps({"status": status, "tunnels": [t["target"] for t in state["tunnels"]]}))
 asyncio.run(main())
 """
@@ -101,25 +103,28 @@ def test_compose_lab_blackhole_is_captured(docker_setup, tmp_path):
         t0 = time.monotonic()
         topo.up()
         t_up = time.monotonic() - t0
-        topo.capture_start(topo.run_dir)
+        Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key="e2e-key", log_path=topo.run_dir / "twin.jsonl",
+             t0=time.time(), seed=1).start()
+        proxy = Proxy(topo.endpoint).start()
+        capture = Capture(topo.client, topo.run_dir).start()
         health = topo.health()
-        assert health == {"endpoint": "healthy", "proxy": "healthy", "client": "running", "capture": "healthy"}, health
+        assert health == {"endpoint": "running", "client": "running"}, health
 
-        p = topo.client_exec(["python", "-c", CLIENT_SCRIPT, "3"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+        p = topo.client.popen(["python", "-c", CLIENT_SCRIPT, "3"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
         out, err = p.communicate(timeout=60)
         assert p.returncode == 0, f"client script failed: {err.strip()}"
         info = json.loads(out.strip().splitlines()[-1])
         assert info["clean"] and info["sent"] >= 10
 
-        p = topo.client_exec(["python", "-c", PROXY_SCRIPT], env={"HTTPS_PROXY": "http://proxy:8080"},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = topo.client.popen(["python", "-c", PROXY_SCRIPT, proxy.control_url], env={"HTTPS_PROXY": proxy.url},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = p.communicate(timeout=60)
         assert p.returncode == 0, f"proxy script failed: {err.strip()}"
         via = json.loads(out.strip().splitlines()[-1])
         assert via["tunnels"] == ["endpoint:8443"] and 100 <= via["status"] < 500, via
 
-        files = topo.capture_stop()
+        files = capture.stop()
         eth, nflog = topo.run_dir / "raw-eth.pcap", topo.run_dir / "raw-nflog.pcap"
         assert set(files) == {eth, nflog}
 
@@ -145,3 +150,22 @@ def test_compose_lab_blackhole_is_captured(docker_setup, tmp_path):
         t_down = time.monotonic() - t0
     assert topo.containers() == {}, "down left containers behind"
     assert t_down < 15
+
+
+def test_a_signal_reaches_the_process_inside_the_container(docker_setup, tmp_path):
+    """docker exec forwards no signals without a TTY: the node's Popen must stop the process itself."""
+    topo = ComposeTopology(f"e2e-signal-{os.getpid()}", captures_dir=tmp_path, setup=False)
+    try:
+        topo.up()
+        p = topo.client.popen(["sleep", "120"], role="sleeper")
+        time.sleep(1.0)                     # the wrapper has written its pid
+        t0 = time.monotonic()
+        p.terminate()
+        p.wait(timeout=20)
+        assert time.monotonic() - t0 < 20
+        # no ps in the minbase image: every process's command line from /proc
+        left = topo.compose("exec", "-T", "client", "sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '",
+                            check=False).stdout
+        assert "sleep 120" not in left and "sh -c" in left, left
+    finally:
+        topo.down()

@@ -1,9 +1,14 @@
-"""One scenario end to end through Docker Compose: the lab's main job in containers.
+"""Scenarios end to end through Docker Compose: the lab's main job in containers.
 
 B1 (shortened) with the probe client: the client container's own kernel drops its connection's
 packets, the twin in the endpoint container holds the session, and every resume is refused with
 1011 while the booking commits. The run's folder must hold the same record as a namespace run:
 events, the twin's log, the merged pcapng with the dropped packets, the verdict and the timeline.
+
+R2 (the freeze proxy) in both topologies, with the same assertions: the proxy freezes only the
+session's first tunnel, so every resume reaches the twin (refused with 1011 while the old
+connection is open, accepted after its clean close). Before the services were shared, Compose's
+proxy froze every tunnel and its resumes never reached the twin.
 """
 import json
 
@@ -14,15 +19,20 @@ from lab.events import read_events
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-def test_b1_through_compose(tmp_path):
+def _run(tmp_path, scenario, topology, duration=None):
     from lab.run import run_batch
 
     lines: list[str] = []
-    batch = run_batch(["b1-silent-loss"], topology="compose", duration=25, out_dir=tmp_path / "batch",
+    batch = run_batch([scenario], topology=topology, duration=duration, out_dir=tmp_path / "batch",
                       out=lines.append)
     run = next(d for d in batch.iterdir() if d.is_dir())
     verdict = json.loads((run / "verdict.json").read_text())
     assert verdict["pass"], (verdict["expectations"], lines[-25:])
+    return run
+
+
+def test_b1_through_compose(tmp_path):
+    run = _run(tmp_path, "b1-silent-loss", "compose", duration=25)
     evs = read_events(run / "events.jsonl")
     results = [e for e in evs if e.kind == "resume.result"]
     assert results and all(e["code"] == 1011 for e in results)
@@ -30,3 +40,19 @@ def test_b1_through_compose(tmp_path):
 
     from lab.capture import dropped
     assert dropped(run / "capture.pcapng"), "the dropped packets are in the capture"
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("topology", ["netns", "compose"])
+def test_r2_freeze_freezes_only_the_first_tunnel_in_every_topology(tmp_path, topology):
+    run = _run(tmp_path, "r2-freeze", topology)
+    evs, twin = read_events(run / "events.jsonl"), read_events(run / "twin.jsonl")
+    refused = [e for e in evs if e.kind == "resume.result" and not e["ok"]]
+    accepted = [e for e in evs if e.kind == "resume.result" and e["ok"]]
+    assert len(refused) >= 2 and all(e["code"] == 1011 for e in refused) and len(accepted) == 1
+    # each resume went through a fresh tunnel and reached the twin: it refused each of them itself
+    assert len([e for e in twin if e.kind == "twin.refuse" and e.get("code") == 1011]) == len(refused)
+    assert len([e for e in twin if e.kind == "twin.accept" and e.get("resume")]) == 1
+    # and on the run's clock: the twin's first refusal follows the client's detection of the freeze
+    detected = next(e for e in evs if e.kind == "loss.detected")
+    assert next(e for e in twin if e.kind == "twin.refuse").ms > detected.ms

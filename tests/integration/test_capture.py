@@ -20,6 +20,7 @@ from lab import capture
 from lab.errors import CapabilityError
 from lab.events import Event, EventLog
 from lab.topology.netns import NetnsTopology
+from lab.topology.services import Capture
 from netem import cleanup
 from netem.faults import build
 from netem.kernel import in_netns
@@ -93,12 +94,12 @@ async def wss_run(topo: NetnsTopology, run_dir, log: EventLog, table: FaultTable
 def test_wss_run_becomes_one_decryptable_commented_pcapng(topo, tmp_path):
     log = EventLog(tmp_path / "events.jsonl")
     log.write("run.start", src="test", scenario="capture-test", topology="netns")
-    topo.capture_start(tmp_path)
+    cap = Capture(topo.client, tmp_path).start()
     with FaultTable(netns=topo.ns_client, handle_signals=False) as table:
         try:
             sent = asyncio.run(wss_run(topo, tmp_path, log, table))
         finally:
-            raw = topo.capture_stop()
+            raw = cap.stop()
     log.write("run.end", src="test", status="ok")
     assert {p.name for p in raw} == {"raw-eth.pcap", "raw-nflog.pcap"}
 

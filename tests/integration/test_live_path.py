@@ -120,8 +120,6 @@ def test_a_spent_budget_starts_nothing(tmp_path, live_env, monkeypatch):
     assert not any(d.is_dir() for d in (tmp_path / "batch").iterdir())
 
 
-@pytest.mark.xfail(strict=True, reason="needs the issue-8 wiring outside lab/live: the clients call "
-                   "ClientContext.before_connect, the agent builds it with ConnectionCharger.from_ledger")
 def test_a_run_cap_of_two_opens_two_connections_and_refuses_the_third(tmp_path, live_env, monkeypatch):
     from lab.live.budget import Budget
 

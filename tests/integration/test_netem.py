@@ -21,6 +21,7 @@ import pytest
 
 from lab.capture import dropped
 from lab.topology.netns import NetnsTopology
+from lab.topology.services import Capture
 from netem import cleanup
 from netem.errors import FaultUnsupported, NetemError
 from netem.faults import build
@@ -55,11 +56,11 @@ def table(topo):
 
 @pytest.fixture
 def capture(topo, tmp_path):
-    topo.capture_start(tmp_path)
+    cap = Capture(topo.client, tmp_path).start()
     try:
-        yield tmp_path
+        yield cap
     finally:
-        topo.capture_stop()
+        cap.stop()
 
 
 class Sink:
@@ -479,17 +480,18 @@ def test_down_after_kill_9_leaves_nothing(tmp_path):
     script = textwrap.dedent(f"""
         import json, pathlib
         from lab.topology.netns import NetnsTopology
+        from lab.topology.services import Capture
         from netem.faults import build
         from netem.table import FaultTable
         topo = NetnsTopology({run_id!r}, pid_dir=pathlib.Path({str(piddir)!r}))
         topo.up()
-        topo.capture_start(pathlib.Path({str(tmp_path)!r}))
+        Capture(topo.client, pathlib.Path({str(tmp_path)!r})).start()
         t = FaultTable(netns=topo.ns_client)
         build({{"kind": "blackhole", "target": {{"dst": topo.endpoint_host}}}}).apply(t)
         here = FaultTable()   # the current namespace, as in a compose client container
         build({{"kind": "loss", "name": "k9", "p": 0.5, "direction": "out",
                 "target": {{"dst": topo.endpoint_host, "dport": 9, "proto": "udp"}}}}).apply(here)
-        sleeper = topo.endpoint_exec(["sleep", "60"], role="twin")
+        sleeper = topo.endpoint.popen(["sleep", "60"], role="twin")
         print(json.dumps([p.pid for p, _ in topo._procs]), flush=True)
         import time; time.sleep(60)
     """)
@@ -536,9 +538,9 @@ def tshark_count(pcap: Path, display_filter: str) -> int:
     return len(out.split())
 
 
-def topology_stop(topo, run_dir: Path) -> Path:
-    topo.capture_stop()
-    return run_dir
+def topology_stop(topo, capture: Capture) -> Path:
+    capture.stop()
+    return capture.run_dir
 
 
 def test_a_refused_rule_set_is_one_line_and_the_table_keeps_working(topo, table):

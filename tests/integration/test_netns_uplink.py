@@ -136,7 +136,7 @@ def test_client_reaches_the_host_side_server_and_still_the_endpoint(topo, host_s
             s.close()
         print("ok", flush=True)
     """)
-    p = topo.client_exec([sys.executable, "-c", script, topo.uplink_host_ip, str(host_server.port),
+    p = topo.client.popen([sys.executable, "-c", script, topo.uplink_host_ip, str(host_server.port),
                           topo.endpoint_host, str(endpoint_server.port)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = p.communicate(timeout=10)
@@ -188,7 +188,7 @@ def _spawn_and_kill(run_id: str, piddir: Path) -> dict:
         from lab.topology.netns import NetnsTopology
         t = NetnsTopology({run_id!r}, pid_dir=pathlib.Path({str(piddir)!r}), uplink=True)
         t.up()
-        t.client_exec(["sleep", "60"], role="agent")
+        t.client.popen(["sleep", "60"], role="agent")
         print(json.dumps({{"ifname": t.uplink_ifname, "ns": t.ns_client}}), flush=True)
         time.sleep(60)
     """)

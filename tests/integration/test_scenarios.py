@@ -31,9 +31,10 @@ def _run(tmp_path, scenario, client=None):
     return run, verdict, lines
 
 
-def _no_leftovers():
+def _no_leftovers(run):
+    # only this run's namespaces: other runs on the machine may hold theirs right now
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "ll-" not in ns, f"namespaces left behind: {ns}"
+    assert f"ll-{run.name}-" not in ns, f"namespaces left behind: {ns}"
 
 
 @pytest.mark.parametrize("scenario", names())
@@ -42,7 +43,20 @@ def test_scenario_holds_its_expectations(tmp_path, scenario):
     failed = [c for c in verdict["expectations"] if not c["held"]]
     assert verdict["pass"], f"{scenario}: {failed}\n" + "\n".join(lines[-30:])
     assert (run / "capture.pcapng").exists() and (run / "timeline.png").exists()
-    _no_leftovers()
+    _twin_on_the_run_clock(run)
+    _no_leftovers(run)
+
+
+def _twin_on_the_run_clock(run):
+    """The twin got the run's --t0: its `ms` counts from the same instant as the client's, so its
+    marks on timeline.png sit where they happened (a refusal after the detection it answers)."""
+    evs, twin = read_events(run / "events.jsonl"), read_events(run / "twin.jsonl")
+    t0 = evs[0].t - evs[0].ms / 1000.0
+    assert twin and all(abs(e.t - e.ms / 1000.0 - t0) < 0.002 for e in twin), "twin.jsonl is on another clock"
+    detected = [e for e in evs if e.kind == "loss.detected"]
+    refused = [e for e in twin if e.kind == "twin.refuse"]
+    if run.name.startswith(("s2-recovery-", "r2-freeze-")):      # resumes answer a detected loss
+        assert detected and refused and refused[0].ms > detected[0].ms, (refused[:1], detected[:1])
 
 
 def test_b1_every_resume_refused_while_the_booking_commits(tmp_path):

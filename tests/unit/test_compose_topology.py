@@ -11,6 +11,13 @@ def test_project_name_is_compose_safe():
     assert _project_name("///") == "livelab-run"
 
 
+def test_the_same_run_id_in_two_batches_gets_two_projects(tmp_path):
+    a = ComposeTopology("x", run_dir=tmp_path / "a" / "r2-freeze-probe-01", setup=False)
+    b = ComposeTopology("x", run_dir=tmp_path / "b" / "r2-freeze-probe-01", setup=False)
+    assert a.project != b.project and a.project.startswith("livelab-r2-freeze-probe-01-")
+    assert a.project == ComposeTopology("y", run_dir=tmp_path / "a" / "r2-freeze-probe-01", setup=False).project
+
+
 def test_argv_translation(tmp_path):
     run_dir = tmp_path / "batch" / "r2-freeze-probe-01"
     t = ComposeTopology("x", run_dir=run_dir, secrets_dir=tmp_path / "sec", setup=False)
@@ -32,3 +39,16 @@ def test_compose_argv_layers_files(tmp_path):
     assert argv[:4] == ["docker", "compose", "-p", "p1"]
     assert argv[-1] == "ps" and str(over) in argv and argv[argv.index(str(over)) - 1] == "-f"
     assert t.ca_path == Path("/certs/ca.pem") and t.endpoint_host == "endpoint" and t.endpoint_port == 8443
+
+
+def test_compose_yaml_holds_two_idle_nodes_and_no_service_command_lines():
+    """The services' arguments live in lab/topology/services.py only: a command line here could
+    drift from the netns topology's (as the proxy's --freeze-first and the twin's --t0 did)."""
+    import yaml
+
+    from lab.topology.compose import COMPOSE_FILE, LAB_SERVICES
+
+    services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    assert set(services) == set(LAB_SERVICES) == {"endpoint", "client"}
+    assert all(s["command"] == ["sleep", "infinity"] for s in services.values())
+    assert "NET_ADMIN" in services["client"]["cap_add"]

@@ -1,0 +1,226 @@
+"""The services a run starts on a topology's nodes: the twin, the freeze proxy, the capture.
+
+Each is a process started with `node.popen()`, so the same object, with the same arguments, runs in
+network namespaces and in containers. Each is the one place that knows its own command line:
+
+    Twin(topo.endpoint, ...).start()     `lab twin serve` with the run's clock (--t0) and seed
+    Proxy(topo.endpoint).start()         `lab proxy serve --freeze-first 1`
+    Capture(topo.client, run_dir).start()   tcpdump on the node's link and on nflog:5
+
+A service is ready when it says so on its output (the twin prints its https:// URL, the proxy
+"proxy: CONNECT on ...", tcpdump "listening on ..."); the wait has a real deadline.
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from lab.capture import RAW_FILES, finalize
+from lab.errors import CapabilityError
+from lab.events import read_events
+from lab.topology.base import Node
+
+READY_TIMEOUT = 20.0
+STOP_TIMEOUT = 5.0
+
+
+def _drain(fd: int) -> None:
+    """Read a service's output until it closes, so the service never blocks on a full pipe."""
+    threading.Thread(target=lambda: [None for _ in iter(lambda: os.read(fd, 65536), b"")], daemon=True).start()
+
+
+def wait_ready(proc: subprocess.Popen, what: str, words: tuple[str, ...], timeout: float) -> None:
+    """Wait until `proc` prints a line holding one of `words`; then keep draining its output."""
+    deadline = time.time() + timeout
+    seen: list[str] = []
+    buf = b""
+    fd = proc.stdout.fileno()
+    while time.time() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, min(0.2, deadline - time.time())))
+        if not ready:
+            if proc.poll() is not None:
+                break
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for raw in lines:
+            line = raw.decode(errors="replace").rstrip()
+            seen.append(line)
+            if any(w in line.lower() for w in words):
+                _drain(fd)
+                return
+    proc.kill()
+    raise CapabilityError(f"the {what} did not start within {timeout:.0f} s: "
+                          f"{' | '.join(seen[-3:]) or 'no output'}")
+
+
+def stop_process(proc: subprocess.Popen | None, sig: int | None = signal.SIGTERM,
+                 timeout: float = STOP_TIMEOUT) -> None:
+    """Signal a process on its node (unless `sig` is None) and wait; kill it if it does not end in
+    time. Never raises."""
+    if proc is None:
+        return
+    try:
+        if sig is not None and proc.poll() is None:
+            proc.send_signal(sig)
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+    except OSError:
+        pass
+
+
+class Service:
+    """A long-running process on one node, ready when it prints one of `ready_words`."""
+
+    role: str
+    ready_words: tuple[str, ...]
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.proc: subprocess.Popen | None = None
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, timeout: float = READY_TIMEOUT):
+        self.proc = self.node.popen(self.argv(), role=self.role, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        wait_ready(self.proc, self.role, self.ready_words, timeout)
+        return self
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+class Twin(Service):
+    """`lab twin serve` on the endpoint node: TLS on `port`, a certificate for the node's name, the
+    run's clock (`t0`, so twin.jsonl counts from the run's start) and the run's seed."""
+
+    role = "twin"
+    ready_words = ("https://",)
+
+    def __init__(self, node: Node, *, cert_dir: Path | str, api_key: str, log_path: Path | str, t0: float,
+                 seed: int, port: int = 8443, extra: tuple[str, ...] = ()):
+        super().__init__(node)
+        self.cert_dir, self.api_key, self.log_path = Path(cert_dir), api_key, Path(log_path)
+        self.t0, self.seed, self.port, self.extra = t0, seed, int(port), tuple(extra)
+
+    def argv(self) -> list[str]:
+        # 0.0.0.0: the endpoint node has only its link and loopback, in every topology
+        return [sys.executable, "-m", "lab", "twin", "serve", "--host", "0.0.0.0", "--port", str(self.port),
+                "--cert-dir", str(self.cert_dir), "--san", self.node.host, "--api-key", self.api_key,
+                "--log", str(self.log_path), "--t0", repr(self.t0), "--seed", str(self.seed), *self.extra]
+
+    @property
+    def base_url(self) -> str:
+        return f"https://{self.node.host}:{self.port}"
+
+
+class Proxy(Service):
+    """The freeze proxy (lab/proxy.py) on the endpoint node, for scenarios with endpoint: {via: proxy}."""
+
+    role = "proxy"
+    ready_words = ("connect on",)
+    port = 8080
+    control_port = 8081
+    # only the session's first tunnel freezes: its resume connections must reach the twin
+    freeze_first = 1
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "lab", "proxy", "serve", "--listen", f"0.0.0.0:{self.port}",
+                "--control", f"0.0.0.0:{self.control_port}", "--freeze-first", str(self.freeze_first)]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.node.host}:{self.port}"
+
+    @property
+    def control_url(self) -> str:
+        return f"http://{self.node.host}:{self.control_port}"
+
+
+class Capture:
+    """tcpdump on the client node's link (nanosecond stamps) and on nflog:5 (the packets the lab's
+    faults dropped), written into the run folder; `finish()` merges them into capture.pcapng."""
+
+    LISTEN_TIMEOUT = 5.0
+
+    def __init__(self, node: Node, run_dir: Path | str):
+        self.node = node
+        self.run_dir = Path(run_dir)
+        self._procs: list[tuple[subprocess.Popen, Path, Path]] = []
+
+    def plan(self) -> list[tuple[str, list[str], str]]:
+        """(role, tcpdump options, raw file) for each of the two tcpdumps."""
+        eth, nflog = RAW_FILES
+        return [("tcpdump-eth", ["-i", self.node.dev, "--time-stamp-precision=nano"], eth),
+                ("tcpdump-nflog", ["-i", "nflog:5"], nflog)]
+
+    def start(self) -> "Capture":
+        if self._procs:
+            raise CapabilityError("this capture is already running")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        common = ["tcpdump", "--immediate-mode", "-U", "-Z", "root"]
+        try:
+            for role, args, name in self.plan():
+                out, log = self.run_dir / name, self.run_dir / f"{role}.log"
+                out.unlink(missing_ok=True)      # a stale file must not pass for this run's capture
+                with open(log, "wb") as fh:
+                    proc = self.node.popen([*common, *args, "-w", str(out)], role=role,
+                                           stdout=subprocess.DEVNULL, stderr=fh)
+                self._procs.append((proc, out, log))
+            self._wait_listening()
+        except Exception:
+            self.stop()
+            raise
+        return self
+
+    def _wait_listening(self) -> None:
+        deadline = time.monotonic() + self.LISTEN_TIMEOUT
+        pending = list(self._procs)
+        while pending and time.monotonic() < deadline:
+            for item in list(pending):
+                proc, _out, log = item
+                text = log.read_text(errors="replace")
+                if "listening on" in text:
+                    pending.remove(item)
+                elif proc.poll() is not None:
+                    raise CapabilityError(f"tcpdump on {self.node.name} exited: "
+                                          f"{text.strip().splitlines()[-1:] or proc.returncode}")
+            time.sleep(0.005)
+        if pending:
+            raise CapabilityError(f"tcpdump did not start listening within {self.LISTEN_TIMEOUT:.0f} s")
+
+    def stop(self) -> list[Path]:
+        """SIGINT both tcpdumps (they flush and close their files), wait; return the raw pcaps."""
+        for proc, _out, _log in self._procs:
+            try:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)
+            except OSError:
+                pass
+        for proc, _out, _log in self._procs:
+            stop_process(proc, None, timeout=3)      # signalled above: both stop at once
+        raw = [out for _proc, out, _log in self._procs if out.exists()]
+        self._procs = []
+        return raw
+
+    def finish(self, keylog: Path | None = None) -> Path:
+        """One pcapng of the raw files, a marker per event of events.jsonl, and the TLS secrets."""
+        evp = self.run_dir / "events.jsonl"
+        events = read_events(evp) if evp.exists() else []
+        return finalize(self.run_dir, events, keylog=keylog if keylog and keylog.exists() else None)

@@ -1,0 +1,145 @@
+"""Nodes and services without root or Docker: the services' command lines, the same on every node;
+the capture's start/stop on a node whose popen runs a stand-in for tcpdump; preflight's questions."""
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from lab import run as run_mod
+from lab.errors import CapabilityError, LabError
+from lab.topology import get
+from lab.topology.base import Node, require_tools
+from lab.topology.compose import ComposeNode, ComposeTopology
+from lab.topology.netns import NetnsTopology
+from lab.topology.services import Capture, Proxy, Twin
+
+
+class LocalNode(Node):
+    """A node whose processes run right here; `fake` replaces the command (a stand-in tool)."""
+
+    def __init__(self, name="client", host="10.0.0.2", fake=None):
+        super().__init__(name)
+        self._host, self.fake, self.started = host, fake, []
+
+    host = property(lambda self: self._host)
+    ip = property(lambda self: self._host)
+    dev = property(lambda self: "eth0")
+
+    def popen(self, argv, role="proc", **kw):
+        self.started.append((role, argv))
+        return subprocess.Popen(self.fake(argv) if self.fake else argv, **kw)
+
+
+def test_twin_and_proxy_command_lines_are_the_same_on_every_node():
+    netns = NetnsTopology("svc1", secrets_dir="/tmp/s", subnet=7)
+    compose = ComposeTopology("svc1", setup=False)
+    for topo in (netns, compose):
+        twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key="k", log_path="/r/twin.jsonl", t0=1234.5678,
+                    seed=42)
+        argv = twin.argv()
+        assert argv[argv.index("--t0") + 1] == "1234.5678" and argv[argv.index("--seed") + 1] == "42"
+        assert argv[argv.index("--san") + 1] == topo.endpoint.host
+        assert twin.base_url == f"https://{topo.endpoint.host}:8443"
+        proxy = Proxy(topo.endpoint)
+        assert proxy.argv()[-2:] == ["--freeze-first", "1"]
+        assert proxy.url == f"http://{topo.endpoint.host}:8080"
+    assert Proxy(netns.endpoint).argv() == Proxy(compose.endpoint).argv()
+    assert netns.cert_dir.as_posix() == "/tmp/s/certs" and compose.ca_path.as_posix() == "/certs/ca.pem"
+    assert netns.endpoint.host == "10.203.7.2" and netns.client.ip == "10.203.7.1"
+
+
+def test_a_compose_node_runs_through_exec_with_a_pidfile_and_container_paths(tmp_path):
+    run_dir = tmp_path / "batch" / "r2-freeze-probe-01"
+    topo = ComposeTopology("x", run_dir=run_dir, setup=False)
+    argv, pidfile = topo.client.exec_argv([sys.executable, "-m", "lab", "agent", "--run-dir", str(run_dir.resolve())],
+                                          role="agent", env={"LAB_API_KEY": "k"})
+    i = argv.index("exec")
+    assert argv[i:i + 4] == ["exec", "-T", "-e", "LAB_API_KEY=k"] and argv[i + 4] == "client"
+    assert argv[i + 5:i + 9] == ["sh", "-c", topo.client.WRAP, pidfile] and pidfile.startswith("/tmp/livelab-agent-")
+    assert argv[i + 9:] == ["python", "-m", "lab", "agent", "--run-dir", "/captures/r2-freeze-probe-01"]
+    assert topo.endpoint.host == "endpoint" and topo.client.dev == "eth0"
+
+
+def test_the_wrapper_writes_the_pid_of_the_process_it_becomes(tmp_path):
+    pidfile = tmp_path / "p.pid"
+    p = subprocess.Popen(["sh", "-c", ComposeNode.WRAP, str(pidfile), "sleep", "30"])
+    try:
+        for _ in range(200):
+            if pidfile.exists() and pidfile.read_text().strip():
+                break
+            subprocess.run(["sleep", "0.01"])
+        assert int(pidfile.read_text()) == p.pid
+    finally:
+        p.kill()
+        p.wait()
+
+
+def _fake_tcpdump(argv):
+    # says what tcpdump says once it listens, writes its file, and flushes it on SIGINT
+    out = argv[argv.index("-w") + 1]
+    return ["sh", "-c", 'trap "echo done >> $0; exit 0" INT; : > "$0"; echo "listening on x" >&2; '
+            'while :; do sleep 0.05; done', out]
+
+
+def test_capture_starts_two_tcpdumps_on_its_node_and_stops_them_with_sigint(tmp_path):
+    node = LocalNode(fake=_fake_tcpdump)
+    cap = Capture(node, tmp_path).start()
+    assert [r for r, _ in node.started] == ["tcpdump-eth", "tcpdump-nflog"]
+    eth_argv = node.started[0][1]
+    assert eth_argv[:5] == ["tcpdump", "--immediate-mode", "-U", "-Z", "root"]
+    assert eth_argv[eth_argv.index("-i") + 1] == "eth0"
+    raw = cap.stop()
+    assert [p.name for p in raw] == ["raw-eth.pcap", "raw-nflog.pcap"]
+    assert all(p.read_text() == "done\n" for p in raw), "SIGINT let each one flush"
+    assert cap.stop() == []
+
+
+def test_a_capture_that_never_listens_is_one_clear_error(tmp_path):
+    node = LocalNode(fake=lambda argv: ["sh", "-c", "echo 'tcpdump: nflog: permission denied' >&2; exit 1"])
+    with pytest.raises(CapabilityError, match="tcpdump on client exited.*permission denied"):
+        Capture(node, tmp_path).start()
+
+
+def test_a_service_that_prints_nothing_fails_by_its_deadline():
+    node = LocalNode(name="endpoint", fake=lambda argv: ["sh", "-c", "echo starting; sleep 30"])
+    with pytest.raises(CapabilityError, match="the twin did not start within 1 s: starting"):
+        Twin(node, cert_dir="/c", api_key="k", log_path="/l", t0=0.0, seed=1).start(timeout=1)
+
+
+def test_a_service_is_ready_when_it_prints_its_address_and_stops_on_sigterm():
+    node = LocalNode(name="endpoint", fake=lambda argv: ["sh", "-c", "echo 'proxy: CONNECT on 0.0.0.0:8080'; "
+                                                               "exec sleep 30"])
+    proxy = Proxy(node).start(timeout=5)
+    proxy.stop()
+    assert proxy.proc.returncode == -signal.SIGTERM
+
+
+def test_preflight_asks_the_topology_for_espeak_ng_when_a_scenario_speaks(monkeypatch):
+    asked = []
+    monkeypatch.setattr(ComposeTopology, "preflight", classmethod(lambda cls, **kw: asked.append(kw)))
+    run_mod.preflight(["control-speech"], None, "compose", "twin")
+    run_mod.preflight(["control"], None, "compose", "twin")
+    assert asked == [{"client_tools": frozenset({"espeak-ng"}), "uplink": False},
+                     {"client_tools": frozenset(), "uplink": False}]
+
+
+def test_a_tool_missing_on_the_client_node_is_named():
+    with pytest.raises(CapabilityError, match="^the client image x lacks espeak-ng: install espeak-ng in Dockerfile"):
+        require_tools("the client image x", {"espeak-ng", "tcpdump"}, lambda t: t == "tcpdump",
+                      "install {} in Dockerfile.client")
+
+
+def test_compose_has_no_uplink_for_live_mode():
+    with pytest.raises(CapabilityError, match="live mode runs in --topology netns"):
+        ComposeTopology.preflight(uplink=True)
+
+
+def test_registry_and_netns_nodes():
+    assert get("netns") is NetnsTopology and get("compose") is ComposeTopology
+    with pytest.raises(LabError, match="unknown topology 'k8s'; known: compose, netns"):
+        get("k8s")
+    topo = NetnsTopology("svc2")
+    assert (topo.client.name, topo.client.ns, topo.endpoint.ns) == ("client", "ll-svc2-c", "ll-svc2-e")
+    with pytest.raises(LabError, match="not up"):
+        topo.client.popen(["true"])
