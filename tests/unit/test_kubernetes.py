@@ -242,11 +242,18 @@ def wf():
     return yaml.safe_load(FANOUT.read_text())
 
 
-def test_fanout_schema_valid():
-    exe = Path(sys.executable).parent / "check-jsonschema"
-    out = subprocess.run([str(exe), "--builtin-schema", "vendor.github-workflows", str(FANOUT)],
-                         capture_output=True, text=True)
+def lint_workflow(path: Path) -> subprocess.CompletedProcess:
+    """check-jsonschema against the GitHub workflow schema it ships, as test_workflow.py lints nightly.yml."""
+    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+                           str(path)], capture_output=True, text=True)
+
+
+def test_fanout_schema_valid_and_the_lint_can_fail(tmp_path):
+    out = lint_workflow(FANOUT)
     assert out.returncode == 0, out.stdout + out.stderr
+    broken = tmp_path / "broken.yml"
+    broken.write_text(FANOUT.read_text().replace("runs-on: ubuntu-latest", "runs_on: ubuntu-latest"))
+    assert lint_workflow(broken).returncode != 0
 
 
 def test_fanout_inputs_matrix_and_fan_in(wf):
@@ -262,7 +269,9 @@ def test_fanout_inputs_matrix_and_fan_in(wf):
         assert f"make {target}" in runs and f"\n{target}:" in makefile
     assert "BUDGET=${{ matrix.budget }}" in runs
     upload = next(s for s in jobs["shard"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
-    assert "steps.scan.outcome == 'success'" in upload["if"]
+    scan = next(s for s in jobs["shard"]["steps"] if s.get("id") == "scan")
+    assert "lab scan captures" in scan["run"] and "inputs.endpoint == 'live'" in scan["if"]
+    assert "inputs.endpoint == 'twin' || steps.scan.outcome == 'success'" in upload["if"]
     report = jobs["report"]
     assert "shard" in report["needs"]
     dl = next(s for s in report["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact"))
