@@ -113,8 +113,9 @@ def _labels(plan: Plan, role: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": "livelab", "livelab/batch": plan.name, "livelab/role": role}
 
 
-def _security(svc: Service, extra: list[str] = ()) -> dict:
-    caps = list(dict.fromkeys([*svc.cap_add, *extra]))
+def _security(caps: list[str] = ()) -> dict:
+    """Nothing but `caps`: every other capability dropped, not privileged, no privilege escalation."""
+    caps = list(dict.fromkeys(caps))
     ctx: dict = {"privileged": False, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     if caps:
         ctx["capabilities"]["add"] = caps
@@ -169,7 +170,7 @@ def capture_container(plan: Plan, svcs: dict[str, Service]) -> dict:
             "restartPolicy": "Always", "command": [k8s_literal(a) for a in cap.command],
             "env": [_shard_env(JOB_INDEX), {"name": "BATCH", "value": plan.name},
                     *_env({**cap.environment, "RUN_DIR": _run_dir(plan)})],
-            "securityContext": _security(cap, RUNTIME_CAPS["capture"]),
+            "securityContext": _security([*cap.cap_add, *RUNTIME_CAPS["capture"]]),
             "startupProbe": _probe(cap, failures=60),
             "volumeMounts": [_results_mount()]}
 
@@ -188,7 +189,7 @@ def client_container(plan: Plan, svcs: dict[str, Service]) -> dict:
     c = {"name": "client", "image": _image(cl.image, plan), "imagePullPolicy": "IfNotPresent",
          "command": ["sh", "-c", k8s_literal(shard_cmd)],
          "env": [_shard_env(JOB_INDEX), {"name": "BATCH", "value": plan.name}, *_env(env)],
-         "securityContext": _security(cl, RUNTIME_CAPS["client"]),
+         "securityContext": _security([*cl.cap_add, *RUNTIME_CAPS["client"]]),
          "volumeMounts": [_results_mount()]}
     if plan.endpoint == "twin":
         c["volumeMounts"].append(_certs_mount(read_only=True))
@@ -228,7 +229,7 @@ def twin_objects(plan: Plan, svcs: dict[str, Service]) -> list[dict]:
                          {"name": "BATCH", "value": plan.name},
                          *_env({**ep.environment, "RUN_DIR": _run_dir(plan), "TWIN_ARGS": twin_args})],
                  "ports": [{"containerPort": TWIN_PORT, "name": "twin"}],
-                 "securityContext": _security(ep), "readinessProbe": _probe(ep, failures=3),
+                 "securityContext": _security(ep.cap_add), "readinessProbe": _probe(ep, failures=3),
                  "volumeMounts": [_results_mount(), _certs_mount(read_only=False)]}
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{plan.name}-twin", "labels": sel},
                "spec": {"clusterIP": "None", "selector": sel, "ports": [{"name": "twin", "port": TWIN_PORT}]}}
@@ -264,7 +265,7 @@ def fan_in_job(plan: Plan, svcs: dict[str, Service], wait_s: int | None = None) 
               f"do sleep 10; done\nexec lab report {RESULTS}")
     container = {"name": "report", "image": _image(svcs["client"].image, plan), "imagePullPolicy": "IfNotPresent",
                  "command": ["sh", "-c", k8s_literal(script)], "env": [{"name": "BATCH", "value": plan.name}],
-                 "securityContext": _security(Service("report", "", [])),
+                 "securityContext": _security(),
                  "volumeMounts": [_results_mount()]}
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": f"{plan.name}-report", "labels": _labels(plan, "report")},
