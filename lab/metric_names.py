@@ -5,7 +5,7 @@ other's way: `lab.report.metrics` computes exactly these names (a unit test hold
 `lab.expectations` checks a scenario's `<metric>` and `max_/min_<metric>` expectations against
 them while the report imports `lab.expectations` (so it cannot import `lab.report` back).
 
-`origin` says whether a figure can be read as a finding (docs/SEAMS.md):
+`origin` says whether a figure can be read as a finding (docs/DESIGN.md):
 
 - `twin-input`: against the twin the figure is one of its profile parameters echoed back (`param`
   names it): the refusal code and delay, the resume setup time, the idle release. Agreement with the

@@ -33,7 +33,7 @@ class ClientContext:
     params: dict[str, Any] = field(default_factory=dict)   # the scenario's client parameters
     speech: bool = False            # user lines as synthetic 16 kHz speech instead of text
     # called with the purpose ('initial' | 'resume' | 'new') before the client opens any connection;
-    # raising (a LabError such as the live budget's BudgetError) refuses that open (docs/SEAMS.md)
+    # raising (a LabError such as the live budget's BudgetError) refuses that open (docs/DESIGN.md)
     before_connect: Callable[[str], None] | None = None
 
 

@@ -7,7 +7,7 @@ start, say (text or synthetic speech), tool calls against the backend, results d
 connection is live (or owed until one is), resume attempts with their events, the transcript, `ready`
 and `last_answer`. Subclasses decide what happens after a loss (`on_loss`).
 
-Before any connection is opened `ctx.before_connect(purpose)` is asked (docs/SEAMS.md); if it
+Before any connection is opened `ctx.before_connect(purpose)` is asked (docs/DESIGN.md); if it
 raises, that connection is not opened: a resume is recorded as a failed attempt, a new session as
 `fallback.new_failed`, and the initial connection's refusal ends `start()` with that error.
 """

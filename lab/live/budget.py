@@ -2,7 +2,7 @@
 
 Each connection (the first, each resume attempt, each new session) is one WebSocket setup against
 the real endpoint, and each costs quota. The client calls `ClientContext.before_connect(purpose)`
-before it opens any connection (docs/SEAMS.md); in live mode that callable is a
+before it opens any connection (docs/DESIGN.md); in live mode that callable is a
 `ConnectionCharger`, which reserves one session in three ledgers at once, the run's, the batch's
 and the day's, or raises `lab.errors.BudgetError` (one line) when a cap would be passed, so the
 connection is never opened. The ledgers are JSON files updated under an exclusive lock and
