@@ -33,7 +33,7 @@ from typing import Callable
 
 from lab.errors import CapabilityError, LabError
 from lab.topology.base import Node, Topology, require_tools
-from lab.topology.services import Capture
+from lab.topology.services import Capture, stop_process
 
 ENDPOINT_ENV = "LAB_ENDPOINT"         # host:port of the twin's Service ("" in live mode)
 SPOOL = Path("/spool")                # where the capture sidecar's tcpdumps write
@@ -85,6 +85,7 @@ class PodNode(Node):
                  standins: dict[str, Callable[[list[str]], list[str]]] | None = None):
         super().__init__(name)
         self._host, self._dev, self.local, self.standins = host, dev, local, dict(standins or {})
+        self.procs: list[subprocess.Popen] = []        # what down() ends if the run did not
 
     @property
     def host(self) -> str:
@@ -103,11 +104,13 @@ class PodNode(Node):
 
     def popen(self, argv: list[str], role: str = "proc", **popen_kw) -> subprocess.Popen:
         if role in self.standins:
-            return subprocess.Popen([*STANDIN, *self.standins[role](argv)], **popen_kw)
-        if not self.local:
+            argv = [*STANDIN, *self.standins[role](argv)]
+        elif not self.local:
             raise LabError(f"pod topology: the pod spec runs no {role} on the {self.name} "
                            "(scenarios through the freeze proxy run with --topology netns or compose)")
-        return subprocess.Popen(argv, **popen_kw)
+        proc = subprocess.Popen(argv, **popen_kw)
+        self.procs.append(proc)
+        return proc
 
 
 class PodTopology(Topology):
@@ -149,7 +152,12 @@ class PodTopology(Topology):
             wait_for(lambda: twin_problem(self.endpoint.host, self._port, self.ca_path), "twin", self.wait_timeout)
 
     def down(self) -> None:
-        """Nothing to remove: the sidecar ends with the pod, the twin with `kubectl delete`."""
+        """Nothing of the pod's to remove (the sidecar ends with the pod, the twin with `kubectl
+        delete`): only what the run started on the nodes and left running."""
+        for node in (self.client, self.endpoint):
+            for proc in node.procs:
+                stop_process(proc)
+            node.procs = []
 
     @property
     def cert_dir(self) -> Path:

@@ -301,6 +301,9 @@ def test_pod_topology_waits_for_the_sidecar_and_the_twin_then_stands_in_for_them
         topo.endpoint.popen(["lab", "proxy"], role="proxy")
     agent = topo.client.popen([sys.executable, "-c", "print('local')"], role="agent", stdout=subprocess.PIPE, text=True)
     assert agent.communicate()[0] == "local\n"                   # anything else runs right here
+    left = topo.client.popen(["sleep", "60"], role="left-running")
+    topo.down()
+    assert left.poll() is not None                                 # down() ends what a run left
 
 
 def test_pod_topology_says_what_it_waits_for(in_pod, monkeypatch):
