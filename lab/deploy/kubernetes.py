@@ -41,7 +41,7 @@ import yaml
 
 from lab import scenario as scenario_mod
 from lab.deploy.compose_file import NodeSpec, nodes
-from lab.deploy.shards import DONE_MARKER, shard_name, split_budget
+from lab.deploy.shards import shard_name, split_budget
 from lab.errors import LabError
 from lab.live.budget import DEFAULT_BATCH
 from lab.run import TWIN_KEY
