@@ -277,10 +277,11 @@ def _cmd_run(args) -> int:
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
                       ca=args.ca)
     # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on
-    return 0 if _batch_passed(batch) else 1
+    return 0 if batch_passed(batch) else 1
 
 
-def _batch_passed(batch: Path) -> bool:
+def batch_passed(batch: Path) -> bool:
+    """Every run of the batch folder has a verdict and each passed (what `lab run` exits 0 on)."""
     verdicts = [json.loads(p.read_text()) for p in batch.glob("*/verdict.json")]
     return bool(verdicts) and all(v.get("pass", v.get("passed")) for v in verdicts)
 

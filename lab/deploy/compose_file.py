@@ -1,4 +1,6 @@
-"""compose.yaml's services as plain values: the definition the Kubernetes manifests are rendered from.
+"""compose.yaml's two nodes as plain values: where the Kubernetes manifests take images, capabilities
+and sysctls from. (Commands come from the service objects, lab/topology/services.py: compose.yaml's
+nodes carry none.)
 
 Variables are resolved to compose.yaml's own defaults (`${VAR:-default}`; `${VAR}` without one is
 empty), never from this process's environment, so the same checkout renders the same manifests;
@@ -14,20 +16,18 @@ from typing import Any
 import yaml
 
 from lab.errors import LabError
-from lab.topology.compose import COMPOSE_FILE
+from lab.topology.compose import COMPOSE_FILE, LAB_SERVICES
 
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
 
 
 @dataclass(frozen=True)
-class Service:
+class NodeSpec:
+    """One of compose.yaml's containers (a node of the topology): what a pod's container keeps of it."""
     name: str
     image: str
-    command: list[str]
     cap_add: list[str] = field(default_factory=list)
     sysctls: dict[str, str] = field(default_factory=dict)
-    environment: dict[str, str] = field(default_factory=dict)
-    health: list[str] | None = None        # the healthcheck as an argv (CMD-SHELL becomes sh -c)
 
 
 def resolve(text: str) -> str:
@@ -45,30 +45,18 @@ def _resolved(value: Any) -> Any:
     return value
 
 
-def _health(check: dict | None) -> list[str] | None:
-    test = (check or {}).get("test")
-    if not test:
-        return None
-    if isinstance(test, str):
-        return ["sh", "-c", test]
-    head, *rest = test
-    return ["sh", "-c", rest[0]] if head == "CMD-SHELL" else rest
-
-
-def services(path: Path = COMPOSE_FILE) -> dict[str, Service]:
-    """name -> Service for every service in the compose file; LabError if it is not readable."""
+def nodes(path: Path = COMPOSE_FILE) -> dict[str, NodeSpec]:
+    """name -> NodeSpec for each of compose.yaml's nodes (LAB_SERVICES); LabError if one is missing."""
     try:
         doc = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as e:
         raise LabError(f"cannot read {path}: {e}") from None
+    found = doc.get("services") or {}
     out = {}
-    for name, raw in (doc.get("services") or {}).items():
-        svc = _resolved(raw)
-        command = svc.get("command") or []
-        out[name] = Service(name=name, image=svc.get("image", ""),
-                            command=command if isinstance(command, list) else ["sh", "-c", command],
-                            cap_add=list(svc.get("cap_add") or []),
-                            sysctls={k: str(v) for k, v in (svc.get("sysctls") or {}).items()},
-                            environment={k: "" if v is None else str(v) for k, v in (svc.get("environment") or {}).items()},
-                            health=_health(svc.get("healthcheck")))
+    for name in LAB_SERVICES:
+        if name not in found:
+            raise LabError(f"{path} has no {name} service (the topology's nodes are {', '.join(LAB_SERVICES)})")
+        svc = _resolved(found[name])
+        out[name] = NodeSpec(name=name, image=svc.get("image", ""), cap_add=list(svc.get("cap_add") or []),
+                             sysctls={k: str(v) for k, v in (svc.get("sysctls") or {}).items()})
     return out

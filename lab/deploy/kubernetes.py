@@ -1,23 +1,33 @@
-"""Kubernetes manifests for a batch fanned out as an Indexed Job, rendered from compose.yaml.
+"""Kubernetes manifests for a batch fanned out as an Indexed Job, from the lab's one topology definition.
 
     python -m lab.deploy.kubernetes --completions 4 --scenario b1-silent-loss --budget 100 > job.yaml
     kubectl apply -f deploy/kubernetes/pvc.yaml -f job.yaml
 
-One completion index = one lab run. Its pod holds the `client` container (compose.yaml's client:
-image, capabilities, sysctls, environment; the run itself is `python -m lab.deploy.shard`) and the
-`capture` sidecar (compose.yaml's capture command) in the pod's one network namespace. The twin is
-NOT in that pod: it runs in a pod of its own (compose.yaml's endpoint command), one per index, behind
-a headless Service. A twin on the pod's loopback would share the client's kernel: the client's
-sysctls (tcp_retries2, the timer that decides when the server lets go of the old connection) would
-be the twin's too, the fault rules in the namespace would drop the twin's own retransmissions before
-they left its socket, and eth0 (what the capture records) would carry nothing; the silent-loss
-signature is the server's kernel holding a connection whose packets vanished on the path, so the
-twin needs its own kernel namespace across a real link, as in the netns and Compose topologies.
+Nothing is written twice: images, capabilities and sysctls are compose.yaml's two nodes'
+(lab.deploy.compose_file), and every container's command line is the one its service object gives
+(lab/topology/services.py), as in the netns and Compose topologies. One completion index = one lab
+run, whose pod holds:
+
+  client    compose.yaml's client node (its image, NET_ADMIN, its sysctls for the pod's namespace)
+            running `python -m lab.deploy.shard`: `lab run`'s batch code with the `pod` topology
+            (lab/topology/pod.py), whose client node is this container.
+  capture   a native sidecar in the same network namespace running the Capture's own two tcpdumps
+            (Capture.commands()), into an emptyDir spool the client copies each run's pcaps from.
+
+The twin is NOT in that pod: Twin.argv() runs in a pod of its own per index (compose.yaml's endpoint
+node) behind a headless Service, the pod topology's endpoint node. On the pod's loopback it would
+share the client's kernel: the client's sysctls (tcp_retries2, the timer that decides when the server
+lets go of the old connection) would be the twin's too, the fault rules in the namespace would drop
+the twin's own retransmissions before they left its socket, and eth0 (what the capture records)
+would carry nothing; the silent-loss signature is the server's kernel holding a connection whose
+packets vanished on the path, so the twin needs its own kernel namespace across a real link.
 
 Results go to a ReadWriteMany claim: results/<name>/shard-<i>/<run>/ per index, the twin's CA under
-certs/<name>/shard-<i>/ (outside the results); a fan-in Job waits for every shard's DONE_MARKER and
-runs `lab report` over results/<name>. A live batch's session budget is split across the indexes
-(lab.deploy.shards.split_budget) into a ConfigMap; each pod exports its own share as LAB_BUDGET.
+certs/<name>/shard-<i>/ (outside the results). A shard leaves raw captures and its verdict; the fan-in
+Job (lab.deploy.fan_in, in the report image: the client image plus tshark and matplotlib) waits for
+every shard's DONE_MARKER, merges each capture.pcapng and runs `lab report` over results/<name>. A live
+batch's session budget is split across the indexes (lab.deploy.shards.split_budget) into a ConfigMap;
+each pod exports its own share as LAB_BUDGET.
 """
 from __future__ import annotations
 
@@ -30,25 +40,29 @@ from dataclasses import dataclass
 import yaml
 
 from lab import scenario as scenario_mod
-from lab.deploy.compose_file import Service, services
-from lab.deploy.shards import DONE_MARKER, shard_name, split_budget
+from lab.deploy.compose_file import NodeSpec, nodes
+from lab.deploy.shards import shard_name, split_budget
 from lab.errors import LabError
 from lab.live.budget import DEFAULT_BATCH
 from lab.run import TWIN_KEY
+from lab.topology import pod
+from lab.topology.base import Topology
+from lab.topology.services import Twin
 
-RESULTS = "/captures"            # compose.yaml mounts the results here; the pod keeps the path
-CERTS = "/certs"                 # and the twin's CA here
+RESULTS = "/captures"            # compose.yaml mounts the results here; the pods keep the path
 BUDGET_DIR = "/etc/livelab/budget"
-TWIN_PORT = 8443
+TWIN_PORT = Topology.endpoint_port
 KEY_SECRET = "livelab-gemini"    # live mode: a Secret with GEMINI_API_KEY
+REPORT_IMAGE = "livelab-report"  # deploy/kubernetes/Dockerfile.report: the client image + tshark, matplotlib
+SHARD = "$(SHARD)"               # the index, filled in by Kubernetes in commands and env values
 # where a pod reads its index (SHARD): an Indexed Job's pod annotation, a StatefulSet pod's label
 JOB_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 STATEFUL_INDEX = "metadata.labels['apps.kubernetes.io/pod-index']"
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")   # a DNS label, leaving room for -twin-<i>
 # Capabilities beyond compose.yaml's cap_add. Docker grants a default set that a Kubernetes pod here
-# drops (drop: ALL); these are the ones the lab uses from it. NET_RAW: iptables-legacy opens a raw
-# socket. SETUID/SETGID: `tcpdump -Z root` changes to root's user and groups (fails without them).
-RUNTIME_CAPS = {"client": ["NET_RAW"], "capture": ["SETUID", "SETGID"]}
+# drops (drop: ALL); these are the ones the lab uses from it. NET_RAW: iptables-legacy and tcpdump
+# open raw sockets. SETUID/SETGID: `tcpdump -Z root` changes to root's user and groups.
+RUNTIME_CAPS = {"client": ["NET_RAW"], "capture": ["NET_RAW", "SETUID", "SETGID"]}
 
 
 @dataclass(frozen=True)
@@ -104,6 +118,13 @@ def k8s_literal(text: str) -> str:
     return text.replace("$", "$$")
 
 
+def in_image(argv: list[str]) -> list[str]:
+    """A service's command line as a container runs it: the image's python for this one's, every
+    `$` literal but the index (SHARD)."""
+    argv = ["python" if a == sys.executable else a for a in argv]
+    return [k8s_literal(a).replace(k8s_literal(SHARD), SHARD) for a in argv]
+
+
 def _image(compose_image: str, plan: Plan) -> str:
     repo = compose_image.rsplit(":", 1)[0]
     return f"{plan.registry.rstrip('/')}/{repo}:{plan.tag}" if plan.registry else f"{repo}:{plan.tag}"
@@ -122,37 +143,34 @@ def _security(caps: list[str] = ()) -> dict:
     return ctx
 
 
-def _env(values: dict[str, str]) -> list[dict]:
-    return [{"name": k, "value": v} for k, v in values.items()]
+def _index_env(plan: Plan, index_field: str) -> list[dict]:
+    return [{"name": "SHARD", "valueFrom": {"fieldRef": {"fieldPath": index_field}}},
+            {"name": "BATCH", "value": plan.name}]
 
 
-def _shard_env(index_field: str) -> dict:
-    return {"name": "SHARD", "valueFrom": {"fieldRef": {"fieldPath": index_field}}}
+def _probe(argv: list[str], period: int = 1, failures: int = 60) -> dict:
+    return {"exec": {"command": in_image(argv)}, "periodSeconds": period, "failureThreshold": failures}
 
 
-def _probe(svc: Service, period: int = 1, failures: int = 60) -> dict:
-    return {"exec": {"command": svc.health}, "periodSeconds": period, "failureThreshold": failures}
-
-
-def _twin_host(plan: Plan, shard: str) -> str:
-    return f"{plan.name}-twin-{shard}.{plan.name}-twin"
-
-
-def _run_dir(plan: Plan) -> str:
-    return f"{RESULTS}/{shard_name('$(SHARD)')}/{plan.run_name}"    # $(SHARD): filled in by Kubernetes
+def _twin_host(plan: Plan) -> str:
+    return f"{plan.name}-twin-{SHARD}.{plan.name}-twin"
 
 
 def _results_volume(plan: Plan) -> dict:
     return {"name": "results", "persistentVolumeClaim": {"claimName": plan.claim}}
 
 
-def _results_mount(read_only: bool = False) -> dict:
-    return {"name": "results", "mountPath": RESULTS, "subPathExpr": "results/$(BATCH)", "readOnly": read_only}
+def _results_mount() -> dict:
+    return {"name": "results", "mountPath": RESULTS, "subPathExpr": "results/$(BATCH)"}
 
 
 def _certs_mount(read_only: bool) -> dict:
-    return {"name": "results", "mountPath": CERTS, "subPathExpr": "certs/$(BATCH)/shard-$(SHARD)",
+    return {"name": "results", "mountPath": str(pod.CERT_DIR), "subPathExpr": f"certs/$(BATCH)/shard-{SHARD}",
             "readOnly": read_only}
+
+
+def _spool_mount(read_only: bool) -> dict:
+    return {"name": "spool", "mountPath": str(pod.SPOOL), "readOnly": read_only}
 
 
 def _pod_basics() -> dict:
@@ -160,77 +178,87 @@ def _pod_basics() -> dict:
     return {"hostNetwork": False, "hostPID": False, "hostIPC": False, "automountServiceAccountToken": False}
 
 
+def twin_service(plan: Plan) -> Twin:
+    """The Twin a twin pod runs: the one run_one would start, with what only the pod spec knows (its
+    Service name, a seed per index, no run clock yet: t0=None)."""
+    return Twin(pod.PodNode("endpoint", host=_twin_host(plan)), cert_dir=pod.CERT_DIR, api_key=TWIN_KEY,
+                log_path=f"{RESULTS}/twin.jsonl", t0=None, seed=SHARD, port=TWIN_PORT)
+
+
+def capture_script() -> str:
+    """The sidecar's shell: each of the Capture's tcpdump command lines, its stderr to its log, at once."""
+    lines = [f"{shlex.join(argv)} 2>{shlex.quote(str(log))} &" for _role, argv, _out, log in pod.sidecar_capture().commands()]
+    return "\n".join([*lines, "wait"])
+
+
 # ---- objects ---------------------------------------------------------------------------------------
-def capture_container(plan: Plan, svcs: dict[str, Service]) -> dict:
-    cap = svcs["capture"]
-    # a native sidecar (init container that keeps running): it starts, and is healthy, before the
-    # client, and Kubernetes stops it after the client ends, so the Job completes. Its image is the
-    # client's: compose.yaml's capture uses the local base image, which the client image is built on.
-    return {"name": "capture", "image": _image(svcs["client"].image, plan), "imagePullPolicy": "IfNotPresent",
-            "restartPolicy": "Always", "command": [k8s_literal(a) for a in cap.command],
-            "env": [_shard_env(JOB_INDEX), {"name": "BATCH", "value": plan.name},
-                    *_env({**cap.environment, "RUN_DIR": _run_dir(plan)})],
-            "securityContext": _security([*cap.cap_add, *RUNTIME_CAPS["capture"]]),
-            "startupProbe": _probe(cap, failures=60),
-            "volumeMounts": [_results_mount()]}
+def capture_container(plan: Plan, node: NodeSpec) -> dict:
+    # a native sidecar (init container that keeps running): it starts, and is listening, before the
+    # client, and Kubernetes stops it after the client ends, so the Job completes. It is the client
+    # node's capture: the client's image and capabilities, plus what tcpdump needs beyond them.
+    logs = [str(log) for _role, _argv, _out, log in pod.sidecar_capture().commands()]
+    return {"name": "capture", "image": _image(node.image, plan), "imagePullPolicy": "IfNotPresent",
+            "restartPolicy": "Always", "command": ["sh", "-c", k8s_literal(capture_script())],
+            "securityContext": _security([*node.cap_add, *RUNTIME_CAPS["capture"]]),
+            "startupProbe": _probe([*pod.STANDIN, "capture", *logs]),
+            "volumeMounts": [_spool_mount(read_only=False)]}
 
 
-def client_container(plan: Plan, svcs: dict[str, Service]) -> dict:
-    cl = svcs["client"]
-    env = dict(cl.environment)
-    for k in ("LAB_PROXY", "LAB_PROXY_CONTROL"):
-        env.pop(k, None)                    # no freeze proxy in the pod (make_plan refuses such scenarios)
-    env["RUN_ID"] = plan.run_name
-    env["LAB_ENDPOINT"] = f"{_twin_host(plan, '$(SHARD)')}:{TWIN_PORT}" if plan.endpoint == "twin" else ""
+def client_container(plan: Plan, node: NodeSpec) -> dict:
     shard_cmd = (f"exec python -m lab.deploy.shard {shlex.quote(plan.scenario)} --out \"{RESULTS}/shard-$SHARD\" "
                  f"--client {shlex.quote(plan.client)} --endpoint {plan.endpoint} --duration {plan.duration:g}")
     if plan.budget is not None:
         shard_cmd = f"export LAB_BUDGET=\"$(cat {BUDGET_DIR}/shard-$SHARD)\"\n{shard_cmd}"
-    c = {"name": "client", "image": _image(cl.image, plan), "imagePullPolicy": "IfNotPresent",
-         "command": ["sh", "-c", k8s_literal(shard_cmd)],
-         "env": [_shard_env(JOB_INDEX), {"name": "BATCH", "value": plan.name}, *_env(env)],
-         "securityContext": _security([*cl.cap_add, *RUNTIME_CAPS["client"]]),
-         "volumeMounts": [_results_mount()]}
+    env = _index_env(plan, JOB_INDEX)
+    mounts = [_results_mount(), _spool_mount(read_only=True)]
     if plan.endpoint == "twin":
-        c["volumeMounts"].append(_certs_mount(read_only=True))
+        env.append({"name": pod.ENDPOINT_ENV, "value": f"{_twin_host(plan)}:{TWIN_PORT}"})
+        mounts.append(_certs_mount(read_only=True))
     else:
-        c["env"].append({"name": "GEMINI_API_KEY",
-                         "valueFrom": {"secretKeyRef": {"name": KEY_SECRET, "key": "GEMINI_API_KEY"}}})
+        env.append({"name": "GEMINI_API_KEY",
+                    "valueFrom": {"secretKeyRef": {"name": KEY_SECRET, "key": "GEMINI_API_KEY"}}})
     if plan.budget is not None:
-        c["volumeMounts"].append({"name": "budget", "mountPath": BUDGET_DIR, "readOnly": True})
-    return c
+        mounts.append({"name": "budget", "mountPath": BUDGET_DIR, "readOnly": True})
+    return {"name": "client", "image": _image(node.image, plan), "imagePullPolicy": "IfNotPresent",
+            "command": ["sh", "-c", k8s_literal(shard_cmd)], "env": env,
+            "securityContext": _security([*node.cap_add, *RUNTIME_CAPS["client"]]), "volumeMounts": mounts}
 
 
-def shard_job(plan: Plan, svcs: dict[str, Service]) -> dict:
-    volumes = [_results_volume(plan)]
+def shard_job(plan: Plan, topo: dict[str, NodeSpec]) -> dict:
+    client = topo["client"]
+    volumes = [_results_volume(plan), {"name": "spool", "emptyDir": {}}]
     if plan.budget is not None:
         volumes.append({"name": "budget", "configMap": {"name": f"{plan.name}-budget"}})
-    pod = {**_pod_basics(), "restartPolicy": "Never",
-           # compose.yaml's client sysctls, for the pod's one network namespace; tcp_retries2 is not
-           # on the kubelet's safe list: nodes need --allowed-unsafe-sysctls=net.ipv4.tcp_retries2
-           "securityContext": {"sysctls": [{"name": k, "value": v} for k, v in svcs["client"].sysctls.items()]},
-           "initContainers": [capture_container(plan, svcs)], "containers": [client_container(plan, svcs)], "volumes": volumes}
+    pod_spec = {**_pod_basics(), "restartPolicy": "Never",
+                # compose.yaml's client sysctls, for the pod's one network namespace; tcp_retries2 is not
+                # on the kubelet's safe list: nodes need --allowed-unsafe-sysctls=net.ipv4.tcp_retries2
+                "securityContext": {"sysctls": [{"name": k, "value": v} for k, v in client.sysctls.items()]},
+                "initContainers": [capture_container(plan, client)], "containers": [client_container(plan, client)],
+                "volumes": volumes}
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": plan.name, "labels": _labels(plan, "shard")},
             "spec": {"completionMode": "Indexed", "completions": plan.completions, "parallelism": plan.parallelism,
                      # one try per index: a retry would open live sessions a second time, over its share
                      "backoffLimitPerIndex": 0, "maxFailedIndexes": plan.completions,
-                     "template": {"metadata": {"labels": _labels(plan, "shard")}, "spec": pod}}}
+                     "template": {"metadata": {"labels": _labels(plan, "shard")}, "spec": pod_spec}}}
 
 
-def twin_objects(plan: Plan, svcs: dict[str, Service]) -> list[dict]:
+def twin_objects(plan: Plan, topo: dict[str, NodeSpec]) -> list[dict]:
     """A headless Service and a StatefulSet: twin <i> answers at <name>-twin-<i>.<name>-twin."""
-    ep = svcs["endpoint"]
+    ep = topo["endpoint"]
     sel = _labels(plan, "twin")
-    twin_args = f"--api-key {TWIN_KEY} --seed $(SHARD) --san {_twin_host(plan, '$(SHARD)')}"
+    twin = twin_service(plan)
+    # the twin's pod sees only its run's folder, at /captures (a subPath the kubelet makes if it is
+    # missing): the twin writes twin.jsonl there before the shard has made the folder
+    run_mount = {"name": "results", "mountPath": RESULTS,
+                 "subPathExpr": f"results/$(BATCH)/{shard_name(SHARD)}/{plan.run_name}"}
     container = {"name": "twin", "image": _image(ep.image, plan), "imagePullPolicy": "IfNotPresent",
-                 "command": [k8s_literal(a) for a in ep.command],
-                 "env": [_shard_env(STATEFUL_INDEX),
-                         {"name": "BATCH", "value": plan.name},
-                         *_env({**ep.environment, "RUN_DIR": _run_dir(plan), "TWIN_ARGS": twin_args})],
+                 "command": in_image(twin.argv()), "env": _index_env(plan, STATEFUL_INDEX),
                  "ports": [{"containerPort": TWIN_PORT, "name": "twin"}],
-                 "securityContext": _security(ep.cap_add), "readinessProbe": _probe(ep, failures=3),
-                 "volumeMounts": [_results_mount(), _certs_mount(read_only=False)]}
+                 "securityContext": _security(ep.cap_add),
+                 "readinessProbe": _probe([*pod.STANDIN, "twin", "127.0.0.1", str(TWIN_PORT),
+                                           str(pod.CERT_DIR / "ca.pem")], failures=3),
+                 "volumeMounts": [run_mount, _certs_mount(read_only=False)]}
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{plan.name}-twin", "labels": sel},
                "spec": {"clusterIP": "None", "selector": sel, "ports": [{"name": "twin", "port": TWIN_PORT}]}}
     sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": f"{plan.name}-twin", "labels": sel},
@@ -258,15 +286,14 @@ def budget_map(plan: Plan) -> dict:
             "data": {shard_name(i): str(b) for i, b in enumerate(plan.budget or [])}}
 
 
-def fan_in_job(plan: Plan, svcs: dict[str, Service], wait_s: int | None = None) -> dict:
-    """Waits until every index left its DONE_MARKER, then `lab report` over all shard folders."""
+def fan_in_job(plan: Plan, wait_s: int | None = None) -> dict:
+    """Waits until every index left its DONE_MARKER, then finalizes and reports all shard folders."""
     wait_s = wait_s or int(plan.duration) + 3600        # the runs, plus image pulls and start-up
-    script = (f"until [ \"$(ls {RESULTS}/shard-*/{DONE_MARKER} 2>/dev/null | wc -l)\" -ge {plan.completions} ]; "
-              f"do sleep 10; done\nexec lab report {RESULTS}")
-    container = {"name": "report", "image": _image(svcs["client"].image, plan), "imagePullPolicy": "IfNotPresent",
-                 "command": ["sh", "-c", k8s_literal(script)], "env": [{"name": "BATCH", "value": plan.name}],
-                 "securityContext": _security(),
-                 "volumeMounts": [_results_mount()]}
+    argv = ["python", "-m", "lab.deploy.fan_in", RESULTS, "--shards", str(plan.completions),
+            "--timeout", str(wait_s - 60)]               # its own deadline first: one line, not a kill
+    container = {"name": "report", "image": _image(f"{REPORT_IMAGE}:", plan), "imagePullPolicy": "IfNotPresent",
+                 "command": in_image(argv), "env": [{"name": "BATCH", "value": plan.name}],
+                 "securityContext": _security(), "volumeMounts": [_results_mount()]}
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": f"{plan.name}-report", "labels": _labels(plan, "report")},
             "spec": {"backoffLimit": 0, "activeDeadlineSeconds": wait_s,
@@ -275,15 +302,15 @@ def fan_in_job(plan: Plan, svcs: dict[str, Service], wait_s: int | None = None) 
                                            "volumes": [_results_volume(plan)]}}}}
 
 
-def render(plan: Plan, svcs: dict[str, Service] | None = None) -> list[dict]:
+def render(plan: Plan, topo: dict[str, NodeSpec] | None = None) -> list[dict]:
     """Every object of the batch, in the order `kubectl apply` should create them."""
-    svcs = svcs or services()
+    topo = topo or nodes()
     objs: list[dict] = []
     if plan.budget is not None:
         objs.append(budget_map(plan))
     if plan.endpoint == "twin":
-        objs += [*twin_objects(plan, svcs), isolation_policy(plan)]
-    return [*objs, shard_job(plan, svcs), fan_in_job(plan, svcs)]
+        objs += [*twin_objects(plan, topo), isolation_policy(plan)]
+    return [*objs, shard_job(plan, topo), fan_in_job(plan)]
 
 
 class _PlainDumper(yaml.SafeDumper):

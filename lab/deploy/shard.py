@@ -4,9 +4,12 @@
                                         [--duration S] [--model M]
 
 The run itself is `lab run`'s (lab.run.run_batch: the same run.json, agent, capture, verdict and
-summary); only the topology differs. In live mode the shard's budget is LAB_BUDGET, its share of the
-batch's (lab.deploy.shards.split_budget). Whatever happens, the shard leaves DONE_MARKER with its exit
-status, which the fan-in job waits for. Exit status as `lab run`: 0 passed, 1 a check failed, 2 bad input.
+summary) with the `pod` topology (lab/topology/pod.py). The client image has no tshark or matplotlib:
+the capture stays raw (raw-eth.pcap, raw-nflog.pcap) and the verdict has no timeline.png until the
+fan-in job (lab.deploy.fan_in, in the report image) merges and draws them. In live mode the shard's
+budget is LAB_BUDGET, its share of the batch's (lab.deploy.shards.split_budget). Whatever happens,
+the shard leaves DONE_MARKER with its exit status, which the fan-in job waits for. Exit status as
+`lab run`: 0 passed, 1 a check failed, 2 bad input.
 """
 from __future__ import annotations
 
@@ -16,16 +19,8 @@ import sys
 from pathlib import Path
 
 from lab import run as run_mod
-from lab import topology
 from lab.deploy.shards import DONE_MARKER
 from lab.errors import LabError
-
-POD_TOPOLOGY = "lab.deploy.pod:PodTopology"
-
-
-def register_pod_topology() -> None:
-    """Make `pod` a topology name for run_batch; lab.topology's registry is the only list of them."""
-    topology.TOPOLOGIES.setdefault("pod", POD_TOPOLOGY)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -40,14 +35,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run_shard(args: argparse.Namespace) -> int:
-    register_pod_topology()
     budget = None
     if args.endpoint == "live":
         from lab.live.budget import Budget      # live rails only in live mode (as lab run does)
         budget = Budget.for_batch()             # LAB_BUDGET: this shard's share
     batch = run_mod.run_batch([args.scenario], n=1, client=args.client, topology="pod", endpoint=args.endpoint,
                               out_dir=args.out, duration=args.duration, budget=budget, model=args.model)
-    return 0 if run_mod._batch_passed(batch) else 1
+    return 0 if run_mod.batch_passed(batch) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,12 @@
-"""Topology registry: `get("netns")` or `get("compose")`."""
+"""Topology registry: `get("netns")`, `get("compose")`, or `get("pod")` (a run inside its Kubernetes pod)."""
 from __future__ import annotations
 
 import importlib
 
 from lab.errors import LabError
 
-TOPOLOGIES = {"netns": "lab.topology.netns:NetnsTopology", "compose": "lab.topology.compose:ComposeTopology"}
+TOPOLOGIES = {"netns": "lab.topology.netns:NetnsTopology", "compose": "lab.topology.compose:ComposeTopology",
+              "pod": "lab.topology.pod:PodTopology"}
 
 
 def get(name: str):

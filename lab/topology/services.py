@@ -108,13 +108,15 @@ class Service:
 
 class Twin(Service):
     """`lab twin serve` on the endpoint node: TLS on `port`, a certificate for the node's name, the
-    run's clock (`t0`, so twin.jsonl counts from the run's start) and the run's seed."""
+    run's clock (`t0`, so twin.jsonl counts from the run's start) and the run's seed. `t0=None`: a
+    twin started before the run has a clock (the Kubernetes pod spec's) counts from its own start."""
 
     role = "twin"
     ready_words = ("https://",)
 
-    def __init__(self, node: Node, *, cert_dir: Path | str, api_key: str, log_path: Path | str, t0: float,
-                 seed: int, port: int = 8443, extra: tuple[str, ...] = ()):
+    def __init__(self, node: Node, *, cert_dir: Path | str, api_key: str, log_path: Path | str, t0: float | None,
+                 seed: int | str, port: int = 8443, extra: tuple[str, ...] = ()):
+        # seed may be a placeholder the pod spec fills in per index ("$(SHARD)")
         super().__init__(node)
         self.cert_dir, self.api_key, self.log_path = Path(cert_dir), api_key, Path(log_path)
         self.t0, self.seed, self.port, self.extra = t0, seed, int(port), tuple(extra)
@@ -123,7 +125,8 @@ class Twin(Service):
         # 0.0.0.0: the endpoint node has only its link and loopback, in every topology
         return [sys.executable, "-m", "lab", "twin", "serve", "--host", "0.0.0.0", "--port", str(self.port),
                 "--cert-dir", str(self.cert_dir), "--san", self.node.host, "--api-key", self.api_key,
-                "--log", str(self.log_path), "--t0", repr(self.t0), "--seed", str(self.seed), *self.extra]
+                "--log", str(self.log_path), *(["--t0", repr(self.t0)] if self.t0 is not None else []),
+                "--seed", str(self.seed), *self.extra]
 
     @property
     def base_url(self) -> str:
@@ -170,18 +173,22 @@ class Capture:
         return [("tcpdump-eth", ["-i", self.node.dev, "--time-stamp-precision=nano"], eth),
                 ("tcpdump-nflog", ["-i", "nflog:5"], nflog)]
 
+    def commands(self) -> list[tuple[str, list[str], Path, Path]]:
+        """(role, tcpdump command line, raw file, log of its stderr) for each tcpdump, without
+        starting them (the Kubernetes pod spec runs them in its capture sidecar)."""
+        common = ["tcpdump", "--immediate-mode", "-U", "-Z", "root"]
+        return [(role, [*common, *args, "-w", str(self.run_dir / name)], self.run_dir / name,
+                 self.run_dir / f"{role}.log") for role, args, name in self.plan()]
+
     def start(self) -> "Capture":
         if self._procs:
             raise CapabilityError("this capture is already running")
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        common = ["tcpdump", "--immediate-mode", "-U", "-Z", "root"]
         try:
-            for role, args, name in self.plan():
-                out, log = self.run_dir / name, self.run_dir / f"{role}.log"
+            for role, argv, out, log in self.commands():
                 out.unlink(missing_ok=True)      # a stale file must not pass for this run's capture
                 with open(log, "wb") as fh:
-                    proc = self.node.popen([*common, *args, "-w", str(out)], role=role,
-                                           stdout=subprocess.DEVNULL, stderr=fh)
+                    proc = self.node.popen(argv, role=role, stdout=subprocess.DEVNULL, stderr=fh)
                 self._procs.append((proc, out, log))
             self._wait_listening()
         except Exception:

@@ -4,10 +4,11 @@ The rendered manifests (lab.deploy.kubernetes) are played with `docker run`, the
 play them: each pod's containers share one network namespace (held by a pause container carrying
 the pod's sysctls), the capture sidecar starts and passes its startup probe before the client, the
 twin of each index is a container of its own on an internal network under its Service name, the
-claim is a host folder with each mount's subPathExpr, the budget ConfigMap a folder of files.
-Commands, environment, capabilities and mounts come from the manifests, expanded as the kubelet
-expands $(VAR) and `$$`. Two indexes of B1 run at once; each must pass, with the dropped packets in
-its capture; then the fan-in job merges both shards into one summary.
+claim is a host folder with each mount's subPathExpr, an emptyDir a folder per pod, the budget
+ConfigMap a folder of files. Commands, environment, capabilities and mounts come from the manifests,
+expanded as the kubelet expands $(VAR) and `$$`. Two indexes of B1 run at once in the client image
+(no tshark, no matplotlib); each must pass, with its raw captures holding the dropped packets; then
+the fan-in job, in the report image, merges each run's capture.pcapng and both shards into one summary.
 """
 import os
 import re
@@ -22,7 +23,7 @@ import pytest
 
 from lab.deploy import kubernetes as k8s
 from lab.deploy.shards import DONE_MARKER
-from lab.topology.compose import REPO, docker_ready
+from lab.topology.compose import REPO, docker_ready, ensure_docker
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -73,6 +74,9 @@ class LocalKubelet:
             if "persistentVolumeClaim" in vol:
                 host = self.root / "claims" / vol["persistentVolumeClaim"]["claimName"] / kubelet_expand(m["subPathExpr"], env)
                 host.mkdir(parents=True, exist_ok=True)
+            elif "emptyDir" in vol:             # lives as long as its pod: a folder per pod and index
+                host = self.root / "emptydirs" / f"{id(pod)}-{index}" / m["name"]
+                host.mkdir(parents=True, exist_ok=True)
             else:
                 host = configmaps[vol["configMap"]["name"]]
             argv += ["-v", f"{host}:{m['mountPath']}{':ro' if m.get('readOnly') else ''}"]
@@ -112,38 +116,24 @@ class LocalKubelet:
         docker("network", "rm", self.network, check=False, timeout=60)
 
 
-# In a pod, what `lab run` does on the host after the run (the capture merge with mergecap/editcap,
-# the timeline with matplotlib) happens inside the client image, which compose.yaml's build leaves
-# without them (docker/requirements.txt: "minus what only runs on the host"). Until the image ships
-# them, this layer adds them; each step does nothing when the image already has the tool.
-REPORT_TOOLS = """\
-ARG IMAGE
-FROM ${IMAGE}
-RUN command -v editcap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \\
-    apt-get install -y -qq --no-install-recommends tshark >/dev/null && rm -rf /var/lib/apt/lists/*; }
-COPY wheels/ /tmp/wheels/
-RUN python -c "import matplotlib" 2>/dev/null || pip install -q --no-cache-dir --disable-pip-version-check \\
-    --no-index --find-links /tmp/wheels matplotlib; rm -rf /tmp/wheels
-"""
-
-
 @pytest.fixture(scope="module")
 def tag(tmp_path_factory):
-    """The compose.yaml client image at LAB_IMAGE_TAG, plus the report tools, as tag `<TAG>-k8s`."""
+    """compose.yaml's client image at LAB_IMAGE_TAG, and the fan-in's report image on top of it
+    (deploy/kubernetes/Dockerfile.report, matplotlib from a wheels/ folder: the offline path)."""
     if shutil.which("docker") is None or not docker_ready():
         pytest.skip("needs a Docker engine (scripts/docker-setup.sh)")
+    ensure_docker(log=None)                 # the wheelhouse the image installs the project from, fresh
     r = subprocess.run(["docker", "compose", "-p", "livelab-k8s-image", "build", "client"], cwd=REPO,
                        env={**os.environ, "LAB_IMAGE_TAG": TAG, "COMPOSE_BAKE": "false"},
                        capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         pytest.skip(f"cannot build livelab-client:{TAG} (run scripts/docker-setup.sh): {r.stderr.strip()[-200:]}")
-    ctx = tmp_path_factory.mktemp("report-tools")
-    (ctx / "Dockerfile").write_text(REPORT_TOOLS)
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(ctx / "wheels"), "matplotlib>=3.7"],
+    ctx = tmp_path_factory.mktemp("report-image")
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(ctx / "wheels"), "matplotlib>=3.8"],
                    check=True, capture_output=True, timeout=600)
-    docker("build", "-q", "--build-arg", f"IMAGE=livelab-client:{TAG}", "-t", f"livelab-client:{TAG}-k8s",
-           str(ctx), timeout=900)
-    return f"{TAG}-k8s"
+    docker("build", "-q", "-f", str(REPO / "deploy" / "kubernetes" / "Dockerfile.report"),
+           "--build-arg", f"IMAGE=livelab-client:{TAG}", "-t", f"{k8s.REPORT_IMAGE}:{TAG}", str(ctx), timeout=900)
+    return TAG
 
 
 def test_two_indexes_of_b1_pass_through_the_pod_spec_and_merge(tag, tmp_path):
@@ -183,15 +173,18 @@ def test_two_indexes_of_b1_pass_through_the_pod_spec_and_merge(tag, tmp_path):
             assert rc == 0, (logs.stdout + logs.stderr)[-1500:]
             docker("stop", "-t", "5", cap, check=False)          # what Kubernetes does to a native sidecar
         results = tmp_path / "claims" / plan.claim / "results" / plan.name
-        for i in range(job["completions"]):
-            run = results / f"shard-{i}" / plan.run_name
+        runs = [results / f"shard-{i}" / plan.run_name for i in range(job["completions"])]
+        for i, run in enumerate(runs):
             assert (results / f"shard-{i}" / DONE_MARKER).read_text().strip() == '{"exit": 0}'
-            assert (run / "verdict.json").is_file() and (run / "capture.pcapng").stat().st_size > 0
+            assert (run / "verdict.json").is_file() and (run / "twin.jsonl").is_file()
+            # the sidecar's spool, copied in; merging it is the fan-in's (the client image has no mergecap)
             assert (run / "raw-nflog.pcap").stat().st_size > 24, "no dropped packet in the capture"
-            assert (run / "twin.jsonl").is_file()
+            assert not (run / "capture.pcapng").exists()
         rep = kubelet.start(report_pod["containers"][0], report_pod, 0, "report", configmaps,
                             ["--network", "none"])
         assert kubelet.wait_exit(rep, timeout=300) == 0, docker("logs", rep, check=False).stdout[-1500:]
+        for run in runs:
+            assert (run / "capture.pcapng").stat().st_size > 0 and (run / "timeline.png").is_file()
         summary = (results / "summary.md").read_text()
         assert "2 runs in 1 scenarios, 2 passed" in summary, summary[:800]
         for i in range(job["completions"]):

@@ -1,6 +1,9 @@
-"""The Kubernetes fan-out: manifests rendered from compose.yaml, valid offline, the budget split honest,
-and the GitHub Actions fan-out valid against GitHub's schema. No cluster is involved anywhere here."""
+"""The Kubernetes fan-out: manifests generated from the topology's one definition (compose.yaml's two
+nodes, the service objects' command lines), valid offline, the budget split honest, the pod topology
+standing in for what the pod spec runs, and the GitHub Actions fan-out valid against GitHub's schema.
+No cluster is involved anywhere here."""
 import json
+import shlex
 import socket
 import subprocess
 import sys
@@ -10,12 +13,15 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from lab.deploy import fan_in, matrix, shard
 from lab.deploy import kubernetes as k8s
-from lab.deploy import matrix, shard
-from lab.deploy.compose_file import resolve, services
-from lab.deploy.pod import PodTopology
+from lab.deploy.compose_file import nodes, resolve
 from lab.deploy.shards import DONE_MARKER, split_budget
-from lab.errors import LabError
+from lab.errors import CapabilityError, LabError
+from lab.run import TWIN_KEY
+from lab.topology import pod
+from lab.topology.pod import PodNode, PodTopology
+from lab.topology.services import Capture, Twin
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"
@@ -68,50 +74,82 @@ def test_each_index_reads_its_own_share_as_LAB_BUDGET():
     assert job["backoffLimitPerIndex"] == 0       # a retry would spend a share twice
 
 
-# ---- rendered from compose.yaml --------------------------------------------------------------------
-def test_pod_spec_is_compose_yamls_client_and_capture():
-    svcs = services()
+# ---- generated from the one topology definition ------------------------------------------------------
+def image_argv(command: list[str]) -> list[str]:
+    """A container's command as the service object wrote it: `$$` back to `$`, the image's python."""
+    return [sys.executable if a == "python" else unescape(a) for a in command]
+
+
+def test_compose_yaml_gives_two_nodes_and_no_commands():
+    topo = nodes()
+    assert set(topo) == {"endpoint", "client"}
+    assert topo["client"].sysctls == {"net.ipv4.tcp_retries2": "15", "net.ipv4.tcp_keepalive_time": "7200"}
+    assert topo["client"].cap_add == ["NET_ADMIN"] and topo["endpoint"].cap_add == []
+
+
+def test_pod_spec_is_composes_client_node_running_the_captures_own_tcpdumps():
+    topo = nodes()
     objs = render(tag="v7", registry="ghcr.io/team")
-    pod = shard_pod(objs)
-    (capture,), (client,) = pod["initContainers"], pod["containers"]
-    image = "ghcr.io/team/" + svcs["client"].image.rsplit(":", 1)[0] + ":v7"
+    spec = shard_pod(objs)
+    (capture,), (client,) = spec["initContainers"], spec["containers"]
+    image = "ghcr.io/team/" + topo["client"].image.rsplit(":", 1)[0] + ":v7"
     assert client["image"] == capture["image"] == image == "ghcr.io/team/livelab-client:v7"
-    assert [unescape(a) for a in capture["command"]] == svcs["capture"].command
+    # the sidecar's lines are the Capture service's, for a node on eth0 writing into the spool
+    want = Capture(PodNode("client", host="x", dev="eth0"), pod.SPOOL).commands()
+    lines = unescape(capture["command"][2]).splitlines()
+    assert lines[-1] == "wait" and len(lines) == len(want) + 1
+    for line, (_role, argv, _out, log) in zip(lines, want):
+        assert line == f"{shlex.join(argv)} 2>{log} &"
+        assert argv[0] == "tcpdump" and argv[argv.index("-w") + 1].startswith(f"{pod.SPOOL}/raw-")
     assert capture["restartPolicy"] == "Always"                   # a native sidecar in the same pod
-    assert {s["name"]: s["value"] for s in pod["securityContext"]["sysctls"]} == svcs["client"].sysctls
-    assert svcs["client"].sysctls == {"net.ipv4.tcp_retries2": "15", "net.ipv4.tcp_keepalive_time": "7200"}
+    assert {s["name"]: s["value"] for s in spec["securityContext"]["sysctls"]} == topo["client"].sysctls
     env = {e["name"]: e.get("value") for e in client["env"]}
-    assert env["LAB_CA"] == svcs["client"].environment["LAB_CA"]
-    assert env["LAB_ENDPOINT"] == "livelab-b1-silent-loss-twin-$(SHARD).livelab-b1-silent-loss-twin:8443"
-    assert "LAB_PROXY" not in env                                  # no freeze proxy in the pod
+    assert env[pod.ENDPOINT_ENV] == "livelab-b1-silent-loss-twin-$(SHARD).livelab-b1-silent-loss-twin:8443"
+    assert {"name": "spool", "emptyDir": {}} in spec["volumes"]
+
+
+def test_the_manifests_follow_the_service_objects(monkeypatch):
+    """Generated, not copied: change a service's command line and the manifests change with it."""
+    monkeypatch.setattr(Twin, "argv", lambda self: ["twin-from-the-object", "--san", self.node.host])
+    monkeypatch.setattr(Capture, "plan", lambda self: [("tcpdump-x", ["-i", self.node.dev, "--from-object"], "raw-x.pcap")])
+    objs = render()
+    (sts,) = by_kind(objs, "StatefulSet")
+    assert sts["spec"]["template"]["spec"]["containers"][0]["command"] == [
+        "twin-from-the-object", "--san", "livelab-b1-silent-loss-twin-$(SHARD).livelab-b1-silent-loss-twin"]
+    script = unescape(shard_pod(objs)["initContainers"][0]["command"][2])
+    assert "-i eth0 --from-object -w /spool/raw-x.pcap 2>/spool/tcpdump-x.log &" in script
 
 
 def test_capabilities_are_composes_plus_the_named_runtime_ones_and_nothing_privileged():
-    svcs = services()
-    pod = shard_pod(render())
-    for c in [*pod["initContainers"], *pod["containers"]]:
+    client = nodes()["client"]
+    spec = shard_pod(render())
+    for c in [*spec["initContainers"], *spec["containers"]]:
         ctx = c["securityContext"]
         assert ctx["privileged"] is False and ctx["allowPrivilegeEscalation"] is False
         assert ctx["capabilities"]["drop"] == ["ALL"]
-        assert ctx["capabilities"]["add"] == svcs[c["name"]].cap_add + k8s.RUNTIME_CAPS[c["name"]]
-    assert pod["containers"][0]["securityContext"]["capabilities"]["add"] == ["NET_ADMIN", "NET_RAW"]
-    assert pod["hostNetwork"] is False and pod["hostPID"] is False and pod["hostIPC"] is False
+        # both run on the client node: its cap_add, plus what Docker's default set gave it
+        assert ctx["capabilities"]["add"] == client.cap_add + k8s.RUNTIME_CAPS[c["name"]]
+    assert spec["containers"][0]["securityContext"]["capabilities"]["add"] == ["NET_ADMIN", "NET_RAW"]
+    assert spec["hostNetwork"] is False and spec["hostPID"] is False and spec["hostIPC"] is False
 
 
-def test_twin_is_composes_endpoint_in_its_own_pod_not_in_the_shard_pod():
-    svcs = services()
+def test_twin_is_the_twin_objects_argv_on_composes_endpoint_in_its_own_pod():
+    topo = nodes()
     objs = render()
-    pod = shard_pod(objs)
-    assert [c["name"] for c in [*pod["initContainers"], *pod["containers"]]] == ["capture", "client"]
+    spec = shard_pod(objs)
+    assert [c["name"] for c in [*spec["initContainers"], *spec["containers"]]] == ["capture", "client"]
     (svc,), (sts,) = by_kind(objs, "Service"), by_kind(objs, "StatefulSet")
     assert svc["spec"]["clusterIP"] == "None" and sts["spec"]["serviceName"] == svc["metadata"]["name"]
     assert sts["spec"]["replicas"] == 3                            # one twin per index
     (twin,) = sts["spec"]["template"]["spec"]["containers"]
-    assert twin["image"] == "livelab-client:dev" == svcs["endpoint"].image
-    assert [unescape(a) for a in twin["command"]] == svcs["endpoint"].command
-    env = {e["name"]: e.get("value") for e in twin["env"]}
-    assert env["RUN_DIR"] == "/captures/shard-$(SHARD)/b1-silent-loss-probe-01"
-    assert "--san livelab-b1-silent-loss-twin-$(SHARD).livelab-b1-silent-loss-twin" in env["TWIN_ARGS"]
+    assert twin["image"] == "livelab-client:dev" == topo["endpoint"].image
+    host = "livelab-b1-silent-loss-twin-$(SHARD).livelab-b1-silent-loss-twin"
+    want = Twin(PodNode("endpoint", host=host), cert_dir="/certs", api_key=TWIN_KEY,
+                log_path="/captures/twin.jsonl", t0=None, seed="$(SHARD)").argv()
+    assert image_argv(twin["command"]) == want
+    assert "--t0" not in want and twin["command"][twin["command"].index("--seed") + 1] == "$(SHARD)"
+    run_mount = next(m for m in twin["volumeMounts"] if m["mountPath"] == "/captures")
+    assert run_mount["subPathExpr"] == "results/$(BATCH)/shard-$(SHARD)/b1-silent-loss-probe-01"
     assert twin["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
@@ -121,6 +159,7 @@ def test_live_batch_has_no_twin_and_takes_the_key_from_a_secret():
     client = shard_pod(objs)["containers"][0]
     key = next(e for e in client["env"] if e["name"] == "GEMINI_API_KEY")
     assert key["valueFrom"]["secretKeyRef"]["name"] == k8s.KEY_SECRET and "value" not in key
+    assert pod.ENDPOINT_ENV not in {e["name"] for e in client["env"]}
 
 
 def test_run_folder_the_pod_spec_names_is_the_one_run_batch_makes(monkeypatch, tmp_path):
@@ -129,7 +168,7 @@ def test_run_folder_the_pod_spec_names_is_the_one_run_batch_makes(monkeypatch, t
     made = []
     monkeypatch.setattr(lab.run, "run_one", lambda spec, out=print: made.append(spec.run_dir) or {"pass": True})
     monkeypatch.setattr(lab.report, "summarize", lambda batch: None)
-    shard.register_pod_topology()
+    monkeypatch.setattr(pod, "SPOOL", tmp_path)                     # as inside the pod
     lab.run.run_batch(["b1-silent-loss"], topology="pod", out_dir=tmp_path, out=lambda *_: None)
     plan = k8s.make_plan("b1-silent-loss", 2)
     assert [p.name for p in made] == [plan.run_name]
@@ -200,40 +239,86 @@ def test_shard_leaves_its_done_marker_even_on_bad_input(tmp_path, capsys):
     assert "unknown scenario" in capsys.readouterr().err
 
 
-def test_fan_in_waits_for_every_marker_then_reports_all_shards():
+def test_fan_in_job_runs_the_fan_in_in_the_report_image():
     report = by_kind(render(completions=5), "Job", "report")[0]
-    script = unescape(report["spec"]["template"]["spec"]["containers"][0]["command"][2])
-    assert f"/captures/shard-*/{DONE_MARKER}" in script and "-ge 5" in script
-    assert script.endswith("exec lab report /captures")
-    assert report["spec"]["activeDeadlineSeconds"] > 0
+    (container,) = report["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"{k8s.REPORT_IMAGE}:dev"
+    argv = container["command"]
+    assert argv[:6] == ["python", "-m", "lab.deploy.fan_in", "/captures", "--shards", "5"]
+    assert 0 < float(argv[argv.index("--timeout") + 1]) < report["spec"]["activeDeadlineSeconds"]
 
 
-def test_pod_topology_waits_for_the_twin_and_the_capture(monkeypatch, tmp_path):
+def test_fan_in_says_how_many_shards_are_done_when_time_is_up(tmp_path, capsys):
+    (tmp_path / "shard-0").mkdir()
+    (tmp_path / "shard-0" / DONE_MARKER).write_text('{"exit": 0}\n')
+    assert fan_in.main([str(tmp_path), "--shards", "2", "--timeout", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"lab.deploy.fan_in: 1 of 2 shards done under {tmp_path} after 0 s"]
+
+
+@pytest.fixture
+def in_pod(monkeypatch, tmp_path):
+    """This process as the shard's client container: a spool the sidecar listens into, a twin
+    Service answering on LAB_ENDPOINT, its CA in the certs mount."""
+    spool, certs = tmp_path / "spool", tmp_path / "certs"
+    spool.mkdir(), certs.mkdir()
+    (certs / "ca.pem").write_text("CA")
+    monkeypatch.setattr(pod, "SPOOL", spool)
+    monkeypatch.setattr(pod, "CERT_DIR", certs)
     srv = socket.create_server(("127.0.0.1", 0))
-    (tmp_path / "ca.pem").write_text("CA")
-    monkeypatch.setenv("LAB_ENDPOINT", f"127.0.0.1:{srv.getsockname()[1]}")
-    monkeypatch.setenv("LAB_CA", str(tmp_path / "ca.pem"))
-    topo = PodTopology("r", wait_timeout=0.5)
-    try:
-        topo.start_twin(api_key="k", log_path=tmp_path / "twin.jsonl", t0=0.0)
-    finally:
-        srv.close()
-    assert topo.endpoint_ip == "127.0.0.1" and topo.ca_path == tmp_path / "ca.pem"
+    monkeypatch.setenv(pod.ENDPOINT_ENV, f"127.0.0.1:{srv.getsockname()[1]}")
+    yield spool
+    srv.close()
+
+
+def sidecar_listens(spool: Path) -> dict[str, bytes]:
+    """What the sidecar's two tcpdumps leave in the spool once they listen: their log, their pcap."""
+    written = {}
+    for role, _argv, out, log in pod.sidecar_capture(spool).commands():
+        log.write_text(f"tcpdump: listening on {role}\n")
+        written[out.name] = out.name.encode() * 10
+        out.write_bytes(written[out.name])
+    return written
+
+
+def test_pod_topology_waits_for_the_sidecar_and_the_twin_then_stands_in_for_them(in_pod, tmp_path):
+    written = sidecar_listens(in_pod)
+    topo = PodTopology("r", wait_timeout=2)
+    topo.up()
+    assert topo.client.ip and topo.endpoint.ip == "127.0.0.1" and topo.ca_path == pod.CERT_DIR / "ca.pem"
+    # the run's own service objects, started on the pod's nodes as run_one starts them
+    twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key="k", log_path=tmp_path / "twin.jsonl", t0=1.0,
+                seed=1, port=topo.endpoint_port).start(timeout=10)
+    assert twin.base_url == f"https://127.0.0.1:{topo.endpoint_port}"
+    twin.stop()
+    assert twin.proc.returncode == 0
     run = tmp_path / "run"
-    run.mkdir()
-    with pytest.raises(LabError, match="wrote no pcap"):
-        topo.capture_start(run)
-    for n in ("raw-eth.pcap", "raw-nflog.pcap"):
-        (run / n).write_bytes(b"")
-    topo.capture_start(run)
-    assert [p.name for p in topo.capture_stop()] == ["raw-eth.pcap", "raw-nflog.pcap"]
+    capture = Capture(topo.client, run).start()
+    assert "listening on" in (run / "tcpdump-eth.log").read_text()
+    raw = capture.stop()
+    assert {p.name: p.read_bytes() for p in raw} == written       # the spool, copied into the run
+    with pytest.raises(LabError, match="runs no proxy"):
+        topo.endpoint.popen(["lab", "proxy"], role="proxy")
+    agent = topo.client.popen([sys.executable, "-c", "print('local')"], role="agent", stdout=subprocess.PIPE, text=True)
+    assert agent.communicate()[0] == "local\n"                   # anything else runs right here
+    left = topo.client.popen(["sleep", "60"], role="left-running")
+    topo.down()
+    assert left.poll() is not None                                 # down() ends what a run left
 
 
-def test_pod_topology_says_when_the_twin_is_not_there(monkeypatch, tmp_path):
-    monkeypatch.setenv("LAB_ENDPOINT", "127.0.0.1:1")
-    monkeypatch.setenv("LAB_CA", str(tmp_path / "ca.pem"))
-    with pytest.raises(LabError, match="is not ready"):
-        PodTopology("r").start_twin(api_key="k", log_path=tmp_path / "t", t0=0.0, timeout=0.3)
+def test_pod_topology_says_what_it_waits_for(in_pod, monkeypatch):
+    with pytest.raises(CapabilityError, match="capture sidecar is not ready after 0 s: .*tcpdump-eth.log"):
+        PodTopology("r", wait_timeout=0.2).up()
+    sidecar_listens(in_pod)
+    monkeypatch.setenv(pod.ENDPOINT_ENV, "127.0.0.1:1")
+    with pytest.raises(CapabilityError, match="twin is not ready after 0 s: 127.0.0.1:1"):
+        PodTopology("r", wait_timeout=0.2).up()
+
+
+def test_pod_topology_refuses_to_run_outside_its_pod(monkeypatch, tmp_path):
+    monkeypatch.setattr(pod, "SPOOL", tmp_path / "nowhere")
+    with pytest.raises(CapabilityError, match="only inside the pod .* use --topology netns or compose"):
+        PodTopology.preflight()
 
 
 # ---- the GitHub Actions fan-out ----------------------------------------------------------------------
