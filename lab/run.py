@@ -303,7 +303,7 @@ def _cmd_down(args) -> int:
     except ModuleNotFoundError:
         pass
     try:
-        from lab.topology.compose import docker_ready, down_all
+        from lab.topology.compose import docker_ready, down_all   # guarded: Docker may be absent
         if docker_ready():
             projects = down_all()
             done.append(f"compose projects: {', '.join(projects) or 'none'}")

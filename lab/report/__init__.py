@@ -16,6 +16,6 @@ def __getattr__(name: str) -> Any:
         from lab.report.verdict import build_run
         return build_run
     if name == "summarize":
-        from lab.report.summary import summarize
+        from lab.report.summary import summarize   # lazy, as above
         return summarize
     raise AttributeError(name)

@@ -25,6 +25,7 @@ from websockets.exceptions import ConnectionClosed
 
 from lab.errors import LabError
 from lab.record.frames import materialize, read_frames, replay_script
+from lab.twin.server import make_certs
 
 
 def _fill_audio(x: Any) -> Any:
@@ -65,7 +66,6 @@ class ReplayServer:
     async def start(self) -> "ReplayServer":
         ctx = None
         if self.tls:
-            from lab.twin.server import make_certs
             ca, chain, key = make_certs(self.cert_dir or Path.cwd() / "replay-certs", [self.host, *self.san])
             ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ctx.load_cert_chain(str(chain), str(key))
