@@ -16,13 +16,14 @@ class Usage:
     audio_tokens_per_s: float
     chars_per_token: float
     context: dict[str, int] = field(default_factory=lambda: {"TEXT": 0, "AUDIO": 0})
-    turn: dict[str, int] = field(default_factory=lambda: {"TEXT": 0, "AUDIO": 0})
+    _turn_audio_s: float = 0.0      # counted in tokens once, when the turn closes (no per-chunk rounding)
+    _turn_chars: int = 0
 
     def text(self, chars: int) -> int:
         return math.ceil(max(0, chars) / self.chars_per_token)
 
     def audio(self, seconds: float) -> int:
-        return math.ceil(max(0.0, seconds) * self.audio_tokens_per_s)
+        return round(max(0.0, seconds) * self.audio_tokens_per_s)
 
     def heard_text(self, chars: int) -> None:
         self.context["TEXT"] += self.text(chars)
@@ -31,15 +32,16 @@ class Usage:
         self.context["AUDIO"] += self.audio(seconds)
 
     def said_audio(self, seconds: float) -> None:
-        self.turn["AUDIO"] += self.audio(seconds)
+        self._turn_audio_s += seconds
 
     def said_text(self, chars: int) -> None:
-        self.turn["TEXT"] += self.text(chars)
+        self._turn_chars += chars
 
     def close_turn(self) -> tuple[dict[str, int], dict[str, int]]:
         """(prompt, response) counts for the turn that ends now; the response joins the context."""
-        prompt, response = dict(self.context), dict(self.turn)
+        prompt = dict(self.context)
+        response = {"TEXT": self.text(self._turn_chars), "AUDIO": self.audio(self._turn_audio_s)}
         for k, v in response.items():
             self.context[k] = self.context.get(k, 0) + v
-        self.turn = {"TEXT": 0, "AUDIO": 0}
+        self._turn_audio_s, self._turn_chars = 0.0, 0
         return prompt, response
