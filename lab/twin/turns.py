@@ -5,9 +5,10 @@ own activityStart..activityEnd windows when its realtimeInputConfig turns automa
 (lab.twin.activity); a user turn (text, a restored transcript, the Nth utterance of speech) becomes
 the model's Plan, played step by step on timers, in the order the real service sends (fidelity.md §3):
 
-- speech as ~300 ms audio chunks sent in a burst faster than real time (audio_send_speed), each with
-  its piece of outputTranscription; generationComplete at the end of the generation; turnComplete,
-  with usageMetadata in the same frame, when playback should have ended (first chunk + duration);
+- speech as audio_chunk_ms chunks (~300 ms in the records) sent in a burst faster than real time
+  (audio_send_speed; 1 is real-time pacing), each with its piece of outputTranscription;
+  generationComplete at the end of the generation; turnComplete, with usageMetadata in the same
+  frame, when playback should have ended (first chunk + duration);
 - the user's speech: voiceActivity ACTIVITY_START ~150 ms after it starts (wall time) and
   ACTIVITY_END after it ends, inputTranscription in pieces while it lasts;
 - a barge-in (new user text, VAD onset, activityStart) cuts any turn in flight with `interrupted`
@@ -26,12 +27,12 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from lab.twin import model as M
 from lab.twin import pieces, wire
-from lab.twin.activity import ActivityConfig, activity_config
 from lab.twin.actions import Log, Timer, TimerKey, UnknownSession, UnknownTimer
+from lab.twin.activity import ActivityConfig, activity_config
 from lab.twin.params import draw
 from lab.twin.usage import Usage
 
@@ -45,8 +46,8 @@ class TurnParams:
     vad_threshold_rms: float
     vad_onset_ms: float
     vad_silence_ms: float
-    vad_end_s: object
-    interrupt_turn_complete_s: object
+    vad_end_s: Any                      # a Delay: seconds or a range drawn per utterance
+    interrupt_turn_complete_s: Any      # a Delay, drawn per interrupted turn
     audio_send_speed: float
     stray_audio_close: bool
     usage_audio_tokens_per_s: float
@@ -465,6 +466,10 @@ class Turns:
         elif p.turn is not None and p.activity.interrupts:
             acts += self._interrupt(sid, conn, now)
         plan = p.model.user_turn(text)
+        if source == "speech" and plan and plan.steps and plan.steps[0].kind == "call":
+            # fidelity §2: a spoken request's toolCall comes 0-8 ms after ACTIVITY_END (the model
+            # decided during the end-of-speech silence); the typed request's delay does not apply
+            plan.steps[0].delay = 0.0
         acts.append(Log("twin.user", {"conn": conn, "session": sid, "source": source,
                                       "intent": M.classify(text), "plan": plan.why if plan else None}))
         if plan:
