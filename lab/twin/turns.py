@@ -489,6 +489,7 @@ class Turns:
             acts.append(self.wire.send(conn, wire.interrupted(), now))
             acts.append(Log("twin.interrupted", {"conn": conn, "session": sid, "speaking": t.speaking}))
             at = now + draw(self.prm.interrupt_turn_complete_s, self.rng)
+            acts += self.outlet.before_turn_complete(sid, at)      # as for any turnComplete
             acts.append(self.wire.send(conn, self._turn_complete_frame(p, t), at))
             p.drop_turn()
         p.queue.clear()

@@ -291,3 +291,15 @@ def test_manual_activity_start_barges_in_unless_no_interruption():
         sim.after(0.6)
         sim.send(1, activity_frame("activityStart"))
         assert bool(sc_at(sim, "interrupted")) is cut
+
+
+def test_a_per_turn_handle_also_precedes_an_interrupted_turns_turn_complete():
+    sim = Sim("vertex", reply_delay_s=0.1)
+    new_session(sim)
+    sim.text(1, STATUS)
+    sim.after(0.5)
+    before = len(sim.frames(1, "sessionResumptionUpdate"))
+    sim.text(1, STATUS)
+    tail = [next(iter(f)) for f in sim.frames(1)[-3:]]
+    assert tail == ["serverContent", "sessionResumptionUpdate", "serverContent"]   # interrupted, handle, turnComplete
+    assert len(sim.frames(1, "sessionResumptionUpdate")) == before + 1
