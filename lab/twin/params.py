@@ -240,6 +240,13 @@ DECLARED: dict[str, Spec] = {
     "speech_ms_per_char": Number(lo=0),
     "audio_chunk_ms": Number(lo=1),
     "tone_hz": Number(lo=0),
+    # turn order and realtimeInputConfig (issue 9 items 1-2; read by lab.twin.turns)
+    "interrupt_turn_complete_s": Delay(),
+    "audio_send_speed": Number(lo=1),
+    "vad_end_s": Delay(),
+    "stray_audio_close": Flag(),
+    "usage_audio_tokens_per_s": Number(lo=0),
+    "usage_text_chars_per_token": Number(lo=1),
 }
 
 

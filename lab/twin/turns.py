@@ -1,11 +1,22 @@
 """The twin's turn room: what a session hears and says, timed.
 
-Per session: the scripted model (lab.twin.model) and the energy VAD on its audio; a user turn (text,
-a restored transcript, the Nth utterance of speech) becomes the model's Plan, played step by step
-on timers: speech as real-time audio chunks with its transcription, tool calls, turnComplete. A
-new user turn or VAD onset barges in: a turn that already reached the client is cut with
-`interrupted` (no toolCallCancellation, as the real server). A BLOCKING call holds the turn until
-its FunctionResponse.
+Per session: the scripted model (lab.twin.model) and the energy VAD on its audio, or the client's
+own activityStart..activityEnd windows when its realtimeInputConfig turns automatic detection off
+(lab.twin.activity); a user turn (text, a restored transcript, the Nth utterance of speech) becomes
+the model's Plan, played step by step on timers, in the order the real service sends (fidelity.md §3):
+
+- speech as audio_chunk_ms chunks (~300 ms in the records) sent in a burst faster than real time
+  (audio_send_speed; 1 is real-time pacing), each with its piece of outputTranscription;
+  generationComplete at the end of the generation; turnComplete, with usageMetadata in the same
+  frame, when playback should have ended (first chunk + duration);
+- the user's speech: voiceActivity ACTIVITY_START ~150 ms after it starts (wall time) and
+  ACTIVITY_END after it ends, inputTranscription in pieces while it lasts;
+- a barge-in (new user text, VAD onset, activityStart) cuts any turn in flight with `interrupted`
+  (in the same ms as ACTIVITY_START) and then turnComplete 0-36 ms later: a turn is never left
+  without turnComplete. No toolCallCancellation, as the real server. NO_INTERRUPTION queues the
+  user's turn behind the model's instead.
+
+A BLOCKING call holds the turn until its FunctionResponse.
 
 Every turn carries a generation number; a Step or Chunk timer of an older generation is stale and
 does nothing. Knows nothing of handles, locks, phases or sockets: it asks its `Outlet` (the session
@@ -16,11 +27,14 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from lab.twin import model as M
-from lab.twin import wire
+from lab.twin import pieces, wire
 from lab.twin.actions import Log, Timer, TimerKey, UnknownSession, UnknownTimer
+from lab.twin.activity import ActivityConfig, activity_config
+from lab.twin.params import draw
+from lab.twin.usage import Usage
 
 
 @dataclass(frozen=True)
@@ -32,6 +46,12 @@ class TurnParams:
     vad_threshold_rms: float
     vad_onset_ms: float
     vad_silence_ms: float
+    vad_end_s: Any                      # a Delay: seconds or a range drawn per utterance
+    interrupt_turn_complete_s: Any      # a Delay, drawn per interrupted turn
+    audio_send_speed: float
+    stray_audio_close: bool
+    usage_audio_tokens_per_s: float
+    usage_text_chars_per_token: float
 
 
 # ---- timers (subclasses inherit the frozen dataclass: equal only to their own type) -----------
@@ -58,6 +78,19 @@ class Flush(SessionTimer):
     """End an utterance whose audio stopped (no audio for vad_silence_ms on the wall clock)."""
 
 
+@dataclass(frozen=True)
+class UtteranceTimer(SessionTimer):
+    utt: int        # the utterance it belongs to: stale once another one began
+
+
+class VadStart(UtteranceTimer):
+    """Send ACTIVITY_START (and barge in) vad_onset_ms after the speech began, wall time."""
+
+
+class VadEnd(UtteranceTimer):
+    """Send ACTIVITY_END and hand the utterance to the model, vad_end_s after the speech ended."""
+
+
 # ---- state ----------------------------------------------------------------------------------
 
 @dataclass
@@ -69,6 +102,10 @@ class Turn:
     chunks_left: int = 0
     emitted: bool = False       # something of this turn reached the client
     holding: bool = False       # BLOCKING: waiting for the function response
+    pieces: list = field(default_factory=list)     # outputTranscription piece per chunk still to send
+    first_audio_at: float | None = None
+    audio_s: float = 0.0        # audio sent in this turn
+    generated: bool = False     # generationComplete sent: only turnComplete is left
 
 
 @dataclass
@@ -85,6 +122,17 @@ class Playback:
     had_video: bool = False
     last_audio_at: float = 0.0
     flush_armed: bool = False
+    activity: ActivityConfig = field(default_factory=ActivityConfig)
+    utt: int = 0                # utterances begun (speech or a manual window): names its VAD timers
+    voice_at: float = 0.0       # wall time the current utterance's speech began
+    voiced_at: float = 0.0      # wall time of its last voiced chunk
+    started: bool = False       # ACTIVITY_START sent (or the manual window opened)
+    ending: bool = False        # the utterance is over, ACTIVITY_END not yet sent
+    heard_ms: float = 0.0       # speech heard in the current utterance (audio time)
+    words_sent: int = 0         # inputTranscription words sent for it
+    window: bool = False        # a manual activityStart..activityEnd window is open
+    window_voiced: bool = False
+    usage: Usage | None = None
 
     def drop_turn(self) -> None:
         self.gen += 1
@@ -115,7 +163,8 @@ class Turns:
             "clientContent": self._on_client_content, "realtimeInput": self._on_realtime_input,
             "toolResponse": self._on_tool_response, "contextUpdate": self._on_context_update}
         self._timers: dict[type, Callable[[str, Playback, TimerKey, float], list]] = {
-            Step: self._on_step_timer, Chunk: self._on_step_timer, Flush: self._on_flush}
+            Step: self._on_step_timer, Chunk: self._on_step_timer, Flush: self._on_flush,
+            VadStart: self._on_vad_timer, VadEnd: self._on_vad_timer}
 
     def _next_call_id(self) -> str:
         self._call_seq += 1
@@ -131,7 +180,10 @@ class Turns:
     def begin(self, sid: str, setup: dict) -> None:
         mdl = M.ScriptedModel(self.model_cfg, random.Random(self.rng.random()), next_call_id=self._next_call_id)
         det = M.AudioTurnDetector(self.prm.vad_threshold_rms, self.prm.vad_onset_ms, self.prm.vad_silence_ms)
-        self.plays[sid] = Playback(mdl, det)
+        usage = Usage(self.prm.usage_audio_tokens_per_s, self.prm.usage_text_chars_per_token)
+        # the setup's instruction and tools are the first of every turn's prompt
+        usage.heard_text(len(str(setup.get("systemInstruction") or "")) + len(str(setup.get("tools") or "")))
+        self.plays[sid] = Playback(mdl, det, usage=usage)
         self.configure(sid, setup)
 
     def configure(self, sid: str, setup: dict) -> None:
@@ -139,6 +191,12 @@ class Turns:
         p.model.configure(setup)
         p.input_transcription = setup.get("inputAudioTranscription") is not None
         p.output_transcription = setup.get("outputAudioTranscription") is not None
+        p.activity = activity_config(setup)
+        # the client's VAD settings replace the profile's: prefixPaddingMs is the speech needed
+        # before the start is committed, silenceDurationMs the silence that ends it
+        p.detector.onset_ms = p.activity.prefix_ms if p.activity.prefix_ms is not None else self.prm.vad_onset_ms
+        p.detector.silence_ms = (p.activity.silence_ms if p.activity.silence_ms is not None
+                                 else self.prm.vad_silence_ms)
 
     def stop(self, sid: str) -> bool:
         p = self.play(sid)
@@ -198,6 +256,7 @@ class Turns:
                 p.model.history.append(("user", line))
                 return []
             return self._user_text(sid, conn, line, now, source="client_content")
+        p.usage.heard_text(sum(len(x) for _, x in texts))
         plan = p.model.restore(cc.turns, cc.turn_complete)
         acts: list = [Log("twin.restore", {"conn": conn, "session": sid, "turns": len(cc.turns),
                                            "note": p.model.note_status, "plan": plan.why if plan else None})]
@@ -210,6 +269,8 @@ class Turns:
         ri = wire.realtime_input(body)
         p = self.play(sid)
         acts: list = []
+        if ri.activity_start and not p.activity.automatic:
+            acts += self._window_open(sid, conn, now)
         for blob in ri.blobs:
             if "video" in blob.where and not blob.mime.startswith("audio/"):
                 p.had_video = True
@@ -219,24 +280,88 @@ class Turns:
                 acts += self._on_audio(sid, conn, blob.data, blob.audio_rate, now)
         if ri.text is not None:
             acts += self._user_text(sid, conn, ri.text, now, source="realtime_text")
+        if not p.activity.automatic:
+            # only activityEnd closes a window: audioStreamEnd is the mic pausing, not the turn ending
+            if body.get("activityEnd") is not None:
+                acts += self._window_close(sid, conn, now)
+            return acts
         if ri.activity_start:
-            acts += self._interrupt(sid, conn, now)
+            acts += self._barge_in(sid, conn, now)
             p.detector.in_voice = True
         if ri.activity_end:
             acts += self._detector_events(sid, conn, p.detector.flush(), now)
         return acts
 
+    # ---- speech in: the client's windows (automatic activity detection disabled) ---------------
+    def _window_open(self, sid: str, conn: int, now: float) -> list:
+        p = self.play(sid)
+        if p.window:
+            return []
+        p.window, p.window_voiced = True, False
+        self._new_utterance(p, now)
+        p.started = True
+        return self._barge_in(sid, conn, now)
+
+    def _window_close(self, sid: str, conn: int, now: float) -> list:
+        p = self.play(sid)
+        if not p.window:
+            return []
+        p.window = False
+        if not p.window_voiced:
+            return [Log("twin.vad", {"conn": conn, "session": sid, "event": "empty_window"})]
+        return self._utterance_over(sid, conn, now)
+
+    def _window_audio(self, sid: str, conn: int, pcm: bytes, rate: int, now: float) -> list:
+        p = self.play(sid)
+        if not p.window:
+            if self.prm.stray_audio_close:
+                raise wire.BadInput(wire.INVALID_ARGUMENT)
+            return []       # discarded, as pipecat's docstring says the service does
+        if M.rms16(pcm) >= p.detector.threshold:
+            p.window_voiced = True
+        # a pause inside the window is part of it: nothing here ends the utterance
+        p.heard_ms += len(pcm) / 2 / rate * 1000
+        return self._transcribe_heard(sid, conn, now) if p.window_voiced else []
+
+    # ---- speech in: the twin's VAD -------------------------------------------------------------
+    def _silence_s(self, p: Playback) -> float:
+        return p.detector.silence_ms / 1000
+
     def _vad_flush_due(self, p: Playback) -> float:
-        return p.last_audio_at + self.prm.vad_silence_ms / 1000 + 0.1
+        return p.last_audio_at + self._silence_s(p) + 0.1
 
     def _on_audio(self, sid: str, conn: int, pcm: bytes, rate: int, now: float) -> list:
         p = self.play(sid)
+        if not p.activity.automatic:
+            return self._window_audio(sid, conn, pcm, rate, now)
         p.last_audio_at = now
-        acts = self._detector_events(sid, conn, p.detector.feed(pcm, rate), now)
-        if (p.detector.in_voice or p.detector.candidate) and not p.flush_armed:
+        det = p.detector
+        before = det.in_voice or det.candidate
+        voiced = M.rms16(pcm) >= det.threshold
+        events = det.feed(pcm, rate)
+        acts: list = []
+        if voiced and not before:
+            if p.ending:        # the last utterance's ACTIVITY_END was still due: it ends now
+                acts += self._activity_end(sid, conn, now)
+            self._new_utterance(p, now)
+        if voiced:
+            p.voiced_at = now
+        if before or voiced:
+            p.heard_ms += len(pcm) / 2 / rate * 1000
+        acts += self._detector_events(sid, conn, events, now)
+        if p.started and not p.ending:
+            acts += self._transcribe_heard(sid, conn, now)
+        if (det.in_voice or det.candidate) and not p.flush_armed:
             p.flush_armed = True
             acts.append(Timer(Flush(sid), self._vad_flush_due(p)))
         return acts
+
+    def _new_utterance(self, p: Playback, now: float) -> None:
+        p.utt += 1
+        p.voice_at = p.voiced_at = now
+        p.started = p.ending = False
+        p.heard_ms = 0.0
+        p.words_sent = 0
 
     def _on_flush(self, sid: str, p: Playback, key: TimerKey, now: float) -> list:
         p.flush_armed = False
@@ -250,45 +375,122 @@ class Turns:
         return self._detector_events(sid, conn, p.detector.flush(), now)
 
     def _detector_events(self, sid: str, conn: int, events: list[str], now: float) -> list:
+        """The detector's onset and end, sent on the wall clock the records show: ACTIVITY_START
+        vad_onset_ms after the speech began, ACTIVITY_END vad_end_s (or the client's
+        silenceDurationMs) after its last voiced chunk."""
         p = self.play(sid)
         acts: list = []
         for ev in events:
             if ev == "onset":
-                acts.append(Log("twin.vad", {"conn": conn, "session": sid, "event": "onset"}))
-                acts += self._interrupt(sid, conn, now)
+                due = p.voice_at + draw(p.detector.onset_ms, self.rng) / 1000
+                if due > now + 1e-6:
+                    acts.append(Timer(VadStart(sid, p.utt), due))
+                else:
+                    acts += self._activity_start(sid, conn, now)
             elif ev == "end":
-                line = p.model.next_script_line()
-                acts.append(Log("twin.vad", {"conn": conn, "session": sid, "event": "end",
-                                             "line": p.model.utterances - 1}))
-                if p.input_transcription and line:
-                    acts.append(self.wire.send(conn, wire.input_transcription(line), now))
-                if line:
-                    acts += self._user_text(sid, conn, line, now, source="speech", interrupt=False)
+                if not p.started:
+                    acts += self._activity_start(sid, conn, now)
+                p.ending = True
+                end_s = (p.activity.silence_ms / 1000 if p.activity.silence_ms is not None
+                         else draw(self.prm.vad_end_s, self.rng))
+                due = p.voiced_at + end_s
+                if due > now + 1e-6:
+                    acts.append(Timer(VadEnd(sid, p.utt), due))
+                else:
+                    acts += self._activity_end(sid, conn, now)
         return acts
 
+    def _on_vad_timer(self, sid: str, p: Playback, key: TimerKey, now: float) -> list:
+        assert isinstance(key, UtteranceTimer)
+        conn = self.outlet.open_conn(sid)
+        if conn is None or key.utt != p.utt:
+            return []
+        if isinstance(key, VadStart):
+            return [] if p.started else self._activity_start(sid, conn, now)
+        return self._activity_end(sid, conn, now) if p.ending else []
+
+    def _activity_start(self, sid: str, conn: int, now: float) -> list:
+        p = self.play(sid)
+        p.started = True
+        acts: list = [Log("twin.vad", {"conn": conn, "session": sid, "event": "onset"}),
+                      self.wire.send(conn, wire.voice_activity("ACTIVITY_START"), now)]
+        return acts + self._barge_in(sid, conn, now) + self._transcribe_heard(sid, conn, now)
+
+    def _activity_end(self, sid: str, conn: int, now: float) -> list:
+        p = self.play(sid)
+        p.ending = False
+        acts: list = [self.wire.send(conn, wire.voice_activity("ACTIVITY_END"), now)]
+        return acts + self._utterance_over(sid, conn, now)
+
+    def _line_now(self, p: Playback) -> str:
+        """The script line the utterance in progress stands for (not yet taken from the model)."""
+        i = p.model.utterances
+        return p.model.script[i] if i < len(p.model.script) else ""
+
+    def _transcribe_heard(self, sid: str, conn: int, now: float, upto: int | None = None) -> list:
+        """inputTranscription for the words of the line spoken so far (all of them at `upto`)."""
+        p = self.play(sid)
+        line = self._line_now(p)
+        if not (p.input_transcription and line):
+            return []
+        ws = pieces.words(line)
+        n = len(ws) if upto is not None else pieces.heard(line, p.heard_ms, self.prm.speech_ms_per_char)
+        if n <= p.words_sent:
+            return []
+        text = "".join(ws[p.words_sent:n])
+        p.words_sent = n
+        return [self.wire.send(conn, wire.input_transcription_piece(text), now)]
+
+    def _utterance_over(self, sid: str, conn: int, now: float) -> list:
+        p = self.play(sid)
+        acts = self._transcribe_heard(sid, conn, now, upto=-1)
+        line = p.model.next_script_line()
+        p.usage.heard_audio(p.heard_ms / 1000)
+        acts.append(Log("twin.vad", {"conn": conn, "session": sid, "event": "end", "line": p.model.utterances - 1}))
+        if line:
+            acts += self._user_text(sid, conn, line, now, source="speech", interrupt=False)
+        return acts
+
+    def _barge_in(self, sid: str, conn: int, now: float) -> list:
+        """The user started speaking: the model's turn is cut, unless activityHandling says not to."""
+        return self._interrupt(sid, conn, now) if self.play(sid).activity.interrupts else []
+
+    # ---- the user's turn ------------------------------------------------------------------------
     def _user_text(self, sid: str, conn: int, text: str, now: float, source: str, interrupt: bool = True) -> list:
         p = self.play(sid)
         acts: list = []
+        if source != "speech":
+            p.usage.heard_text(len(text))
         if interrupt:
             acts += self._interrupt(sid, conn, now)
-        else:
-            p.drop_turn()
+        elif p.turn is not None and p.activity.interrupts:
+            acts += self._interrupt(sid, conn, now)
         plan = p.model.user_turn(text)
+        if source == "speech" and plan and plan.steps and plan.steps[0].kind == "call":
+            # fidelity §2: a spoken request's toolCall comes 0-8 ms after ACTIVITY_END (the model
+            # decided during the end-of-speech silence); the typed request's delay does not apply
+            plan.steps[0].delay = 0.0
         acts.append(Log("twin.user", {"conn": conn, "session": sid, "source": source,
                                       "intent": M.classify(text), "plan": plan.why if plan else None}))
         if plan:
-            acts += self._start_plan(sid, plan, now)
+            if p.turn is not None:
+                p.queue.append(plan)        # NO_INTERRUPTION: the model finishes its turn first
+            else:
+                acts += self._start_plan(sid, plan, now)
         return acts
 
     def _interrupt(self, sid: str, conn: int, now: float) -> list:
-        """Barge-in: a turn that already reached the client is cut with interrupted (no cancellation)."""
+        """Barge-in: the turn in flight is cut with interrupted, then turnComplete (no cancellation).
+        A turn the client has not heard from yet is cut the same way: it was under way."""
         p = self.play(sid)
         acts: list = []
         t = p.turn
-        if t is not None and (t.emitted or t.holding):
+        if t is not None:
             acts.append(self.wire.send(conn, wire.interrupted(), now))
             acts.append(Log("twin.interrupted", {"conn": conn, "session": sid, "speaking": t.speaking}))
-        if t is not None:
+            at = now + draw(self.prm.interrupt_turn_complete_s, self.rng)
+            acts += self.outlet.before_turn_complete(sid, at)      # as for any turnComplete
+            acts.append(self.wire.send(conn, self._turn_complete_frame(p, t), at))
             p.drop_turn()
         p.queue.clear()
         return acts
@@ -297,6 +499,7 @@ class Turns:
         p = self.play(sid)
         acts: list = []
         for fr in wire.function_responses(body):
+            p.usage.heard_text(len(str(fr.get("response") or "")))
             known, status, plan = p.model.tool_response(fr)
             sched = M.response_scheduling(fr)
             acts.append(Log("twin.tool_response", {"conn": conn, "session": sid, "id": fr.get("id"),
@@ -345,24 +548,46 @@ class Turns:
             t.emitted = True
             dur = len(step.text) * self.prm.speech_ms_per_char / 1000.0
             t.chunks_left = max(1, math.ceil(dur * 1000 / self.prm.audio_chunk_ms))
-            acts: list = [Log("twin.say", {"conn": conn, "session": sid, "text": step.text})]
-            if p.output_transcription:
-                acts.append(self.wire.send(conn, wire.output_transcription(step.text), now))
-            return acts + self._on_chunk(sid, p, now)
+            t.pieces = pieces.spread(step.text, t.chunks_left) if p.output_transcription else []
+            if t.first_audio_at is None:
+                t.first_audio_at = now
+            return [Log("twin.say", {"conn": conn, "session": sid, "text": step.text})] + self._on_chunk(sid, p, now)
         if step.kind == "call":
             call = p.model.new_call()
             t.emitted = True
             args = {"slot": call.slot}
-            acts = [self.wire.send(conn, wire.tool_call(call.id, call.name, args), now),
+            frame = wire.tool_call(call.id, call.name, args)
+            p.usage.said_text(len(str(frame)))
+            acts = [self.wire.send(conn, frame, now),
                     Log("twin.tool_call", {"conn": conn, "session": sid, "id": call.id, "name": call.name,
                                            "args": dict(args), "blocking": call.blocking})]
             return acts + self._advance(sid, p, now)
         if step.kind == "turn_complete":
-            # a per-turn handle goes out before turnComplete, so receive() still sees it
-            acts = self.outlet.before_turn_complete(sid, now)
-            acts.append(self.wire.send(conn, wire.turn_complete(), now))
-            return acts + self._advance(sid, p, now)
+            return self._end_turn(sid, p, conn, now)
         return self._advance(sid, p, now)
+
+    def _end_turn(self, sid: str, p: Playback, conn: int, now: float) -> list:
+        """generationComplete when the generation is done, turnComplete when the client's playback
+        of the burst should have ended (its first chunk + the audio's duration)."""
+        t = p.turn
+        assert t is not None
+        acts: list = []
+        if not t.generated:
+            t.generated = True
+            acts.append(self.wire.send(conn, wire.generation_complete(), now))
+        played_at = (t.first_audio_at or now) + t.audio_s
+        if played_at > now + 1e-6:
+            return acts + [Timer(Step(sid, t.gen), played_at)]
+        t.speaking = False
+        # a per-turn handle goes out before turnComplete, so receive() still sees it
+        acts += self.outlet.before_turn_complete(sid, now)
+        acts.append(self.wire.send(conn, self._turn_complete_frame(p, t), now))
+        return acts + self._advance(sid, p, now)
+
+    def _turn_complete_frame(self, p: Playback, t: Turn) -> dict:
+        """turnComplete with the turn's usageMetadata in the same frame (pipecat warns without it)."""
+        prompt, response = p.usage.close_turn()
+        return {**wire.turn_complete(), **wire.usage_metadata(prompt, response)}
 
     def _on_chunk(self, sid: str, p: Playback, now: float) -> list:
         conn = self.outlet.live_conn(sid)
@@ -372,13 +597,19 @@ class Turns:
         chunk_s = self.prm.audio_chunk_ms / 1000.0
         pcm = M.tone(chunk_s, 24000, self.prm.tone_hz)
         acts: list = [self.wire.send(conn, wire.audio_chunk(pcm, 24000), now)]
+        t.audio_s += chunk_s
+        p.usage.said_audio(chunk_s)
+        if t.pieces:
+            piece = t.pieces.pop(0)
+            if piece:
+                acts.append(self.wire.send(conn, wire.output_transcription(piece), now))
         t.chunks_left -= 1
+        # generated faster than real time: the next chunk follows after chunk_s / audio_send_speed
+        gap = chunk_s / self.prm.audio_send_speed
         if t.chunks_left > 0:
-            acts.append(Timer(Chunk(sid, t.gen), now + chunk_s))
+            acts.append(Timer(Chunk(sid, t.gen), now + gap))
             return acts
-        t.speaking = False
-        acts.append(self.wire.send(conn, wire.generation_complete(), now))
-        return acts + self._advance(sid, p, now, after=chunk_s)
+        return acts + self._advance(sid, p, now, after=gap)
 
     def _advance(self, sid: str, p: Playback, now: float, after: float = 0.0) -> list:
         t = p.turn

@@ -314,6 +314,30 @@ def turn_complete() -> dict:
     return {"serverContent": {"turnComplete": True}}
 
 
+# ---- frames added for the turn room's order (issue 9 items 1-2) ----
+
+def input_transcription_piece(text: str) -> dict:
+    """One piece of the user's words while they speak (the pieces join to the whole line)."""
+    return {"serverContent": {"inputTranscription": {"text": text}}}
+
+
+def voice_activity(kind: str) -> dict:
+    """kind: ACTIVITY_START | ACTIVITY_END (the SDK renames the key `type`)."""
+    return {"voiceActivity": {"type": kind}}
+
+
+def usage_metadata(prompt: dict[str, int], response: dict[str, int]) -> dict:
+    """Token counts per modality (e.g. {"TEXT": 120, "AUDIO": 64}); merged into a turnComplete frame."""
+    def details(counts: dict[str, int]) -> list[dict]:
+        return [{"modality": m, "tokenCount": n} for m, n in counts.items() if n]
+    p, r = sum(prompt.values()), sum(response.values())
+    out: dict = {"promptTokenCount": p, "responseTokenCount": r, "totalTokenCount": p + r,
+                 "promptTokensDetails": details(prompt)}
+    if r:
+        out["responseTokensDetails"] = details(response)
+    return {"usageMetadata": out}
+
+
 def fit_close_reason(reason: str, limit: int = MAX_CLOSE_REASON_BYTES) -> str:
     """The reason cut to `limit` UTF-8 bytes without splitting a character: websockets refuses a
     longer one ("control frame too long") and the connection would hang instead of closing."""

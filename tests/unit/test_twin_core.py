@@ -85,7 +85,15 @@ class Sim:
         return [f["serverContent"][field] for f in self.frames(conn, "serverContent") if field in f["serverContent"]]
 
     def said(self, conn: int):
-        return [t["text"] for t in self.content(conn, "outputTranscription")]
+        """The model's sentences: outputTranscription comes in pieces, a turn's pieces join to one."""
+        out, cur = [], ""
+        for f in self.frames(conn, "serverContent"):
+            sc = f["serverContent"]
+            cur += sc.get("outputTranscription", {}).get("text", "")
+            if (sc.get("turnComplete") or sc.get("interrupted")) and cur:
+                out.append(cur)
+                cur = ""
+        return out + ([cur] if cur else [])
 
     def handle(self, conn: int) -> str:
         ups = self.frames(conn, "sessionResumptionUpdate")
@@ -518,19 +526,24 @@ def test_book_turn_holds_only_the_call_then_turn_complete():
     sim.after(2)
     out = [f for f in sim.frames(1) if "sessionResumptionUpdate" not in f and "setupComplete" not in f]
     assert out[0]["toolCall"]["functionCalls"] == [{"id": "fc-1", "name": "book_slot", "args": {"slot": "tomorrow 3pm"}}]
-    assert out[1] == {"serverContent": {"turnComplete": True}} and len(out) == 2
+    # a call-only turn ends like any other: generationComplete, then turnComplete (with usage)
+    assert out[1] == {"serverContent": {"generationComplete": True}} and len(out) == 3
+    assert out[2]["serverContent"] == {"turnComplete": True} and out[2]["usageMetadata"]["responseTokenCount"] > 0
     assert sim.logs_of("twin.tool_call")[0]["id"] == "fc-1"
     assert 0.5 <= [at for at, f, _ in sim.sent[1] if "toolCall" in f][0] - t0 <= 0.9
 
 
-def test_speech_is_real_time_audio_with_transcription_then_generation_and_turn_complete():
-    sim = Sim(reply_delay_s=0.1)
+def test_speech_in_real_time_when_the_burst_is_switched_off():
+    # audio_send_speed=1 keeps the old real-time pacing; the transcription now comes in pieces with
+    # the chunks (fidelity §3: not one sentence before the audio)
+    sim = Sim(reply_delay_s=0.1, audio_send_speed=1)
     new_session(sim)
     sim.text(1, "Did you book it?")
     sim.after(6)
     sc = [f["serverContent"] for f in sim.frames(1, "serverContent")]
     text = "I haven't made that booking for you."
-    assert sc[0] == {"outputTranscription": {"text": text}}
+    assert "modelTurn" in sc[0]
+    assert "".join(s["outputTranscription"]["text"] for s in sc if "outputTranscription" in s) == text
     audio = [at for at, f, _ in sim.sent[1] if "modelTurn" in f.get("serverContent", {})]
     pcm = b"".join(base64.b64decode(p["inlineData"]["data"]) for s in sc if "modelTurn" in s
                    for p in s["modelTurn"]["parts"])
@@ -538,7 +551,9 @@ def test_speech_is_real_time_audio_with_transcription_then_generation_and_turn_c
     assert abs(len(pcm) / 48000 - expected) < 0.01
     assert audio[-1] - audio[0] == pytest.approx(expected - 0.08, abs=1e-6)   # one chunk per 80 ms
     assert sc[-2] == {"generationComplete": True} and sc[-1] == {"turnComplete": True}
-    mime = sc[1]["modelTurn"]["parts"][0]["inlineData"]["mimeType"]
+    done = [at for at, f, _ in sim.sent[1] if f.get("serverContent", {}).get("turnComplete")][0]
+    assert done == pytest.approx(audio[0] + expected, abs=1e-6)
+    mime = sc[0]["modelTurn"]["parts"][0]["inlineData"]["mimeType"]
     assert mime == "audio/pcm;rate=24000"
 
 
@@ -550,8 +565,11 @@ def test_barge_in_interrupts_speech():
     n_before = len(sim.frames(1))
     sim.text(1, "Did you book it?")
     assert sim.frames(1)[n_before] == {"serverContent": {"interrupted": True}}
+    assert sim.frames(1)[n_before + 1]["serverContent"] == {"turnComplete": True}   # fidelity §3
     sim.after(6)
-    assert sim.said(1) == ["I haven't made that booking for you."] * 2
+    first, second = sim.said(1)
+    text = "I haven't made that booking for you."
+    assert text.startswith(first) and first != text and second == text    # the cut turn's words stop
 
 
 def test_blocking_stop_interrupts_and_reissues_with_a_new_id():
@@ -562,7 +580,8 @@ def test_blocking_stop_interrupts_and_reissues_with_a_new_id():
     assert not sim.content(1, "turnComplete")               # the BLOCKING turn stays open
     t0 = sim.now
     sim.text(1, "Actually, stop. Don't book it.")
-    assert sim.frames(1)[-1] == {"serverContent": {"interrupted": True}}
+    assert sim.frames(1)[-2] == {"serverContent": {"interrupted": True}}
+    assert sim.frames(1)[-1]["serverContent"] == {"turnComplete": True}     # 001 C: 0-29 ms later
     sim.after(2)
     calls = [(at, f["toolCall"]["functionCalls"][0]) for at, f, _ in sim.sent[1] if "toolCall" in f]
     assert [c["id"] for _, c in calls] == ["fc-1", "fc-2"]
@@ -633,14 +652,16 @@ def test_speech_input_utterances_stand_for_script_lines():
         sim.send(1, _blob("audio", silence, "audio/pcm;rate=16000"))
         sim.after(0.1)
     sim.after(2)
-    assert sim.content(1, "inputTranscription")[0]["text"] == "Book me the 3pm slot tomorrow, please."
+    heard = "".join(t["text"] for t in sim.content(1, "inputTranscription"))
+    assert heard == "Book me the 3pm slot tomorrow, please."       # in pieces while the user spoke
+    n_first = len(sim.content(1, "inputTranscription"))
     assert sim.frames(1, "toolCall")
     # second utterance, ended by the audio stopping (no trailing silence): the flush timer ends it
     for i in range(0, len(voiced), 3200):
         sim.send(1, _blob("audio", voiced[i:i + 3200], "audio/pcm;rate=16000"))
         sim.after(0.1)
     sim.after(3)
-    assert sim.content(1, "inputTranscription")[1]["text"] == "Did you book it?"
+    assert "".join(t["text"] for t in sim.content(1, "inputTranscription")[n_first:]) == "Did you book it?"
     assert sim.said(1) == ["I'm booking the 3 pm slot tomorrow for you now."]
 
 

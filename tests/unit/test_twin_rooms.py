@@ -58,7 +58,7 @@ def test_timers_are_frozen_typed_keys_owned_by_one_room():
     with pytest.raises(FrozenInstanceError):
         step.key.gen = 99  # type: ignore[misc]
     assert {S.FreezeCheck, S.SetupDone, S.HandleUpdate, S.GoAway, S.GoAwayClose} <= set(core.sessions._timers)
-    assert set(core.turns._timers) == {T.Step, T.Chunk, T.Flush}
+    assert set(core.turns._timers) == {T.Step, T.Chunk, T.Flush, T.VadStart, T.VadEnd}
 
 
 def test_a_stale_timer_does_nothing_but_an_unknown_one_raises():
