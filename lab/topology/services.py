@@ -112,6 +112,7 @@ class Twin(Service):
 
     role = "twin"
     ready_words = ("https://",)
+    control_port = 8444     # the control channel (lab.twin.control), for the agent's twin actions
 
     def __init__(self, node: Node, *, cert_dir: Path | str, api_key: str, log_path: Path | str, t0: float,
                  seed: int, port: int = 8443, extra: tuple[str, ...] = ()):
@@ -123,11 +124,16 @@ class Twin(Service):
         # 0.0.0.0: the endpoint node has only its link and loopback, in every topology
         return [sys.executable, "-m", "lab", "twin", "serve", "--host", "0.0.0.0", "--port", str(self.port),
                 "--cert-dir", str(self.cert_dir), "--san", self.node.host, "--api-key", self.api_key,
-                "--log", str(self.log_path), "--t0", repr(self.t0), "--seed", str(self.seed), *self.extra]
+                "--log", str(self.log_path), "--t0", repr(self.t0), "--seed", str(self.seed),
+                "--control", f"0.0.0.0:{self.control_port}", *self.extra]
 
     @property
     def base_url(self) -> str:
         return f"https://{self.node.host}:{self.port}"
+
+    @property
+    def control_url(self) -> str:
+        return f"http://{self.node.host}:{self.control_port}"
 
 
 class Proxy(Service):
