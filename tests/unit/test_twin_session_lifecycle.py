@@ -255,3 +255,18 @@ def test_bad_control_bodies_are_refused(path, body, status):
 
 def test_timers_of_the_lifecycle_are_owned_by_the_session_room():
     assert {S.CapGoAway, S.SessionCap} <= set(TwinCore().sessions._timers)
+
+
+def test_the_shell_tells_a_tcp_give_up_from_a_reset_and_an_eof():
+    import errno
+    from types import SimpleNamespace
+
+    from lab.twin.server import _how_closed    # here: the only test in this file that needs websockets
+
+    def ws(exc):
+        return SimpleNamespace(protocol=SimpleNamespace(close_rcvd=None), connection_exc=exc)
+
+    assert _how_closed(ws(TimeoutError(errno.ETIMEDOUT, "timed out")), None) == "tcp_timeout"
+    assert _how_closed(ws(OSError(errno.ETIMEDOUT, "timed out")), None) == "tcp_timeout"
+    assert _how_closed(ws(ConnectionResetError()), None) == "rst"
+    assert _how_closed(ws(None), None) == "eof"
