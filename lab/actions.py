@@ -2,6 +2,8 @@
 
 - `client`: the client under test does it (`await client.action(name)`): drop, close, resume.
 - `proxy`: the freeze proxy does it (a POST to its control API, `verb`); needs `endpoint: {via: proxy}`.
+- `twin`: the endpoint twin does it (a POST to its control channel, lab.twin.control: `verb` is the
+  route, `body` the JSON it takes): goAway now, or one of the server's own faults switched.
 
 `cuts_path` marks an action that ends the client's path to the server. The agent writes the run's
 `loss` event at the first such action unless a fault came first (lab.anchors); the others (resume,
@@ -11,16 +13,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CLIENT, PROXY = "client", "proxy"
+CLIENT, PROXY, TWIN = "client", "proxy", "twin"
 
 
 @dataclass(frozen=True)
 class Action:
     name: str
-    by: str                     # CLIENT or PROXY
+    by: str                     # CLIENT, PROXY or TWIN
     cuts_path: bool
     description: str
-    verb: str | None = None     # the proxy's control verb (proxy actions)
+    verb: str | None = None     # the proxy's control verb, or the twin's control route
+    body: tuple = ()            # twin actions: the request's JSON fields, as (name, value) pairs
+
+    def request_body(self) -> dict:
+        return dict(self.body)
 
 
 ACTIONS: dict[str, Action] = {a.name: a for a in (
@@ -32,6 +38,19 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            verb="freeze"),
     Action("unfreeze", PROXY, False, "the proxy forwards the frozen connection again", verb="unfreeze"),
     Action("proxy_close", PROXY, False, "the proxy closes the frozen tunnel's sockets", verb="close"),
+    Action("goaway", TWIN, False, "the twin sends goAway now (timeLeft: its goaway_lead_s), then closes "
+           "when it runs out", verb="goaway"),
+    Action("slow_pongs", TWIN, False, "the twin holds every pong for its pong_delay_s (8-30 s)", verb="fault",
+           body=(("name", "slow_pongs"), ("on", True))),
+    Action("fast_pongs", TWIN, False, "the twin answers pings at once again", verb="fault",
+           body=(("name", "slow_pongs"), ("on", False))),
+    Action("stall", TWIN, False, "the twin stops sending frames (pongs included); sockets stay open",
+           verb="fault", body=(("name", "stall"), ("on", True))),
+    Action("unstall", TWIN, False, "the twin sends frames again", verb="fault", body=(("name", "stall"), ("on", False))),
+    Action("unresumable", TWIN, False, "the twin's sessionResumptionUpdates say resumable: false", verb="fault",
+           body=(("name", "unresumable"), ("on", True))),
+    Action("quota_out", TWIN, False, "the twin closes every new setup 1011 with the quota reason", verb="fault",
+           body=(("name", "quota"), ("on", True))),
 )}
 
 

@@ -12,6 +12,7 @@ the client's namespace (ip netns exec, or docker compose exec).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -36,13 +37,14 @@ from lab.live.budget import ConnectionCharger
 class Agent:
     def __init__(self, scn: scenario_mod.Scenario, client_name: str, run_dir: Path, endpoint,
                  t0: float | None = None, duration: float | None = None, proxy_control: str | None = None,
-                 endpoint_ip: str | None = None, progress=print, before_connect=None):
+                 endpoint_ip: str | None = None, progress=print, before_connect=None, twin_control: str | None = None):
         self.scn = scn
         self.client_name = client_name
         self.run_dir = run_dir
         self.endpoint = endpoint
         self.duration = float(duration or scn.duration)
         self.proxy_control = proxy_control
+        self.twin_control = twin_control
         self.endpoint_ip = endpoint_ip
         self.progress = progress
         self.before_connect = before_connect   # live runs: one session charged per connection opened
@@ -105,6 +107,16 @@ class Agent:
         with urllib.request.urlopen(req, timeout=5) as resp:
             resp.read()
 
+    def _twin(self, action: actions.Action) -> None:
+        if not self.twin_control:
+            raise LabError(f"action {action.name!r} needs the twin's control channel (endpoint: twin)")
+        req = urllib.request.Request(f"{self.twin_control.rstrip('/')}/{action.verb}", method="POST",
+                                     data=json.dumps(action.request_body()).encode(),
+                                     headers={"Content-Type": "application/json"})
+        # reached directly, whatever HTTP(S)_PROXY says
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=5) as resp:
+            resp.read()
+
     async def _execute(self, step: scenario_mod.Step) -> None:
         if step.say is not None:
             await self.client.say(self.scn.script[step.say], step.say)
@@ -125,6 +137,8 @@ class Agent:
         """One scripted action, by whoever performs it (lab.actions)."""
         if action.by == actions.PROXY:
             self._proxy(action.verb)    # first: a proxy that cannot act leaves no action in the record
+        elif action.by == actions.TWIN:
+            self._twin(action)
         # a client action is recorded before the client acts: the loss is the moment it was told to drop
         self.log.write("action", src="agent", what=action.name)
         if action.cuts_path:
@@ -264,6 +278,7 @@ def add_parser(sub) -> None:
     p.add_argument("--duration", type=float, default=None)
     p.add_argument("--proxy", default=None, help="HTTP CONNECT proxy URL the client goes through")
     p.add_argument("--proxy-control", default=None)
+    p.add_argument("--twin-control", default=None, help="the twin's control channel URL (twin actions)")
     p.add_argument("--endpoint-ip", default=None)
     p.set_defaults(func=_main)
 
@@ -281,7 +296,7 @@ def _main(args) -> int:
     run_dir = Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     agent = Agent(scn, args.client or scn.client, run_dir, ep, t0=args.t0, duration=args.duration,
-                  proxy_control=args.proxy_control, endpoint_ip=args.endpoint_ip,
+                  proxy_control=args.proxy_control, endpoint_ip=args.endpoint_ip, twin_control=args.twin_control,
                   progress=lambda s: print(s, flush=True),
                   before_connect=(ConnectionCharger.from_ledger(args.budget_ledger, run_dir.name)
                                   if args.budget_ledger else None))

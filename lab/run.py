@@ -128,6 +128,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
                         t0=t0, seed=seed, port=topo.endpoint_port)
             services.append(twin.start())
             base_url, ca, key = twin.base_url, topo.ca_path, TWIN_KEY
+            twin_control = twin.control_url
         else:
             base_url, ca = spec.base_url, spec.ca
             if spec.endpoint_hook is not None:
@@ -144,7 +145,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
         if ca:
             argv += ["--ca", str(ca)]
         if spec.endpoint == "twin":
-            argv += ["--endpoint-ip", topo.endpoint.ip]
+            argv += ["--endpoint-ip", topo.endpoint.ip, "--twin-control", twin_control]
         if keylog:
             argv += ["--keylog", str(keylog)]
         if spec.budget_ledger:

@@ -113,6 +113,7 @@ class Twin(Service):
 
     role = "twin"
     ready_words = ("https://",)
+    control_port = 8444     # the control channel (lab.twin.control), for the agent's twin actions
 
     def __init__(self, node: Node, *, cert_dir: Path | str, api_key: str, log_path: Path | str, t0: float | None,
                  seed: int | str, port: int = 8443, extra: tuple[str, ...] = ()):
@@ -126,11 +127,15 @@ class Twin(Service):
         return [sys.executable, "-m", "lab", "twin", "serve", "--host", "0.0.0.0", "--port", str(self.port),
                 "--cert-dir", str(self.cert_dir), "--san", self.node.host, "--api-key", self.api_key,
                 "--log", str(self.log_path), *(["--t0", repr(self.t0)] if self.t0 is not None else []),
-                "--seed", str(self.seed), *self.extra]
+                "--seed", str(self.seed), "--control", f"0.0.0.0:{self.control_port}", *self.extra]
 
     @property
     def base_url(self) -> str:
         return f"https://{self.node.host}:{self.port}"
+
+    @property
+    def control_url(self) -> str:
+        return f"http://{self.node.host}:{self.control_port}"
 
 
 class Proxy(Service):

@@ -26,7 +26,10 @@ def add_parser(sub) -> None:
     s.add_argument("--san", action="append", default=[], help="extra certificate name (repeatable)")
     s.add_argument("--no-tls", action="store_true", help="serve plain ws (the SDK then needs its ws_connect patch)")
     s.add_argument("--api-key", default=None,
-                   help="require this key (x-goog-api-key, ?key= or Authorization); missing = HTTP 401, wrong = 403")
+                   help="require this key (x-goog-api-key, ?key= or Authorization): a wrong one closes the setup "
+                        "1007, a missing one 1008 (with --set key_refusal=http: HTTP 403 / 401 at the upgrade)")
+    s.add_argument("--control", default=None, metavar="HOST:PORT",
+                   help="serve the control channel here (POST /fault, POST /goaway, GET /state)")
     s.add_argument("--log", default=None, help="twin.jsonl path (default: no file)")
     s.add_argument("--seed", type=int, default=None, help="random seed for drawn delays and handles")
     s.add_argument("--t0", type=float, default=None,
@@ -78,7 +81,15 @@ def _serve(args) -> int:
         return 0
     if not 0 <= args.port <= 65535:
         raise LabError(f"bad --port {args.port}")
+    args.control = _host_port(args.control) if args.control else None
     return asyncio.run(_run(args))
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise LabError(f"bad --control {text!r}: expected HOST:PORT")
+    return host, int(port)
 
 
 async def _run(args) -> int:
@@ -86,7 +97,7 @@ async def _run(args) -> int:
 
     twin = TwinServer(profile=args.profile, host=args.host, port=args.port, tls=not args.no_tls,
                       cert_dir=args.cert_dir, api_key=args.api_key, overrides=args.overrides,
-                      log_path=args.log, seed=args.seed, san=args.san, t0=args.t0)
+                      log_path=args.log, seed=args.seed, san=args.san, t0=args.t0, control=args.control)
     try:
         await twin.start()
     except OSError as e:
@@ -101,6 +112,8 @@ async def _run(args) -> int:
     print(f"twin: {twin.profile.name} at {twin.base_url}", flush=True)
     print(f"base_url {twin.base_url}", flush=True)
     print(f"ca_path {twin.ca_path or '-'}", flush=True)
+    if twin.control is not None:
+        print(f"control {twin.control.url}", flush=True)
     try:
         await stop.wait()
     finally:

@@ -2,11 +2,14 @@
 
 The shell feeds it events with an explicit `now` (seconds, monotonic):
 
-    core.check_upgrade(path, headers)            -> Upgrade (HTTP status to refuse with, or route)
-    core.connection_opened(conn, now, route)     -> [actions]
+    core.check_upgrade(path, headers)            -> Upgrade (HTTP status to refuse with, or route and key)
+    core.connection_opened(conn, now, route, peer, key) -> [actions]
     core.frame_received(conn, data, now)         -> [actions]   (one data message, text or bytes)
     core.connection_ended(conn, how, now)        -> [actions]   (how: close_frame | eof | rst)
     core.timer_fired(key, now)                   -> [actions]
+    core.set_fault(name, on, now)                -> [actions]   (a server fault switched at run time)
+    core.go_away(now, time_left_s=None)          -> [actions]   (goAway on every live connection now)
+    core.pong_delay()                            -> seconds to hold a pong (0 at once, inf never)
 
 and performs the actions it returns, in order (lab.twin.actions: Send, Close, Timer, Log).
 
@@ -19,15 +22,29 @@ sockets, asyncio or the clock.
 """
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
+from lab.errors import LabError
 from lab.twin import model as M
+from lab.twin import session as S
 from lab.twin import wire
-from lab.twin.actions import Action, TimerKey, UnknownTimer
+from lab.twin.actions import Action, Log, Send, TimerKey, UnknownTimer
+from lab.twin.params import draw
 from lab.twin.profile import Profile, load_profile
 from lab.twin.session import Conn, Phase, SessionParams, Sessions, SetupDone
 from lab.twin.turns import SessionTimer, TurnParams, Turns
+
+# The server's own faults a scenario can switch at run time (POST /fault), each with the profile
+# parameter that sets it at start: the only list of them.
+SLOW_PONGS, STALL = "slow_pongs", "stall"
+FAULTS = {SLOW_PONGS: "slow_pongs", STALL: "stall", S.UNRESUMABLE: "unresumable_updates",
+          S.QUOTA: "quota_exhausted"}
+
+
+class UnknownFault(LabError):
+    """A fault name the twin does not have (the control channel answers 404 with this line)."""
 
 
 class TwinCore:
@@ -40,12 +57,15 @@ class TwinCore:
         self.api_key = api_key
         self.rng = random.Random(seed)
         self.max_client_frame_bytes = self.profile["max_client_frame_bytes"]
+        self.http_key_refusal = self.profile["key_refusal"] == "http"
+        self.faults = {name for name, param in FAULTS.items() if self.profile[param]}
+        self._pong_delay_s = self.profile["pong_delay_s"]
         self.wire = wire.Wire(binary=self.profile["frame_type"] != "text")
         # turns first: it reaches the session rules only through this object (the Outlet), at run time
         self.turns = Turns(self.profile.view(TurnParams), M.ModelConfig.from_profile(self.profile), self.wire,
                            self.rng, outlet=self)
         self.sessions = Sessions(self.profile.view(SessionParams), self.wire, self.rng, self.turns,
-                                 handle_rng=random.Random(seed) if seed is not None else None)
+                                 handle_rng=random.Random(seed) if seed is not None else None, faults=self.faults)
 
     # ---- the Outlet the turn room sends through ---------------------------------------------
     def live_conn(self, sid: str) -> int | None:
@@ -59,10 +79,11 @@ class TwinCore:
 
     # ---- events -------------------------------------------------------------------------------
     def check_upgrade(self, path: str, headers: Any) -> wire.Upgrade:
-        return wire.check_upgrade(path, headers, self.api_key)
+        return wire.check_upgrade(path, headers, self.api_key, http_refusal=self.http_key_refusal)
 
-    def connection_opened(self, conn_id: int, now: float, route: str = "", peer: Any = None) -> list[Action]:
-        return self.sessions.opened(conn_id, now, route, peer)
+    def connection_opened(self, conn_id: int, now: float, route: str = "", peer: Any = None,
+                          key: str = "") -> list[Action]:
+        return self.sessions.opened(conn_id, now, route, peer, key)
 
     def frame_received(self, conn_id: int, data: bytes | str, now: float) -> list[Action]:
         c = self.sessions.conn(conn_id)
@@ -91,11 +112,32 @@ class TwinCore:
             acts += self._drain(key.conn, now)
         return self._sent(acts)
 
+    # ---- the server's own faults and goAway, at run time -------------------------------------
+    def set_fault(self, name: str, on: bool, now: float) -> list[Action]:
+        if name not in FAULTS:
+            raise UnknownFault(f"unknown twin fault {name!r}; known: {', '.join(sorted(FAULTS))}")
+        was = name in self.faults
+        (self.faults.add if on else self.faults.discard)(name)
+        acts: list[Action] = [Log("twin.fault", {"name": name, "on": bool(on)})]
+        if name == S.UNRESUMABLE and on and not was:
+            acts += self.sessions.unresumable_now(now)
+        return self._sent(acts)
+
+    def go_away(self, now: float, time_left_s: float | None = None) -> list[Action]:
+        lead = self.profile["goaway_lead_s"] if time_left_s is None else float(time_left_s)
+        return self._sent(self.sessions.go_away_all(now, lead))
+
+    def pong_delay(self) -> float:
+        """How long the shell holds a pong: never while stalled, pong_delay_s with slow pongs."""
+        if STALL in self.faults:
+            return math.inf
+        return draw(self._pong_delay_s, self.rng) if SLOW_PONGS in self.faults else 0.0
+
     # ---- between the rooms --------------------------------------------------------------------
     def _deliver(self, c: Conn, kind: str, body: dict, now: float) -> list[Action]:
         if c.session is None:
             return []
-        refused = self.sessions.input_arrived(c, kind, now)
+        refused = self.sessions.input_arrived(c, kind, body, now)
         if refused is not None:
             return refused
         try:
@@ -116,5 +158,8 @@ class TwinCore:
         return acts
 
     def _sent(self, acts: list[Action]) -> list[Action]:
+        if STALL in self.faults:
+            # the silent stall: the socket stays open and no frame goes out (closes still do)
+            acts = [a for a in acts if not isinstance(a, Send)]
         self.sessions.note_sent(acts)
         return acts

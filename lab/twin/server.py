@@ -6,7 +6,14 @@ frames' meaning (it moves bytes and runs timers when the core says).
 Real TCP state is the point: the server never pings (ping_interval=None unless the profile sets it)
 and never enables TCP keepalive, so a connection whose client went silent stays open server-side
 until a close frame, EOF/FIN or RST reaches it, or the profile's freeze timeout closes it. The
-session lock lives exactly as long as that server-side socket.
+session lock lives as long as that server-side socket, and past it when the socket's TCP gave up
+(TCP_USER_TIMEOUT, `tcp_user_timeout_s`, as the real server's ~2 min of retransmissions). After its
+own close frame the twin waits for the peer's close without a deadline (`fin_after_close: false`):
+no FIN goes out unless the peer closes, as recorded.
+
+The server's own faults act here where they are about frames the protocol library sends itself:
+pongs are held for `core.pong_delay()` seconds (slow pongs; never while stalled). A small HTTP
+control channel (lab.twin.control, `control=(host, port)`) switches them at run time.
 
     twin = TwinServer(profile="developer-api", port=0)
     await twin.start()
@@ -18,7 +25,9 @@ session lock lives exactly as long as that server-side socket.
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
+import math
 import os
 import shutil
 import socket
@@ -29,9 +38,11 @@ from typing import Any
 
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Opcode
 
 from lab.events import EventLog
 from lab.twin.actions import Close, Log, Send, Timer
+from lab.twin.control import ControlServer
 from lab.twin.core import TwinCore
 
 DEFAULT_SANS = ("localhost", "127.0.0.1", "endpoint")
@@ -61,12 +72,16 @@ class TwinServer:
     def __init__(self, profile: str = "developer-api", host: str = "127.0.0.1", port: int = 0, tls: bool = True,
                  cert_dir: str | Path | None = None, api_key: str | None = None, overrides: Any = None,
                  log_path: str | Path | None = None, seed: int | None = None, san: list[str] | None = None,
-                 log: EventLog | None = None, t0: float | None = None):
+                 log: EventLog | None = None, t0: float | None = None,
+                 control: tuple[str, int] | None = None):
         self.core = TwinCore(profile, overrides, seed=seed, api_key=api_key)
         self.profile = self.core.profile
         # read here, not in start(): a bad profile fails before anything listens
         self._ping_interval = self.profile["ping_interval"]
         self._ping_timeout = self.profile["ping_timeout"]
+        self._tcp_user_timeout_s = self.profile["tcp_user_timeout_s"]
+        self._close_timeout = 10.0 if self.profile["fin_after_close"] else None   # websockets' default
+        self.control = ControlServer(self, *control) if control is not None else None
         self.host = host
         self._port = port
         self.tls = tls
@@ -101,12 +116,17 @@ class TwinServer:
             self._handler, self.host, self._port, ssl=ctx, process_request=self._process_request,
             ping_interval=float(pi) if pi is not None else None,
             ping_timeout=float(pt) if (pi is not None and pt is not None) else None,
-            compression=None, max_size=64 * 1024 * 1024, max_queue=64, server_header=None)
+            compression=None, max_size=64 * 1024 * 1024, max_queue=64, server_header=None,
+            close_timeout=self._close_timeout)
+        if self.control is not None:
+            await self.control.start()
         self.log.write("twin.start", src="twin", profile=self.profile.name, port=self.port, tls=self.tls,
                        overrides={k: p.value for k, p in self.profile.params.items() if p.overridden})
         return self
 
     async def stop(self) -> None:
+        if self.control is not None:
+            await self.control.stop()
         for h in list(self._timers):
             h.cancel()
         self._timers.clear()
@@ -163,24 +183,31 @@ class TwinServer:
             self.log.write("twin.http_refuse", src="twin", status=up.status, reason=up.reason,
                            path=request.path.split("?")[0])
             return connection.respond(up.status, up.reason + "\n")
-        connection.twin_route = up.route  # type: ignore[attr-defined]
+        connection.twin_upgrade = up  # type: ignore[attr-defined]
         return None
+
+    # ---- the control channel's operations (lab.twin.control calls these) -----------------
+    def set_fault(self, name: str, on: bool) -> None:
+        self._dispatch(self.core.set_fault(name, on, asyncio.get_running_loop().time()))
+
+    def go_away(self, time_left_s: float | None = None) -> None:
+        self._dispatch(self.core.go_away(asyncio.get_running_loop().time(), time_left_s))
 
     async def _handler(self, ws: ServerConnection) -> None:
         loop = asyncio.get_running_loop()
         cid = next(self._ids)
         sock = ws.transport.get_extra_info("socket") if ws.transport else None
         if sock is not None:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 0)
-            except OSError:
-                pass
+            _tune_socket(sock, self._tcp_user_timeout_s)
+        self._hold_pongs(ws)
         io = _ConnIO(ws)
         self._conns[cid] = io
         writer = asyncio.create_task(io.run())
         peer = ws.remote_address
-        self._dispatch(self.core.connection_opened(cid, loop.time(), getattr(ws, "twin_route", ""),
-                                                   f"{peer[0]}:{peer[1]}" if peer else None))
+        up = getattr(ws, "twin_upgrade", None)
+        self._dispatch(self.core.connection_opened(cid, loop.time(), up.route if up else "",
+                                                   f"{peer[0]}:{peer[1]}" if peer else None,
+                                                   up.key if up else ""))
         how = "eof"
         try:
             async for message in ws:
@@ -212,6 +239,29 @@ class TwinServer:
             elif isinstance(a, Log):
                 self.log.write(a.kind, src="twin", **a.fields)
 
+    def _hold_pongs(self, ws: ServerConnection) -> None:
+        """websockets answers pings itself: hold each pong for the core's pong_delay()."""
+        proto, loop = ws.protocol, asyncio.get_running_loop()
+        send_frame = proto.send_frame
+
+        def late(frame) -> None:
+            try:
+                send_frame(frame)
+                ws.send_data()
+            except Exception:   # the connection ended meanwhile: the pong has nowhere to go
+                pass
+
+        def held_send_frame(frame) -> None:
+            if frame.opcode is Opcode.PONG:
+                delay = self.core.pong_delay()
+                if delay > 0:
+                    if not math.isinf(delay):
+                        self._timers.add(loop.call_later(delay, late, frame))
+                    return
+            send_frame(frame)
+
+        proto.send_frame = held_send_frame  # type: ignore[method-assign]
+
     def _schedule(self, t: Timer) -> None:
         loop = self._loop or asyncio.get_running_loop()
         holder: list = []
@@ -228,15 +278,30 @@ class TwinServer:
         self._timers.add(h)
 
 
+def _tune_socket(sock: socket.socket, user_timeout_s: float | None) -> None:
+    """No TCP keepalive (the real server sent none); the TCP give-up of the records."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 0)
+        if user_timeout_s is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(user_timeout_s * 1000))
+    except OSError:
+        pass
+
+
 def _how_closed(ws: ServerConnection, exc: BaseException | None) -> str:
     proto = ws.protocol
     if getattr(proto, "close_rcvd", None) is not None:
         return "close_frame"
-    cause = exc
-    while cause is not None:
+    # why the socket was lost: websockets keeps it on the connection (connection_lost's exception)
+    cause = getattr(ws, "connection_exc", None) or exc
+    seen = 0
+    while cause is not None and seen < 10:
         if isinstance(cause, (ConnectionResetError, BrokenPipeError)):
             return "rst"
+        if isinstance(cause, TimeoutError) or getattr(cause, "errno", None) == errno.ETIMEDOUT:
+            return "tcp_timeout"     # TCP_USER_TIMEOUT: the server's TCP gave up retransmitting
         cause = cause.__cause__ or cause.__context__
+        seen += 1
     return "eof"
 
 

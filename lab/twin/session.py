@@ -12,6 +12,7 @@ session's turns to the turn room through `TurnHooks` and builds frames with lab.
 from __future__ import annotations
 
 import random
+import re
 import secrets
 import string
 from dataclasses import dataclass, field
@@ -63,6 +64,31 @@ class SessionParams:
     av_resume_fail: bool
     av_fail_code: int
     av_fail_reason: str
+    wrong_key_code: int
+    wrong_key_reason: str
+    missing_key_code: int
+    missing_key_reason: str
+    served_models: list
+    unknown_model_code: int
+    unknown_model_reason: str
+    native_audio_models: list
+    text_only_reason: str
+    mixed_modalities_reason: str
+    role_required_models: str
+    roleless_turn_reason: str
+    quota_code: int
+    quota_reason: str
+    connection_max_s: float | None
+    goaway_lead_s: float
+    goaway_resume_release_s: float
+    session_max_audio_s: float | None
+    session_max_av_s: float | None
+    session_cap_code: int
+    session_cap_reason: str
+
+
+# the server faults this room honours (lab.twin.core owns the switches; this room reads the set)
+QUOTA, UNRESUMABLE = "quota", "unresumable"
 
 
 # ---- timers (subclasses inherit the frozen dataclass: equal only to their own type) -----------
@@ -89,7 +115,15 @@ class GoAway(ConnTimer):
 
 
 class GoAwayClose(ConnTimer):
-    """Close the connection when the goAway's timeLeft has run out."""
+    """Close the connection when the goAway's timeLeft has run out (or at connection_max_s)."""
+
+
+class CapGoAway(ConnTimer):
+    """The goAway goaway_lead_s before the connection cap (connection_max_s after the upgrade)."""
+
+
+class SessionCap(ConnTimer):
+    """End a session without context compression at its cap (audio-only or audio+video)."""
 
 
 # ---- state ----------------------------------------------------------------------------------
@@ -111,6 +145,9 @@ class Conn:
     pending: list = field(default_factory=list)   # frames received while setting up
     close_why: str = ""
     closing_kills: bool = False
+    key: str = ""               # wire.KEY_*: the upgrade's verdict on the API key ("" = none needed)
+    model: str = ""
+    goaway_sent: bool = False   # the twin told this connection to go away
 
     @property
     def closing(self) -> bool:
@@ -126,6 +163,10 @@ class Session:
     ended_at: float | None = None
     last_data_at: float | None = None
     speaking_at_end: bool = False
+    started_at: float = 0.0
+    compressed: bool = False                # contextWindowCompression set: no session cap
+    goaway_release_at: float | None = None  # its last connection ended after the twin's goAway
+    locked_until: float | None = None       # the server's TCP gave up; the session stays held
 
 
 class TurnHooks(Protocol):
@@ -144,8 +185,9 @@ class Sessions:
     """Every connection and session of one twin, and the rules between them."""
 
     def __init__(self, prm: SessionParams, frames: wire.Wire, rng: random.Random, turns: TurnHooks,
-                 handle_rng: random.Random | None = None):
+                 handle_rng: random.Random | None = None, faults: set | None = None):
         self.prm = prm
+        self.faults = faults if faults is not None else set()   # the server faults switched on (QUOTA, ...)
         self.wire = frames
         self.rng = rng
         self.turns = turns
@@ -157,7 +199,8 @@ class Sessions:
         self._session_seq = 0
         self._timers: dict[type, Callable[[Conn, float], list]] = {
             FreezeCheck: self._on_freeze, SetupDone: self._on_setup_done, HandleUpdate: self._on_handle_timer,
-            GoAway: self._on_goaway, GoAwayClose: self._on_goaway_close}
+            GoAway: self._on_goaway, GoAwayClose: self._on_goaway_close, CapGoAway: self._on_cap_goaway,
+            SessionCap: self._on_session_cap}
 
     # ---- lookups ----------------------------------------------------------------------------
     def find(self, conn_id: int) -> Conn | None:
@@ -208,20 +251,26 @@ class Sessions:
         return [self.wire.close(c.id, code, reason, at)]
 
     def bad(self, c: Conn, reason: str, now: float, why: str = "bad_input") -> list:
-        code = self.prm.bad_input_code
         kind = "twin.refuse" if c.phase in (Phase.OPEN, Phase.SETTING_UP) else "twin.bad_input"
+        return self._refuse(c, self.prm.bad_input_code, reason, now + self.prm.bad_input_close_s, why, kind)
+
+    def _refuse(self, c: Conn, code: int, reason: str, at: float, why: str, kind: str = "twin.refuse") -> list:
         return [Log(kind, {"conn": c.id, "session": c.session, "code": code, "reason": reason, "why": why})] + \
-            self.close(c, code, reason, now + self.prm.bad_input_close_s, why)
+            self.close(c, code, reason, at, why)
 
     # ---- events -----------------------------------------------------------------------------
-    def opened(self, conn_id: int, now: float, route: str = "", peer: Any = None) -> list:
+    def opened(self, conn_id: int, now: float, route: str = "", peer: Any = None, key: str = "") -> list:
         if conn_id in self.conns or conn_id in self._ended:
             raise TwinBug(f"connection {conn_id} opened twice")
-        c = Conn(conn_id, now, route=route, last_data_at=now)
+        c = Conn(conn_id, now, route=route, last_data_at=now, key=key)
         self.conns[conn_id] = c
         acts: list = [Log("twin.conn.open", {"conn": conn_id, "route": route, "peer": peer})]
         if self.prm.freeze_close_s is not None:
             acts.append(Timer(FreezeCheck(c.id), c.last_data_at + self.prm.freeze_close_s))
+        cap = self.prm.connection_max_s
+        if cap is not None:
+            acts += [Timer(CapGoAway(c.id), now + max(0.0, cap - self.prm.goaway_lead_s)),
+                     Timer(GoAwayClose(c.id), now + cap)]
         return acts
 
     def client_data(self, c: Conn, now: float) -> None:
@@ -244,13 +293,18 @@ class Sessions:
             return self.bad(c, wire.INVALID_ARGUMENT, now, "second_setup")
         return None
 
-    def input_arrived(self, c: Conn, kind: str, now: float) -> list | None:
+    def input_arrived(self, c: Conn, kind: str, body: dict, now: float) -> list | None:
         """Count one message on a live connection: the refusal's actions if the session cannot
-        take it (002: a resumed session with audio and video history fails its first input)."""
+        take it (002: a resumed session with audio and video history fails its first input; a 3.x
+        model refuses a client turn with no role)."""
         c.msg_index += 1
         if kind not in INPUT_KINDS:
             return None
         c.inputs += 1
+        if (kind == "clientContent" and re.fullmatch(self.prm.role_required_models, c.model)
+                and wire.has_roleless_turn(body)):
+            return self._refuse(c, self.prm.bad_input_code, self.prm.roleless_turn_reason, now,
+                                      "roleless_turn", kind="twin.bad_input")
         if c.resumed and c.inputs == 1 and self.prm.av_resume_fail and self.turns.used_audio_and_video(c.session):
             reason, code = self.prm.av_fail_reason, self.prm.av_fail_code
             return [Log("twin.bad_input", {"conn": c.id, "session": c.session, "code": code,
@@ -277,6 +331,11 @@ class Sessions:
         if s is not None and s.conn == c.id:
             s.conn = None
             s.ended_at = now
+            s.goaway_release_at = now + self.prm.goaway_resume_release_s if c.goaway_sent else None
+            if how == "tcp_timeout" and self.prm.freeze_close_s is not None:
+                # 000: the server's TCP gave up after ~2 min of retransmissions, yet the session stayed
+                # locked until the server's own close at ~480 s after its last message
+                s.locked_until = c.last_data_at + self.prm.freeze_close_s
             # the session was last active at its last data frame in either direction (a frame the
             # server scheduled but never sent, cut by the end, does not count)
             s.last_data_at = min(now, max(c.last_data_at, c.last_activity_at))
@@ -316,29 +375,46 @@ class Sessions:
         sr = sr if isinstance(sr, dict) else {}
         handle = sr.get("handle") or None
         c.transparent = bool(sr.get("transparent"))
+        c.model = wire.model_name(setup)
         log = {"conn": c.id, "resume": bool(handle), **redact_handle(handle), "route": c.route,
                "model": setup.get("model")}
         acts: list = [Log("twin.setup", log)]
-        err_at = now + self.prm.setup_error_close_s
-        if "transparent" in sr and not self.prm.transparent_supported:
-            reason, code = self.prm.transparent_reject_reason, self.prm.transparent_reject_code
-            acts.append(Log("twin.refuse", {"conn": c.id, "code": code, "reason": reason, "why": "transparent"}))
-            return acts + self.close(c, code, reason, err_at, "transparent")
-        gen_cfg = setup.get("generationConfig") or {}
-        mods = [str(m).upper() for m in (gen_cfg.get("responseModalities") or [])]
-        if self.prm.reject_text_only and mods and "AUDIO" not in mods:
-            reason = wire.INVALID_ARGUMENT
-            acts.append(Log("twin.refuse", {"conn": c.id, "code": 1007, "reason": reason, "why": "text_only"}))
-            return acts + self.close(c, 1007, reason, err_at, "text_only")
+        refusal = self._setup_refusal(c, setup, sr)
+        if refusal is not None:
+            code, reason, why = refusal
+            return acts + self._refuse(c, code, reason, now + self.prm.setup_error_close_s, why)
         if handle:
             return acts + self._resume(c, setup, handle, now)
         self._session_seq += 1
-        s = Session(f"s{self._session_seq}")
+        s = Session(f"s{self._session_seq}", started_at=now)
+        s.compressed = setup.get("contextWindowCompression") is not None
         self.sessions[s.id] = s
         self.turns.begin(s.id, setup)
         s.conn = c.id
         c.session = s.id
         return acts + [Timer(SetupDone(c.id), now + draw(self.prm.new_setup_s, self.rng))]
+
+    def _setup_refusal(self, c: Conn, setup: dict, sr: dict) -> tuple[int, str, str] | None:
+        """(code, reason, why) when the setup is refused before any session rule, in the real
+        service's order: the key, the quota, the fields, the model, the modalities (fidelity §5)."""
+        p = self.prm
+        if c.key == wire.KEY_MISSING:
+            return p.missing_key_code, p.missing_key_reason, "missing_key"
+        if c.key == wire.KEY_WRONG:
+            return p.wrong_key_code, p.wrong_key_reason, "wrong_key"
+        if QUOTA in self.faults:
+            return p.quota_code, p.quota_reason, "quota"
+        if "transparent" in sr and not p.transparent_supported:
+            return p.transparent_reject_code, p.transparent_reject_reason, "transparent"
+        if c.model not in p.served_models:
+            reason = p.unknown_model_reason.replace("{model}", c.model).replace("{version}", wire.api_version(c.route))
+            return p.unknown_model_code, reason, "unknown_model"
+        mods = wire.response_modalities(setup)
+        if "AUDIO" in mods and "TEXT" in mods:
+            return p.bad_input_code, p.mixed_modalities_reason, "audio_and_text"
+        if p.reject_text_only and mods and "AUDIO" not in mods and c.model in p.native_audio_models:
+            return p.bad_input_code, p.text_only_reason, "text_only"
+        return None
 
     def _resume(self, c: Conn, setup: dict, handle: str, now: float) -> list:
         sid = self.handles.get(handle)
@@ -348,12 +424,19 @@ class Sessions:
         release_at = None
         if s is not None and s.last_data_at is not None:
             release_at = s.last_data_at + self.prm.idle_release_s
+        if s is not None and s.goaway_release_at is not None:
+            release_at = s.goaway_release_at    # the twin sent this client away: its own rule
+        if (s is not None and s.locked_until is not None and now >= s.locked_until
+                and self.prm.server_close_kills_session):
+            s.dead = True       # the ~480 s close came, with no socket left to carry it
         if s is None:
             why, code = "unknown_handle", self.prm.unknown_handle_code
         elif s.dead:
             why = "session_dead"
         elif s.conn is not None:
             why = "old_connection_open"
+        elif s.locked_until is not None and now < s.locked_until:
+            why = "tcp_gave_up"
         elif (not (s.speaking_at_end and self.prm.speaking_release_immediate)
               and release_at is not None and now < release_at):
             why = "idle_release"
@@ -369,6 +452,7 @@ class Sessions:
         s.conn = c.id
         c.session = s.id
         c.resumed = True
+        s.compressed = setup.get("contextWindowCompression") is not None
         self.turns.configure(s.id, setup)
         return [Timer(SetupDone(c.id), now + draw(self.prm.resume_setup_s, self.rng))]
 
@@ -391,6 +475,9 @@ class Sessions:
                 acts += self._handle_update(c, now)
         if self.prm.goaway_after_s is not None:
             acts.append(Timer(GoAway(c.id), now + self.prm.goaway_after_s))
+        cap_at = self._session_cap_at(s, now)
+        if cap_at is not None:
+            acts.append(Timer(SessionCap(c.id), cap_at))
         return acts
 
     def _on_handle_timer(self, c: Conn, now: float) -> list:
@@ -400,6 +487,9 @@ class Sessions:
         s = self.session(c.session) if c.session else None
         if s is None:
             return []
+        if UNRESUMABLE in self.faults:
+            return [self.wire.send(c.id, wire.unresumable_update(), now),
+                    Log("twin.handle", {"conn": c.id, "session": s.id, "resumable": False})]
         h = self._new_handle()
         s.handles.add(h)
         self.handles[h] = s.id
@@ -423,16 +513,70 @@ class Sessions:
                                           "idle_ms": round((now - c.last_data_at) * 1000, 1)})] + \
             self.close(c, self.prm.freeze_close_code, self.prm.freeze_close_reason, now, "freeze", kills)
 
-    def _on_goaway(self, c: Conn, now: float) -> list:
-        if c.phase is not Phase.LIVE:
+    def go_away(self, c: Conn, now: float, time_left_s: float, close: bool = True) -> list:
+        """goAway with timeLeft, and the close when it has run out (unless a cap timer closes it)."""
+        if c.phase is not Phase.LIVE or c.goaway_sent:
             return []
-        tl = self.prm.goaway_time_left
-        secs = float(tl.rstrip("s"))        # the declared shape is '<seconds>s'
-        return [self.wire.send(c.id, wire.go_away(tl), now), Log("twin.goaway", {"conn": c.id, "time_left": tl}),
-                Timer(GoAwayClose(c.id), now + secs)]
+        c.goaway_sent = True
+        tl = f"{time_left_s:g}s"
+        acts = [self.wire.send(c.id, wire.go_away(tl), now), Log("twin.goaway", {"conn": c.id, "time_left": tl})]
+        return acts + ([Timer(GoAwayClose(c.id), now + time_left_s)] if close else [])
+
+    def go_away_all(self, now: float, time_left_s: float) -> list:
+        """goAway on every live connection now (the control channel's action)."""
+        acts: list = []
+        for c in list(self.conns.values()):
+            acts += self.go_away(c, now, time_left_s)
+        return acts
+
+    def unresumable_now(self, now: float) -> list:
+        """Once the switch is on, every live connection that asked for resumption hears it at once."""
+        acts: list = []
+        for c in list(self.conns.values()):
+            if c.phase is Phase.LIVE and c.resumption:
+                acts += self._handle_update(c, now)
+        return acts
+
+    def _on_goaway(self, c: Conn, now: float) -> list:
+        return self.go_away(c, now, float(self.prm.goaway_time_left.rstrip("s")))   # declared as '<seconds>s'
+
+    def _on_cap_goaway(self, c: Conn, now: float) -> list:
+        # the cap's own GoAwayClose (armed at the upgrade) closes it
+        return self.go_away(c, now, self.prm.goaway_lead_s, close=False)
 
     def _on_goaway_close(self, c: Conn, now: float) -> list:
-        if c.phase is not Phase.LIVE:
+        if c.closing:
             return []
+        c.goaway_sent = True    # a cap reached before the goAway could go out is the twin's own end too
         return [Log("twin.goaway_close", {"conn": c.id})] + self.close(
             c, self.prm.goaway_close_code, self.prm.goaway_close_reason, now, "goaway")
+
+    def _session_cap_at(self, s: Session, now: float) -> float | None:
+        """When the session's cap is next checked: the audio+video cap while it may still apply,
+        then the audio-only one; None with context compression or no cap."""
+        if s.compressed:
+            return None
+        av, audio = self.prm.session_max_av_s, self.prm.session_max_audio_s
+        if self.turns.used_audio_and_video(s.id):
+            return s.started_at + av if av is not None else (s.started_at + audio if audio is not None else None)
+        if av is not None and (audio is None or av < audio):
+            # video may still come: look again every second once the audio+video cap has passed
+            nxt = max(now + 1.0, s.started_at + av)
+            return nxt if audio is None else min(nxt, s.started_at + audio)
+        return s.started_at + audio if audio is not None else None
+
+    def _on_session_cap(self, c: Conn, now: float) -> list:
+        s = self.sessions.get(c.session) if c.session else None
+        if c.closing or s is None or s.conn != c.id:
+            return []
+        due = self._session_cap_at(s, now)
+        if due is None:
+            return []
+        av = self.turns.used_audio_and_video(s.id)
+        cap = self.prm.session_max_av_s if av else self.prm.session_max_audio_s
+        if cap is None or now + 1e-6 < s.started_at + cap:
+            return [Timer(SessionCap(c.id), due)]
+        s.dead = True       # the context is full: the session cannot go on, resumed or not
+        return [Log("twin.session_cap", {"conn": c.id, "session": s.id, "audio_video": av,
+                                         "age_ms": round((now - s.started_at) * 1000, 1)})] + \
+            self.close(c, self.prm.session_cap_code, self.prm.session_cap_reason, now, "session_cap", True)

@@ -37,12 +37,21 @@ ROUTE_RE = re.compile(
     r"|(?P<vertex>google\.cloud\.aiplatform\.v1beta1\.LlmBidiService/BidiGenerateContent))$")
 
 
+KEY_OK, KEY_MISSING, KEY_WRONG = "ok", "missing", "wrong"
+
+
 @dataclass
 class Upgrade:
     status: int | None          # None = accept; else the HTTP status to answer
     reason: str = ""
     route: str = ""             # "v1", "v1beta", "v1alpha", "v1alpha-constrained", "vertex"
     key_source: str = ""        # where the key came from (never the key itself)
+    key: str = ""               # KEY_OK / KEY_MISSING / KEY_WRONG; "" when the twin needs no key
+
+
+def api_version(route: str) -> str:
+    """The API version a route serves, as the real server names it in a model-not-found reason."""
+    return "v1beta1" if route == "vertex" else route.split("-")[0] or "v1beta"
 
 
 def _header(headers: Any, name: str) -> str | None:
@@ -62,10 +71,12 @@ def _header(headers: Any, name: str) -> str | None:
     return None
 
 
-def check_upgrade(path: str, headers: Any, api_key: str | None = None) -> Upgrade:
-    """Route an upgrade request: 404 for an unknown path; with a configured api_key, 401 when no key
-    was sent and 403 when none of the sent keys matches. Keys are read from x-goog-api-key, ?key=,
-    and Authorization: Token|Bearer. Double slashes and a path prefix are tolerated."""
+def check_upgrade(path: str, headers: Any, api_key: str | None = None, http_refusal: bool = True) -> Upgrade:
+    """Route an upgrade request: 404 for an unknown path. With a configured api_key the key is
+    checked: with `http_refusal`, 401 when no key was sent and 403 when none matches; without it the
+    upgrade succeeds and `key` says what the session room must close the setup with (the real
+    service's way, fidelity §5). Keys are read from x-goog-api-key, ?key=, and Authorization:
+    Token|Bearer. Double slashes and a path prefix are tolerated."""
     # not urlsplit: a request path "//ws/..." (what the SDK sends) would parse "ws" as a host
     raw_path, _, query = (path or "/").partition("?")
     p = re.sub(r"/{2,}", "/", raw_path or "/").rstrip("/")
@@ -90,11 +101,12 @@ def check_upgrade(path: str, headers: Any, api_key: str | None = None) -> Upgrad
             keys.append(("authorization", tok.strip()))
     if api_key:
         if not keys:
-            return Upgrade(401, "missing API key", route)
+            return Upgrade(401, "missing API key", route) if http_refusal else Upgrade(None, "", route, "", KEY_MISSING)
         for src, k in keys:
             if secrets.compare_digest(k.encode(), api_key.encode()):
-                return Upgrade(None, "", route, src)
-        return Upgrade(403, "API key not valid", route)
+                return Upgrade(None, "", route, src, KEY_OK)
+        return Upgrade(403, "API key not valid", route) if http_refusal else \
+            Upgrade(None, "", route, keys[0][0], KEY_WRONG)
     return Upgrade(None, "", route, keys[0][0] if keys else "")
 
 
@@ -102,6 +114,11 @@ def check_upgrade(path: str, headers: Any, api_key: str | None = None) -> Upgrad
 # Client frames: parsing and normalisation
 
 TOP_LEVEL = ("setup", "clientContent", "realtimeInput", "toolResponse", "contextUpdate")
+# BidiGenerateContentSetup's fields (google-genai LiveClientSetup, camelCase): any other closes 1007
+SETUP_FIELDS = frozenset({"model", "generationConfig", "systemInstruction", "tools", "realtimeInputConfig",
+                          "sessionResumption", "contextWindowCompression", "inputAudioTranscription",
+                          "outputAudioTranscription", "proactivity", "explicitVadSignal", "safetySettings",
+                          "labels", "historyConfig", "avatarConfig"})
 # Values below these keys are user data (function args, JSON schemas): their keys stay as sent.
 OPAQUE = frozenset({"args", "response", "parameters", "parametersJsonSchema", "responseJsonSchema",
                     "labels", "partialArgs"})
@@ -177,6 +194,11 @@ def parse_client_frame(data: bytes | str, max_bytes: int | None = None) -> tuple
         body = {}
     if not isinstance(body, dict):
         raise BadInput(f"Invalid JSON payload received. Expected an object for '{kind}'.")
+    if kind == "setup":
+        for k in body:
+            if not isinstance(k, str) or camel(k) not in SETUP_FIELDS:
+                # the name as the client spelt it, as the real server echoes it
+                raise BadInput(f'Invalid JSON payload received. Unknown name "{k}" at \'setup\': Cannot find field.')
     return kind, normalise(body)
 
 
@@ -259,6 +281,24 @@ def client_content(body: dict) -> ClientContent:
     return ClientContent(turns, bool(body.get("turnComplete", False)), texts, mimes)
 
 
+def has_roleless_turn(body: dict) -> bool:
+    """A clientContent turn with no role (3.x models refuse it with 1007)."""
+    turns = body.get("turns") or []
+    return isinstance(turns, list) and any(isinstance(t, dict) and not t.get("role") for t in turns)
+
+
+def model_name(setup: dict) -> str:
+    """The model's short name: "models/X" and "projects/.../models/X" both give X."""
+    m = str(setup.get("model") or "")
+    return m.rsplit("models/", 1)[-1] if "models/" in m else m
+
+
+def response_modalities(setup: dict) -> list[str]:
+    gen_cfg = setup.get("generationConfig") or {}
+    mods = gen_cfg.get("responseModalities") if isinstance(gen_cfg, dict) else None
+    return [str(m).upper() for m in mods] if isinstance(mods, list) else []
+
+
 def function_responses(body: dict) -> list[dict]:
     frs = body.get("functionResponses") or []
     if not isinstance(frs, list):
@@ -279,6 +319,11 @@ def resumption_update(handle: str, last_consumed_index: int | None = None) -> di
     if last_consumed_index is not None:
         upd["lastConsumedClientMessageIndex"] = str(last_consumed_index)   # int64 as a string
     return {"sessionResumptionUpdate": upd}
+
+
+def unresumable_update() -> dict:
+    """The server's "this session cannot be resumed now": no handle, resumable false."""
+    return {"sessionResumptionUpdate": {"resumable": False}}
 
 
 def go_away(time_left: str) -> dict:

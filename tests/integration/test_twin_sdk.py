@@ -133,7 +133,7 @@ async def raw_session(twin, setup: dict | None = None):
     """A raw websockets client (no pings): returns (ws, handle)."""
     ctx = ssl.create_default_context(cafile=twin.ca_path)
     ws = await ws_connect(twin.ws_url, ssl=ctx, ping_interval=None, additional_headers={"x-goog-api-key": "test"})
-    await ws.send(json.dumps({"setup": setup or {"model": "models/x", "sessionResumption": {}}}))
+    await ws.send(json.dumps({"setup": setup or {"model": f"models/{MODEL}", "sessionResumption": {}}}))
     first = json.loads(await ws.recv())
     assert list(first) == ["setupComplete"]
     upd = json.loads(await ws.recv())
@@ -296,7 +296,7 @@ def test_transparent_is_1007_on_the_developer_api_and_works_on_vertex():
         async with twin_server() as twin:
             ctx = ssl.create_default_context(cafile=twin.ca_path)
             async with ws_connect(twin.ws_url, ssl=ctx, ping_interval=None) as ws:
-                await ws.send(json.dumps({"setup": {"model": "models/x",
+                await ws.send(json.dumps({"setup": {"model": f"models/{MODEL}",
                                                     "sessionResumption": {"transparent": True}}}))
                 with pytest.raises(websockets.ConnectionClosed) as ei:
                     await ws.recv()
@@ -383,9 +383,10 @@ def test_a_long_unknown_key_closes_1007_promptly():
 
 # ------------------------------------------------------------------------------------------ upgrade
 
-def test_wrong_or_missing_key_is_refused_at_the_upgrade_and_unknown_path_is_404():
+def test_http_key_refusal_option_refuses_at_the_upgrade_and_unknown_path_is_404():
+    # the default refuses a key with a close frame (tests/integration/test_twin_errors.py)
     async def go():
-        async with twin_server(api_key="right-key") as twin:
+        async with twin_server(api_key="right-key", overrides={"key_refusal": "http"}) as twin:
             with pytest.raises(websockets.InvalidStatus) as ei:
                 async with Live(sdk(twin, api_key="wrong-key"), cfg()):
                     pass
@@ -409,7 +410,7 @@ def test_plain_ws_option():
         async with twin_server(tls=False) as twin:
             assert twin.ca_path is None and twin.base_url.startswith("http://")
             async with ws_connect(twin.ws_url, ping_interval=None) as ws:
-                await ws.send(json.dumps({"setup": {"model": "m"}}))
+                await ws.send(json.dumps({"setup": {"model": f"models/{MODEL}"}}))
                 msg = await ws.recv()
                 assert isinstance(msg, bytes) and json.loads(msg) == {"setupComplete": {}}
     run(go())

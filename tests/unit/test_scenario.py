@@ -35,7 +35,8 @@ def test_catalogue_is_valid_and_covers_the_study():
         assert required in names
     for n in names:
         s = scenario.load(n)
-        assert s.source.startswith("000"), f"{n} cites no finding"
+        # a seed study's finding, or the fidelity notes' third-party figure (the twin's own faults)
+        assert s.source.startswith(("000", "fidelity §")), f"{n} cites no finding"
         assert s.expect, f"{n} states no expectation"
 
 

@@ -231,7 +231,7 @@ def test_setup_complete_is_first_then_exactly_one_handle():
 def test_text_frames_option_and_no_update_without_resumption():
     sim = Sim(frame_type="text")
     sim.open(1)
-    sim.send(1, {"setup": {"model": "m"}})
+    sim.send(1, {"setup": {"model": "models/gemini-3.8-live"}})
     sim.after(0.5)
     assert [list(f) for f in sim.frames(1)] == [["setupComplete"]]
     assert isinstance(sim.sent[1][0][2], str)
@@ -417,7 +417,7 @@ TRANSPARENT_REASON = ("Invalid JSON payload received. Unknown name \"transparent
 def test_transparent_rejected_on_developer_api():
     sim = Sim()
     sim.open(1)
-    sim.send(1, {"setup": {"model": "m", "session_resumption": {"transparent": True}}})
+    sim.send(1, {"setup": {"model": "models/gemini-3.8-live", "session_resumption": {"transparent": True}}})
     sim.after(1)
     assert sim.closed[1][1:] == (1007, TRANSPARENT_REASON) and sim.frames(1) == []
 
@@ -425,7 +425,7 @@ def test_transparent_rejected_on_developer_api():
 def test_transparent_on_vertex_sends_the_index_as_a_string():
     sim = Sim("vertex", reply_delay_s=0.1)
     sim.open(1)
-    sim.send(1, {"setup": {"model": "m", "sessionResumption": {"transparent": True}}})
+    sim.send(1, {"setup": {"model": "models/gemini-3.8-live", "sessionResumption": {"transparent": True}}})
     sim.after(0.5)
     assert sim.frames(1, "sessionResumptionUpdate")[0]["sessionResumptionUpdate"]["lastConsumedClientMessageIndex"] == "0"
     sim.text(1, "hello")
@@ -472,7 +472,7 @@ def test_audio_only_history_resumes_fine():
     ("{not json", "bad_input"),
     ('{"bogus_message": {}}', "bad_input"),
     ({"realtime_input": {"audio": {"data": "@@@@", "mime_type": "audio/pcm"}}}, "bad_input"),
-    ({"setup": {"model": "m"}}, "second_setup"),
+    ({"setup": {"model": "models/gemini-3.8-live"}}, "second_setup"),
 ])
 def test_bad_input_closes_1007_and_others_are_unaffected(frame, why):
     sim = Sim(reply_delay_s=0.1)
@@ -503,7 +503,7 @@ def test_oversized_frame_is_1007():
 def test_text_only_modality_rejected_on_developer_api():
     sim = Sim()
     sim.open(1)
-    sim.send(1, {"setup": {"model": "m", "generationConfig": {"responseModalities": ["TEXT"]}}})
+    sim.send(1, {"setup": {"model": "models/gemini-3.8-live", "generationConfig": {"responseModalities": ["TEXT"]}}})
     sim.after(1)
     assert sim.closed[1][1] == 1007
 

@@ -14,7 +14,7 @@ from lab.twin import actions as A
 from lab.twin import params as P
 from lab.twin import session as S
 from lab.twin import turns as T
-from lab.twin.core import TwinCore
+from lab.twin.core import FAULTS, TwinCore
 from lab.twin.profile import load_profile
 
 TWIN_DIR = Path(P.__file__).parent
@@ -26,15 +26,15 @@ def _timers(acts):
 
 def _setup(core: TwinCore, conn: int, now: float = 0.0) -> list:
     core.connection_opened(conn, now, "v1")
-    return core.frame_received(conn, json.dumps({"setup": {"model": "m", "sessionResumption": {}}}), now)
+    return core.frame_received(conn, json.dumps({"setup": {"model": "models/gemini-3.8-live", "sessionResumption": {}}}), now)
 
 
 def test_a_connection_walks_its_phases():
     core = TwinCore(seed=1)
     acts = core.connection_opened(1, 0.0, "v1")
     assert core.sessions.conn(1).phase is S.Phase.OPEN
-    assert [type(t.key) for t in _timers(acts)] == [S.FreezeCheck]
-    acts = core.frame_received(1, json.dumps({"setup": {"model": "m", "sessionResumption": {}}}), 0.0)
+    assert [type(t.key) for t in _timers(acts)] == [S.FreezeCheck, S.CapGoAway, S.GoAwayClose]
+    acts = core.frame_received(1, json.dumps({"setup": {"model": "models/gemini-3.8-live", "sessionResumption": {}}}), 0.0)
     assert core.sessions.conn(1).phase is S.Phase.SETTING_UP
     (done,) = _timers(acts)
     assert done.key == S.SetupDone(1) and 0.25 <= done.at <= 0.32
@@ -101,6 +101,7 @@ def test_unknown_connection_ids_raise():
 def test_every_profile_parameter_is_declared_and_every_declared_one_is_read():
     read = {f.name for view in (S.SessionParams, T.TurnParams) for f in fields(view)}
     read |= _subscripted_names()
+    read |= set(FAULTS.values())        # the run-time fault switches' starting values
     assert read <= set(P.DECLARED)
     assert set(P.DECLARED) == read, "declared but read nowhere: " + ", ".join(sorted(set(P.DECLARED) - read))
     for name in ("developer-api", "vertex"):

@@ -6,6 +6,7 @@ import pytest
 from lab import actions, anchors, expectations, metric_names
 from lab.events import Event, EventLog
 from lab.report import metrics as metrics_mod
+from lab.twin.core import FAULTS
 
 
 def ev(kind: str, ms: float, **data) -> Event:
@@ -57,8 +58,10 @@ def test_step_anchors_need_an_earlier_step():
 # ---- actions ---------------------------------------------------------------------------------------
 def test_actions_say_who_and_whether_they_cut_the_path():
     assert set(actions.cutting_names()) == {"abort", "close", "freeze"}
-    assert {a.by for a in actions.ACTIONS.values()} == {actions.CLIENT, actions.PROXY}
-    assert all(a.verb for a in actions.ACTIONS.values() if a.by == actions.PROXY)
+    assert {a.by for a in actions.ACTIONS.values()} == {actions.CLIENT, actions.PROXY, actions.TWIN}
+    assert all(a.verb for a in actions.ACTIONS.values() if a.by in (actions.PROXY, actions.TWIN))
+    # a twin action's fault is one the twin has (its control channel answers 404 otherwise)
+    assert {a.request_body()["name"] for a in actions.ACTIONS.values() if a.verb == "fault"} <= set(FAULTS)
     assert actions.ACTIONS["proxy_close"].verb == "close"
     assert metrics_mod.LOSS_ACTIONS == actions.cutting_names()
 
