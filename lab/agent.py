@@ -26,6 +26,7 @@ from lab import scenario as scenario_mod
 from lab.backend import Backend
 from lab.clients import get as get_client
 from lab.clients.base import ClientContext, Endpoint
+from lab.clients.command import CommandClient
 from lab.errors import ONE_LINE_ERRORS, LabError
 from lab.events import Event, EventLog
 from lab.live import errors as live_errors
@@ -36,8 +37,10 @@ from lab.live.budget import ConnectionCharger
 class Agent:
     def __init__(self, scn: scenario_mod.Scenario, client_name: str, run_dir: Path, endpoint,
                  t0: float | None = None, duration: float | None = None, proxy_control: str | None = None,
-                 endpoint_ip: str | None = None, progress=print, before_connect=None):
+                 endpoint_ip: str | None = None, progress=print, before_connect=None,
+                 client_cmd: str | None = None):
         self.scn = scn
+        self.client_cmd = client_cmd    # a user's own app (lab/clients/command.py), judged as client_name
         self.client_name = client_name
         self.run_dir = run_dir
         self.endpoint = endpoint
@@ -191,10 +194,12 @@ class Agent:
         ctx = ClientContext(endpoint=self.endpoint, log=self.log, backend=backend,
                             params=self.scn.params_for(self.client_name), speech=self.scn.input == "speech",
                             before_connect=self.before_connect)
-        self.client = get_client(self.client_name)(ctx)
+        self.client = (CommandClient(ctx, self.client_cmd, self.endpoint_ip) if self.client_cmd
+                       else get_client(self.client_name)(ctx))
         steps = [s for s in self.scn.timeline if s.applies_to(self.client_name)]
         says_expected = sum(1 for s in steps if s.say is not None)
-        self.log.write("run.start", src="agent", scenario=self.scn.name, client=self.client_name,
+        self.log.write("run.start", src="agent", scenario=self.scn.name,
+                       client=CommandClient.name if self.client_cmd else self.client_name,
                        duration=self.duration, endpoint=self.endpoint.base_url, speech=ctx.speech)
         self.progress(f"[    0.0s] {self.scn.name}: {self.scn.title} (client {self.client_name}, "
                       f"up to {self.duration:.0f}s)")
@@ -265,6 +270,8 @@ def add_parser(sub) -> None:
     p.add_argument("--proxy", default=None, help="HTTP CONNECT proxy URL the client goes through")
     p.add_argument("--proxy-control", default=None)
     p.add_argument("--endpoint-ip", default=None)
+    p.add_argument("--client-cmd", default=None,
+                   help="run this app as the client (lab/clients/command.py), judged as --client")
     p.set_defaults(func=_main)
 
 
@@ -284,7 +291,8 @@ def _main(args) -> int:
                   proxy_control=args.proxy_control, endpoint_ip=args.endpoint_ip,
                   progress=lambda s: print(s, flush=True),
                   before_connect=(ConnectionCharger.from_ledger(args.budget_ledger, run_dir.name)
-                                  if args.budget_ledger else None))
+                                  if args.budget_ledger else None),
+                  client_cmd=args.client_cmd)
 
     async def main() -> int:
         loop = asyncio.get_running_loop()
