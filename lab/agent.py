@@ -198,8 +198,8 @@ class Agent:
                        else get_client(self.client_name)(ctx))
         steps = [s for s in self.scn.timeline if s.applies_to(self.client_name)]
         says_expected = sum(1 for s in steps if s.say is not None)
-        self.log.write("run.start", src="agent", scenario=self.scn.name,
-                       client=CommandClient.name if self.client_cmd else self.client_name,
+        self.log.write("run.start", src="agent", scenario=self.scn.name, client=self.client_name,
+                       **({"client_cmd": self.client_cmd} if self.client_cmd else {}),
                        duration=self.duration, endpoint=self.endpoint.base_url, speech=ctx.speech)
         self.progress(f"[    0.0s] {self.scn.name}: {self.scn.title} (client {self.client_name}, "
                       f"up to {self.duration:.0f}s)")

@@ -24,6 +24,7 @@ from pathlib import Path
 from lab import scenario as scenario_mod
 from lab.clients import get as get_client
 from lab.clients.command import parse_command
+from lab.clients.frameworks import FRAMEWORKS
 from lab.events import read_events
 from lab.errors import CapabilityError, LabError
 from lab.topology import TOPOLOGIES
@@ -56,7 +57,12 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
     """Validate everything up front; raise one clear LabError on the first problem."""
     scns = [scenario_mod.load(s) for s in scenarios]
     for s in scns:
-        get_client(client or s.client)
+        name = client or s.client
+        if name in FRAMEWORKS:
+            FRAMEWORKS[name].check(REPO)
+            _check_client_cmd(FRAMEWORKS[name].command(REPO), endpoint)
+        else:
+            get_client(name)
     if endpoint not in ("twin", "live"):
         raise LabError(f"unknown endpoint {endpoint!r}; use twin or live")
     if client_cmd is not None:
@@ -120,7 +126,9 @@ def run_one(spec: RunSpec, out=print) -> dict:
             "endpoint": spec.endpoint, "duration": duration, "params": scn.params_for(spec.client),
             "expect": scn.expect_for(spec.client), "started": datetime.now(timezone.utc).isoformat()}
     if spec.client_cmd:
-        meta.update(client="command", judged_as=spec.client, client_cmd=spec.client_cmd)
+        meta["client_cmd"] = spec.client_cmd
+        if spec.client not in FRAMEWORKS:   # a user's app: judged by the client it stands in for
+            meta.update(client="command", judged_as=spec.client)
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
     # the scenario as run, next to its results: provenance, and a path the agent can read in any
     # topology (a container sees the run folder, not the host's source tree)
@@ -245,6 +253,8 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     verdicts = []
     for scn in scns:
         cl = client or scn.client
+        # a framework client is an app run like --client-cmd, in its own venv (lab/clients/frameworks)
+        cmd = client_cmd or (FRAMEWORKS[cl].command(REPO) if cl in FRAMEWORKS else None)
         for i in range(1, n + 1):
             run_dir = batch / f"{scn.name}-{'cmd' if client_cmd else cl}-{i:02d}"
             # the run's ledger: reserved before anything starts, charged per connection by the agent
@@ -253,8 +263,8 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
             out(f"== {scn.name} ({who}, {topology}, {endpoint}) run {i}/{n} -> {run_dir}")
             v = run_one(RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key,
                                 keylog_live, ca=ca, endpoint_hook=endpoint_hook, budget_ledger=ledger,
-                                client_cmd=client_cmd), out=out)
-            why = _client_start_error(run_dir) if client_cmd else None
+                                client_cmd=cmd), out=out)
+            why = _client_start_error(run_dir) if cmd else None
             if why:    # the app never ran: a verdict would judge nothing, and every next run fails alike
                 raise LabError(why)
             verdicts.append(v)
@@ -283,7 +293,8 @@ def add_parser(sub) -> None:
     p.add_argument("scenarios", nargs="*", help="scenario names or files (lab list)")
     p.add_argument("--all", action="store_true", help="every scenario in the catalogue")
     p.add_argument("-n", type=int, default=1, help="runs per scenario")
-    p.add_argument("--client", default=None, help="probe, recovery, naive, or module:Class")
+    p.add_argument("--client", default=None,
+                   help=f"probe, recovery, naive, a framework ({', '.join(FRAMEWORKS)}), or module:Class")
     p.add_argument("--client-cmd", default=None, metavar="CMD",
                    help="run your own unmodified app as the client (stdin: the user's lines; "
                         "$LAB_BACKEND_URL: the backend); judged as --client or the scenario's client")

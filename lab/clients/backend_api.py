@@ -4,8 +4,11 @@ A black-box app (`--client-cmd`) reaches the run's backend (lab.backend.Backend,
 here instead of through the lab's Python objects. The agent serves it on 127.0.0.1 in the client's
 namespace and hands the app its URL in $LAB_BACKEND_URL. The API, all JSON:
 
-    POST /book    {"slot": "tomorrow 3pm", "call_id": "<the tool call's id>"}
-                  -> 200 {"status": "pending" | "booked", "job": "J1", "slot": "tomorrow 3pm"}
+    POST /book    {"slot": "tomorrow 3pm", "call_id": "<the tool call's id>", "wait": true}
+                  -> 200 {"status": "booked" | "pending", "job": "J1", "slot": "tomorrow 3pm"}
+                  with wait (the default) the answer comes when the booking commits, a few seconds
+                  later (the scenario's commit_after_s), as the lab's own clients' tool returns;
+                  "wait": false answers at once with the job as it stands
     GET  /status?slot=tomorrow%203pm
                   -> 200 {"status": "pending" | "booked" | null}
     anything else -> 404 {"error": ...}; a body that is not a JSON object with a slot -> 400
@@ -22,6 +25,7 @@ import urllib.parse
 from typing import Any
 
 MAX_BODY = 64 * 1024
+WAIT_MAX_S = 60.0        # a booking that has not committed by then is answered as pending
 
 
 class BackendAPI:
@@ -55,6 +59,11 @@ class BackendAPI:
             if not isinstance(req, dict) or not str(req.get("slot") or "").strip():
                 return 400, {"error": 'send a JSON object with a "slot"'}
             job = await self.backend.request(req["slot"], str(req.get("call_id") or "app"))
+            if req.get("wait", True):
+                try:
+                    await job.wait(WAIT_MAX_S)
+                except asyncio.TimeoutError:
+                    pass            # answered as it stands: pending
             return 200, job.result()
         if method == "GET" and url.path == "/status":
             slot = urllib.parse.parse_qs(url.query).get("slot", [""])[0]

@@ -160,11 +160,13 @@ def test_backend_api_books_idempotently_and_reports_status():
     async def main():
         log = EventLog()
         api = BackendAPI(Backend(log, commit_after_s=0.05))
-        st, a = await api.handle("POST", "/book", json.dumps({"slot": "tomorrow 3pm", "call_id": "fc-1"}).encode())
-        st2, b = await api.handle("POST", "/book", b'{"slot": "3 p.m. tomorrow", "call_id": "fc-2"}')
-        assert (st, st2) == (200, 200) and a == b == {"status": "pending", "job": "J1", "slot": "tomorrow 3pm"}
+        body = {"slot": "tomorrow 3pm", "call_id": "fc-1", "wait": False}
+        st, a = await api.handle("POST", "/book", json.dumps(body).encode())
+        assert (st, a) == (200, {"status": "pending", "job": "J1", "slot": "tomorrow 3pm"})
         assert (await api.handle("GET", "/status?slot=tomorrow%203pm", b""))[1] == {"status": "pending"}
-        await asyncio.sleep(0.1)
+        # by default the answer waits for the commit, as the lab's own clients' tool does
+        st2, b = await api.handle("POST", "/book", b'{"slot": "3 p.m. tomorrow", "call_id": "fc-2"}')
+        assert (st2, b) == (200, {"status": "booked", "job": "J1", "slot": "tomorrow 3pm"})
         assert (await api.handle("GET", "/status?slot=tomorrow%203pm", b""))[1] == {"status": "booked"}
         assert (await api.handle("POST", "/book", b"[1]"))[0] == 400
         assert (await api.handle("POST", "/book", b"{oops"))[0] == 400
@@ -180,7 +182,7 @@ def test_backend_api_over_a_real_socket():
         api = await BackendAPI(Backend(EventLog(), commit_after_s=10)).start()
         try:
             r, w = await asyncio.open_connection("127.0.0.1", api.port)
-            body = b'{"slot": "friday 9am"}'
+            body = b'{"slot": "friday 9am", "wait": false}'
             w.write(b"POST /book HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
             await w.drain()
             raw = await r.read()
@@ -191,3 +193,17 @@ def test_backend_api_over_a_real_socket():
         assert head.startswith(b"HTTP/1.1 200") and json.loads(payload)["job"] == "J1"
 
     asyncio.run(main())
+
+
+def test_a_framework_without_its_venv_is_one_line(tmp_path):
+    from lab.clients.frameworks import FRAMEWORKS
+
+    fw = FRAMEWORKS["livekit"]
+    with pytest.raises(LabError) as err:
+        fw.check(tmp_path)
+    assert ".venv-livekit" in str(err.value) and "peers-setup" in str(err.value)
+    (tmp_path / ".venv-livekit" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv-livekit" / "bin" / "python").write_text("")
+    fw.check(tmp_path)
+    assert parse_command(fw.command(tmp_path)) == [str(tmp_path / ".venv-livekit/bin/python"),
+                                                    str(tmp_path / "lab/peers/livekit_app.py")]
