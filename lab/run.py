@@ -60,13 +60,13 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
         name = client or s.client
         if name in FRAMEWORKS:
             FRAMEWORKS[name].check(REPO)
-            _check_client_cmd(FRAMEWORKS[name].command(REPO), endpoint)
+            _check_client_cmd(FRAMEWORKS[name].command(REPO), endpoint, topology)
         else:
             get_client(name)
     if endpoint not in ("twin", "live"):
         raise LabError(f"unknown endpoint {endpoint!r}; use twin or live")
     if client_cmd is not None:
-        _check_client_cmd(client_cmd, endpoint)
+        _check_client_cmd(client_cmd, endpoint, topology)
     # every fault kind a scenario uses, asked of netem's registry (what the kernel must offer); the
     # containers share the host's kernel, so the same check holds in every topology
     kinds = sorted({st.fault["kind"] for s in scns for st in s.timeline if st.fault})
@@ -82,11 +82,13 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
     return scns
 
 
-def _check_client_cmd(cmd: str, endpoint: str) -> None:
+def _check_client_cmd(cmd: str, endpoint: str, topology: str = "netns") -> None:
     """A --client-cmd that cannot run is refused before anything starts."""
     prog = parse_command(cmd)[0]
     if endpoint != "twin":
         raise LabError("--client-cmd runs an app against the twin by the real endpoint names; use --endpoint twin")
+    if topology != "netns":
+        return      # the program is looked for in the client container, where it runs
     found = shutil.which(prog) if os.sep not in prog else (prog if os.access(prog, os.X_OK) else None)
     if not found:
         raise LabError(f"--client-cmd: {prog!r} is not an executable on PATH")

@@ -3,7 +3,8 @@
 The app runs inside the client's namespace, as the lab's own clients do, so the scenario's faults hit
 its real sockets. It needs no lab import, no base URL and no code change:
 
-- **The endpoint by its real name.** In the app's own mount namespace /etc/hosts maps
+- **The endpoint by its real name.** In the app's own mount namespace (in Compose: in the run's
+  client container, whose system store then also trusts the twin) /etc/hosts maps
   generativelanguage.googleapis.com and the Vertex hosts to the twin (lab.topology.hostnames), the
   twin's certificate names them and listens on 443, and $SSL_CERT_FILE / $REQUESTS_CA_BUNDLE point
   at the system's roots plus the twin's CA. $GOOGLE_API_KEY and $GEMINI_API_KEY hold the twin's key.
@@ -46,7 +47,8 @@ from lab.clients.backend_api import BackendAPI
 from lab.clients.base import Client, ClientContext
 from lab.clients.twin_observed import SRC, TwinObserver, tail
 from lab.errors import LabError
-from lab.topology.hostnames import ENDPOINT_PORT, ca_bundle_text, hosts_text, isolated_argv, system_roots
+from lab.topology.hostnames import (ENDPOINT_PORT, ca_bundle_text, hosts_text, in_container, install_in_container,
+                                    isolated_argv, system_roots)
 
 START_GRACE_S = 1.5      # an app still running after this long has started
 STOP_GRACE_S = 5.0       # SIGTERM, then this long, then SIGKILL (to its whole process group)
@@ -116,8 +118,15 @@ class CommandClient(Client):
             raise LabError("--client-cmd needs the twin's CA certificate (an endpoint: twin run)")
         self._tmp = tempfile.TemporaryDirectory(prefix="livelab-app-")
         tmp = Path(self._tmp.name)
+        twin_ca = Path(ca).read_text()
         (tmp / "hosts").write_text(hosts_text(self.endpoint_ip))
-        (tmp / "ca-bundle.pem").write_text(ca_bundle_text(Path(ca).read_text(), system_roots()))
+        (tmp / "ca-bundle.pem").write_text(ca_bundle_text(twin_ca, system_roots()))
+        # a namespace shares the host's files: the app gets its own /etc/hosts; a container is the
+        # run's own, so its /etc/hosts and system store are extended instead (no unshare there)
+        contained = in_container()
+        if contained:
+            install_in_container(self.endpoint_ip, twin_ca)
+        argv = self.argv if contained else isolated_argv(self.argv, tmp / "hosts")
         await self.api.start()
         self._tasks.append(asyncio.create_task(tail(self.run_dir / "twin.jsonl", self._observe, self._stop)))
         env = app_environment(dict(os.environ), api_key=self.ctx.endpoint.api_key,
@@ -128,7 +137,7 @@ class CommandClient(Client):
         out = open(self.run_dir / "client.log", "ab")
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                *isolated_argv(self.argv, tmp / "hosts"), stdin=asyncio.subprocess.PIPE, stdout=out,
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=out,
                 stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as e:
             self._start_failed(f"--client-cmd {self.argv[0]!r} cannot start: {e.strerror or e}")

@@ -10,8 +10,12 @@ the lab uses, which works the same on every node where the lab is root:
     isolated_argv(argv, hosts)     `unshare --mount` with the hosts file bind-mounted on /etc/hosts,
                                    so only the app (not the agent, not the rest of the node) sees it
 
-`HOSTALIASES` cannot do it (glibc ignores names with a dot). Pure text and argv; no I/O but
-`system_roots()`, which reads the node's bundle.
+In a container (Compose) `unshare` is not allowed (no CAP_SYS_ADMIN), but the container is the
+run's own: `install_in_container()` appends the names to its /etc/hosts and the twin's CA to its
+system store instead, and the app runs as it is.
+
+`HOSTALIASES` cannot do it (glibc ignores names with a dot). Pure text and argv, but
+`system_roots()`, `in_container()` and `install_in_container()`.
 """
 from __future__ import annotations
 
@@ -73,3 +77,19 @@ def isolated_argv(argv: list[str], hosts_path: str | Path) -> list[str]:
     # "$0" is the hosts file, "$@" the app: no shell quoting of the user's command is involved
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
             'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts_path), *argv]
+
+
+def in_container() -> bool:
+    """Is this node a container (Docker writes /.dockerenv)? Then the whole node is the app's."""
+    return Path("/.dockerenv").exists()
+
+
+def install_in_container(ip: str, twin_ca_pem: str, hosts: Path = Path("/etc/hosts"),
+                         store: Path = Path(SYSTEM_BUNDLES[0])) -> None:
+    """The container's own /etc/hosts and system store, extended once (the container is this run's)."""
+    mapped = "".join(ln + "\n" for ln in hosts_text(ip).splitlines()[2:])   # without the loopback lines
+    if mapped.splitlines()[0] not in hosts.read_text():
+        with open(hosts, "a") as fh:
+            fh.write(mapped)
+    if store.is_file() and twin_ca_pem.strip() not in store.read_text():
+        store.write_text(ca_bundle_text(twin_ca_pem, store.read_text()))

@@ -207,3 +207,17 @@ def test_a_framework_without_its_venv_is_one_line(tmp_path):
     fw.check(tmp_path)
     assert parse_command(fw.command(tmp_path)) == [str(tmp_path / ".venv-livekit/bin/python"),
                                                     str(tmp_path / "lab/peers/livekit_app.py")]
+
+
+def test_install_in_container_extends_hosts_and_store_once(tmp_path):
+    from lab.topology.hostnames import install_in_container
+
+    hosts, store = tmp_path / "hosts", tmp_path / "ca.crt"
+    hosts.write_text("127.0.0.1\tlocalhost\n172.18.0.3\tclient\n")
+    store.write_text("-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----\n")
+    for _ in range(2):
+        install_in_container("172.18.0.2", PEM, hosts=hosts, store=store)
+    text = hosts.read_text()
+    assert text.startswith("127.0.0.1\tlocalhost\n172.18.0.3\tclient\n")
+    assert text.count("172.18.0.2\tgenerativelanguage.googleapis.com") == 1
+    assert store.read_text().count("BEGIN CERTIFICATE") == 2 and "ROOT" in store.read_text()
