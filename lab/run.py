@@ -195,6 +195,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
             argv += ["--proxy", proxy.url, "--proxy-control", proxy.control_url]
         if spec.client_cmd:
             argv += ["--client-cmd", spec.client_cmd]
+            if topo.client.own_files:
+                argv += ["--client-node-files", "own"]
         env = {**os.environ, "LAB_API_KEY": key, "PYTHONUNBUFFERED": "1"}
         agent = topo.client.popen(argv, role="agent", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True)

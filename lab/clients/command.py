@@ -47,8 +47,8 @@ from lab.clients.backend_api import BackendAPI
 from lab.clients.base import Client, ClientContext
 from lab.clients.twin_observed import SRC, TwinObserver, tail
 from lab.errors import LabError
-from lab.topology.hostnames import (ENDPOINT_PORT, ca_bundle_text, hosts_text, in_container, install_in_container,
-                                    isolated_argv, system_roots)
+from lab.topology.hostnames import (ENDPOINT_PORT, ca_bundle_text, hosts_text, install_in_container, isolated_argv,
+                                    system_roots)
 
 START_GRACE_S = 1.5      # an app still running after this long has started
 STOP_GRACE_S = 5.0       # SIGTERM, then this long, then SIGKILL (to its whole process group)
@@ -88,8 +88,11 @@ def stdin_line(text: str) -> bytes:
 class CommandClient(Client):
     name: ClassVar[str] = "command"
 
-    def __init__(self, ctx: ClientContext, command: str, endpoint_ip: str | None):
+    def __init__(self, ctx: ClientContext, command: str, endpoint_ip: str | None, node_owns_files: bool = False):
         super().__init__(ctx)
+        # only the orchestrator knows whether the node's /etc is the run's own (a Compose container)
+        # or the host's (a namespace; the host may itself be a container, so no guess from inside)
+        self.node_owns_files = node_owns_files
         self.argv = parse_command(command)
         if not endpoint_ip:
             raise LabError("--client-cmd needs the twin's address (an endpoint: twin run)")
@@ -123,10 +126,9 @@ class CommandClient(Client):
         (tmp / "ca-bundle.pem").write_text(ca_bundle_text(twin_ca, system_roots()))
         # a namespace shares the host's files: the app gets its own /etc/hosts; a container is the
         # run's own, so its /etc/hosts and system store are extended instead (no unshare there)
-        contained = in_container()
-        if contained:
+        if self.node_owns_files:
             install_in_container(self.endpoint_ip, twin_ca)
-        argv = self.argv if contained else isolated_argv(self.argv, tmp / "hosts")
+        argv = self.argv if self.node_owns_files else isolated_argv(self.argv, tmp / "hosts")
         await self.api.start()
         self._tasks.append(asyncio.create_task(tail(self.run_dir / "twin.jsonl", self._observe, self._stop)))
         env = app_environment(dict(os.environ), api_key=self.ctx.endpoint.api_key,

@@ -18,21 +18,12 @@ import json
 import logging
 import os
 import sys
-import urllib.request
+
+import app_io
+from app_io import book, user_lines
 
 MODEL = os.environ.get("APP_MODEL", "gemini-3.8-live")
-
-
-def log(*a) -> None:
-    print("livekit_app:", *a, file=sys.stderr, flush=True)
-
-
-def book(slot: str, call_id: str) -> dict:
-    req = urllib.request.Request(os.environ["LAB_BACKEND_URL"] + "/book", method="POST",
-                                 data=json.dumps({"slot": slot, "call_id": call_id}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        return json.loads(resp.read())
+log = app_io.logger("livekit_app")
 
 
 async def main() -> None:
@@ -102,18 +93,11 @@ async def main() -> None:
     sess.on("error", lambda ev: log("error:", repr(getattr(ev, "error", ev))[:200],
                                     "recoverable" if getattr(ev, "recoverable", True) else "fatal"))
 
-    loop = asyncio.get_running_loop()
-    while True:
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line:
-            break
-        text = line.strip()
-        if text:
-            log("user:", text)
-            try:
-                await sess.generate_reply(instructions=text)
-            except Exception as e:      # the plugin gives up waiting for a generation after 5 s
-                log("generate_reply:", type(e).__name__, str(e)[:200])
+    async for text in user_lines(log):
+        try:
+            await sess.generate_reply(instructions=text)
+        except Exception as e:      # the plugin gives up waiting for a generation after 5 s
+            log("generate_reply:", type(e).__name__, str(e)[:200])
     await asyncio.Event().wait()        # stdin closed: keep the session until the lab stops us
 
 

@@ -14,8 +14,11 @@ In a container (Compose) `unshare` is not allowed (no CAP_SYS_ADMIN), but the co
 run's own: `install_in_container()` appends the names to its /etc/hosts and the twin's CA to its
 system store instead, and the app runs as it is.
 
+Which one applies is the orchestrator's to say (the node's `own_files`): a host may itself run in a
+container, so a guess from inside (/.dockerenv) would rewrite the host's own /etc/hosts.
+
 `HOSTALIASES` cannot do it (glibc ignores names with a dot). Pure text and argv, but
-`system_roots()`, `in_container()` and `install_in_container()`.
+`system_roots()` and `install_in_container()`.
 """
 from __future__ import annotations
 
@@ -77,11 +80,6 @@ def isolated_argv(argv: list[str], hosts_path: str | Path) -> list[str]:
     # "$0" is the hosts file, "$@" the app: no shell quoting of the user's command is involved
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
             'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts_path), *argv]
-
-
-def in_container() -> bool:
-    """Is this node a container (Docker writes /.dockerenv)? Then the whole node is the app's."""
-    return Path("/.dockerenv").exists()
 
 
 def install_in_container(ip: str, twin_ca_pem: str, hosts: Path = Path("/etc/hosts"),

@@ -37,7 +37,10 @@ def _no_leftovers(run_name):
 
 
 def test_plain_app_is_locked_out_in_b1_like_the_probe(tmp_path):
+    hosts_before = Path("/etc/hosts").read_text()
     batch, lines = _batch(tmp_path, "b1-silent-loss", f"{sys.executable} {APP}", duration=25)
+    # the names were the app's alone: the host's own /etc/hosts is untouched (it may be a container)
+    assert Path("/etc/hosts").read_text() == hosts_before
     run = batch / "b1-silent-loss-cmd-01"
     verdict = json.loads((run / "verdict.json").read_text())
     held = {c["name"]: c["held"] for c in verdict["expectations"]}

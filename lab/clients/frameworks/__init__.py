@@ -1,6 +1,6 @@
 """Framework clients: a real framework's Live client as the client under test, run black-box.
 
-`lab run control --client livekit` runs lab/peers/livekit_app.py in the framework's own venv
+`lab run control --client livekit` (or pipecat, adk) runs lab/peers/<name>_app.py in the framework's own venv
 (scripts/peers-setup.sh builds it, with the framework's pins; the project's venv cannot hold them)
 through lab/clients/command.py, so it is an unmodified app by hostname like any `--client-cmd`:
 faults hit the framework's real sockets in the client's namespace, and it is judged from the twin's
@@ -38,6 +38,8 @@ class Framework:
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("livekit", ".venv-livekit", "lab/peers/livekit_app.py", "make peers-setup (scripts/peers-setup.sh livekit)"),
+    Framework("pipecat", ".venv-pipecat", "lab/peers/pipecat_app.py", "make peers-setup (scripts/peers-setup.sh pipecat)"),
+    Framework("adk", ".venv-adk", "lab/peers/adk_app.py", "make peers-setup (scripts/peers-setup.sh adk)"),
 )}
 
 
