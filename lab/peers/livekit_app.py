@@ -21,6 +21,7 @@ import sys
 
 import app_io
 from app_io import book, user_lines
+from livekit_io import drain_generation
 
 MODEL = os.environ.get("APP_MODEL", "gemini-3.8-live")
 log = app_io.logger("livekit_app")
@@ -58,28 +59,10 @@ async def main() -> None:
         await sess.update_chat_ctx(chat)
 
     async def consume(ev) -> None:
-        async def messages() -> None:
-            async for msg in ev.message_stream:
-                async def text() -> None:
-                    said = ""
-                    async for t in msg.text_stream:
-                        said += t
-                    if said:
-                        log("model:", said)
-
-                async def audio() -> None:
-                    async for _ in msg.audio_stream:
-                        pass
-
-                await asyncio.gather(text(), audio())
-
-        calls: list = []
-
-        async def functions() -> None:
-            async for fc in ev.function_stream:
-                calls.append(fc)
-
-        await asyncio.gather(messages(), functions())
+        said: list[str] = []
+        calls = await drain_generation(ev, on_text=said.append)
+        if said:
+            log("model:", "".join(said))
         for fc in calls:
             if fc.name == "book_slot":
                 await answer_tool(fc)

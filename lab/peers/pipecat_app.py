@@ -18,6 +18,7 @@ import sys
 
 import app_io
 from app_io import book, user_lines
+from pipecat_io import start_headless
 
 log = app_io.logger("pipecat_app")
 
@@ -33,11 +34,9 @@ async def main() -> None:
     from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
     from pipecat.frames.frames import Frame, InputTextRawFrame, LLMContextFrame, TTSTextFrame
     from pipecat.pipeline.pipeline import Pipeline
-    from pipecat.pipeline.worker import PipelineWorker
     from pipecat.processors.aggregators.llm_context import LLMContext
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
     from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
-    from pipecat.workers.runner import WorkerRunner
 
     log(f"pipecat-ai {getattr(pipecat, '__version__', '?')}")
 
@@ -61,17 +60,7 @@ async def main() -> None:
     llm = GeminiLiveLLMService(api_key=os.environ["GOOGLE_API_KEY"], tools=tools,
                                inference_on_context_initialization=False)
     llm.register_function("book_slot", book_slot)
-    worker = PipelineWorker(Pipeline([llm, Said()]), cancel_on_idle_timeout=False)
-    runner = WorkerRunner(handle_sigint=False)
-    await runner.add_workers(worker)
-    run_task = asyncio.create_task(runner.run())
-    started = asyncio.Event()
-
-    @worker.event_handler("on_pipeline_started")
-    async def _started(worker, frame):
-        started.set()
-
-    await asyncio.wait_for(started.wait(), 20)
+    worker, run_task = await start_headless(Pipeline([llm, Said()]), timeout=20)
     await worker.queue_frame(LLMContextFrame(LLMContext()))
     async for text in user_lines(log):
         # realtime input is dropped until the session is up: wait for it, as a transport would
