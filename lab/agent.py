@@ -75,6 +75,8 @@ class Agent:
         # lab.live.errors decides which records mean auth or quota (a plain 1011 refusal is what the
         # lab studies, not a reason to stop)
         stop = None if self._refusal.is_set() else live_errors.live_stop(e)
+        if stop is None and e.kind == "client.error" and e.get("task") == "start":
+            stop = e.get("error")     # an app client that never ran (lab/clients/command.py)
         if stop is not None:
             self._refusal_reason = str(stop)
             self._refusal.set()

@@ -30,8 +30,8 @@ client-side close reasons. A connection the twin never saw (a dial that a fault 
 handshake) is only in the capture. Scripted client actions (abort, close, resume) cannot be asked of
 it: such a step fails with a step.error and the run goes on.
 
-An app that exits within START_GRACE_S of starting ends the run with one line naming its exit code
-and its last output line.
+An app that exits within START_GRACE_S of starting, or later but before the twin saw any
+connection from it, ends the run with one line naming its exit code and its last output line.
 """
 from __future__ import annotations
 
@@ -167,7 +167,16 @@ class CommandClient(Client):
 
     async def _watch_exit(self) -> None:
         rc = await self.proc.wait()
-        if not self._stop.is_set():
+        if self._stop.is_set():
+            return
+        await asyncio.sleep(0.2)     # the tail's next read: a connection the twin saw just before
+        if not self.observer.conns:
+            # never reached the twin (a framework that failed to import, a bad config): the run
+            # would judge nothing; task "start" makes the agent stop it with this line
+            self.ctx.log.write("client.error", src="command", conn=None, task="start",
+                               error=f"the client command exited before it ever connected (exit {rc}): "
+                                     f"{self._last_output_line()} (its output: {self.run_dir / 'client.log'})")
+        else:
             self.ctx.log.write("client.error", src="command", conn=self._current_conn(),
                                error=f"the app exited (exit {rc}): {self._last_output_line()}", task="app")
 

@@ -63,10 +63,17 @@ def test_plain_app_is_locked_out_in_b1_like_the_probe(tmp_path):
     _no_leftovers(run.name)
 
 
-def test_an_app_that_exits_at_once_stops_the_run_with_one_line(tmp_path):
-    cmd = f"{sys.executable} -c \"print('missing config'); raise SystemExit(3)\""
+@pytest.mark.parametrize("code, said", [
+    # exits at once
+    ("print('missing config'); raise SystemExit(3)", "exited at once (exit 3): missing config"),
+    # a framework that fails to import after a slow start: still before any connection
+    ("import time; time.sleep(3); import no_such_framework",
+     "exited before it ever connected (exit 1): ModuleNotFoundError: No module named 'no_such_framework'"),
+])
+def test_an_app_that_never_connects_stops_the_run_with_one_line(tmp_path, code, said):
     with pytest.raises(LabError) as err:
-        _batch(tmp_path, "control", cmd)
-    assert "exited at once (exit 3): missing config" in str(err.value)
-    assert "\n" not in str(err.value)
+        _batch(tmp_path, "control", f'{sys.executable} -c "{code}"')
+    assert said in str(err.value) and "\n" not in str(err.value)
+    end = next(e for e in read_events(tmp_path / "batch" / "control-cmd-01" / "events.jsonl") if e.kind == "run.end")
+    assert end.ms < 10_000, end.ms            # stopped at once, not at the scenario's end (20 s)
     _no_leftovers("control-cmd-01")
