@@ -59,6 +59,8 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
     for s in scns:
         name = client or s.client
         if name in FRAMEWORKS:
+            if topology != "netns":    # its venv is on the host; the client image holds none
+                raise LabError(f"client {name!r} runs in the netns topology only (its venv is not in the client image)")
             FRAMEWORKS[name].check(REPO)
             _check_client_cmd(FRAMEWORKS[name].command(REPO), endpoint, topology)
         else:
