@@ -11,7 +11,8 @@ its real sockets. It needs no lab import, no base URL and no code change:
 - **The user's lines** arrive on the app's stdin, one line each, at the scenario's times (the
   agent records each as user.say, mode text). Audio input is not offered yet.
 - **The backend**: the app books through the local HTTP API in $LAB_BACKEND_URL
-  (lab/clients/backend_api.py: POST /book {slot, call_id}, GET /status?slot=).
+  (lab/clients/backend_api.py: POST /book {slot, call_id} answers when the booking commits, as
+  the lab's own clients' tool returns; GET /status?slot=).
 - Its stdout and stderr go to client.log in the run folder.
 
 **What a black-box client is judged on** (what the lab sees itself): every connection the twin
@@ -20,13 +21,15 @@ calls and the tool responses that came back by call id, what the model said and 
 (lab/clients/twin_observed.py turns twin.jsonl into the lab's events, src `twin-observed`, so the
 scenario's anchors fire from the twin's side); the bookings the backend committed; and the packets.
 So bookings, all_resumes_refused, refusal_code, resumed, told_truth (from the model's words after
-the status question), fallback-by-new-session, reissued calls and pending calls answered after a
-resume are all judged.
+the status question), recovery through a new session (recovered_ms, the `recovered` anchor),
+reissued calls and pending calls answered after a resume are all judged.
 
 **What it cannot be judged on**: anything inside the app. When it noticed the loss (loss.detected,
 detection_ms), why it retried or gave up, what it showed or played to its user (the model's words
 are judged as the twin sent them, not as the app rendered them), the audio it received, and
-client-side close reasons. A connection the twin never saw (a dial that a fault dropped before the
+client-side close reasons, and the `fallback` expectation (it reads the client's own fallback.start,
+a decision the twin cannot see: a new session after a loss counts as recovered, not as a
+fallback). A connection the twin never saw (a dial that a fault dropped before the
 handshake) is only in the capture. Scripted client actions (abort, close, resume) cannot be asked of
 it: such a step fails with a step.error and the run goes on.
 
