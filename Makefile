@@ -13,7 +13,7 @@ RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),
            $(if $(DURATION),--duration $(DURATION)) $(if $(BUDGET),--budget $(BUDGET))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-unit test-netns test-peers test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-all bench soak down clean
+.PHONY: help setup peers-setup test test-unit test-netns test-peers test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-all bench soak down clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -32,8 +32,11 @@ test-unit: setup ## pure unit tests only (no root, no network)
 test-netns: setup ## integration tests in network namespaces (root)
 	$(PYTEST) -q tests/integration
 
-test-peers: setup ## LiveKit's and pipecat's Gemini clients each complete a turn against the twin
-	$(PYTEST) -q tests/integration/test_peers.py
+peers-setup: ## the framework clients' own venvs (.venv-livekit, .venv-pipecat); idempotent
+	@scripts/peers-setup.sh all
+
+test-peers: setup peers-setup ## framework clients: one turn each against the twin; livekit passes control in netns; a plain app by hostname in B1
+	$(PYTEST) -q tests/integration/test_peers.py tests/integration/test_frameworks.py tests/integration/test_client_cmd.py
 
 test-e2e: setup ## the Compose end-to-end run (installs and starts dockerd if needed)
 	$(PYTEST) -q tests/e2e

@@ -27,6 +27,7 @@ from lab import scenario as scenario_mod
 from lab.backend import Backend
 from lab.clients import get as get_client
 from lab.clients.base import ClientContext, Endpoint
+from lab.clients.command import CommandClient
 from lab.errors import ONE_LINE_ERRORS, LabError
 from lab.events import Event, EventLog
 from lab.live import errors as live_errors
@@ -37,8 +38,11 @@ from lab.live.budget import ConnectionCharger
 class Agent:
     def __init__(self, scn: scenario_mod.Scenario, client_name: str, run_dir: Path, endpoint,
                  t0: float | None = None, duration: float | None = None, proxy_control: str | None = None,
-                 endpoint_ip: str | None = None, progress=print, before_connect=None, twin_control: str | None = None):
+                 endpoint_ip: str | None = None, progress=print, before_connect=None, twin_control: str | None = None,
+                 client_cmd: str | None = None, client_owns_files: bool = False):
         self.scn = scn
+        self.client_cmd = client_cmd    # a user's own app (lab/clients/command.py), judged as client_name
+        self.client_owns_files = client_owns_files
         self.client_name = client_name
         self.run_dir = run_dir
         self.endpoint = endpoint
@@ -73,6 +77,8 @@ class Agent:
         # lab.live.errors decides which records mean auth or quota (a plain 1011 refusal is what the
         # lab studies, not a reason to stop)
         stop = None if self._refusal.is_set() else live_errors.live_stop(e)
+        if stop is None and e.kind == "client.error" and e.get("task") == "start":
+            stop = e.get("error")     # an app client that never ran (lab/clients/command.py)
         if stop is not None:
             self._refusal_reason = str(stop)
             self._refusal.set()
@@ -205,10 +211,12 @@ class Agent:
         ctx = ClientContext(endpoint=self.endpoint, log=self.log, backend=backend,
                             params=self.scn.params_for(self.client_name), speech=self.scn.input == "speech",
                             before_connect=self.before_connect)
-        self.client = get_client(self.client_name)(ctx)
+        self.client = (CommandClient(ctx, self.client_cmd, self.endpoint_ip, self.client_owns_files) if self.client_cmd
+                       else get_client(self.client_name)(ctx))
         steps = [s for s in self.scn.timeline if s.applies_to(self.client_name)]
         says_expected = sum(1 for s in steps if s.say is not None)
         self.log.write("run.start", src="agent", scenario=self.scn.name, client=self.client_name,
+                       **({"client_cmd": self.client_cmd} if self.client_cmd else {}),
                        duration=self.duration, endpoint=self.endpoint.base_url, speech=ctx.speech)
         self.progress(f"[    0.0s] {self.scn.name}: {self.scn.title} (client {self.client_name}, "
                       f"up to {self.duration:.0f}s)")
@@ -280,6 +288,11 @@ def add_parser(sub) -> None:
     p.add_argument("--proxy-control", default=None)
     p.add_argument("--twin-control", default=None, help="the twin's control channel URL (twin actions)")
     p.add_argument("--endpoint-ip", default=None)
+    p.add_argument("--client-cmd", default=None,
+                   help="run this app as the client (lab/clients/command.py), judged as --client")
+    p.add_argument("--client-node-files", choices=("shared", "own"), default="shared",
+                   help="own: the node is the run's container, its /etc/hosts and CA store may be extended; "
+                        "shared (a namespace): the app gets a private /etc/hosts instead")
     p.set_defaults(func=_main)
 
 
@@ -299,7 +312,8 @@ def _main(args) -> int:
                   proxy_control=args.proxy_control, endpoint_ip=args.endpoint_ip, twin_control=args.twin_control,
                   progress=lambda s: print(s, flush=True),
                   before_connect=(ConnectionCharger.from_ledger(args.budget_ledger, run_dir.name)
-                                  if args.budget_ledger else None))
+                                  if args.budget_ledger else None),
+                  client_cmd=args.client_cmd, client_owns_files=args.client_node_files == "own")
 
     async def main() -> int:
         loop = asyncio.get_running_loop()

@@ -46,7 +46,8 @@ def _k(writer: str, fields: str, about: str = "") -> EventKind:
 
 EVENT_KINDS: dict[str, EventKind] = {
     # the agent: the run and its timeline
-    "run.start": _k("agent", "scenario client duration endpoint speech"),
+    "run.start": _k("agent", "scenario client duration endpoint speech client_cmd",
+                    "client_cmd: the app run as the client (--client-cmd, a framework client)"),
     "run.end": _k("agent", "status error not_reached bookings", "status ok | error | interrupted"),
     "step": _k("agent", "id what note", "a timeline step done"),
     "step.error": _k("agent", "id error", "a step that raised; the run goes on"),

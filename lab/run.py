@@ -23,9 +23,13 @@ from pathlib import Path
 
 from lab import scenario as scenario_mod
 from lab.clients import get as get_client
+from lab.clients.command import parse_command
+from lab.clients.frameworks import FRAMEWORKS
+from lab.events import read_events
 from lab.errors import CapabilityError, LabError
 from lab.topology import TOPOLOGIES
 from lab.topology import get as get_topology
+from lab.topology.hostnames import ENDPOINT_NAMES, ENDPOINT_PORT
 from lab.topology.services import Capture, Proxy, Twin
 from netem import faults as netem_faults
 from netem import kernel as netem_kernel
@@ -48,13 +52,23 @@ def _relay(proc: subprocess.Popen, prefix: str, sink) -> threading.Thread:
     return t
 
 
-def preflight(scenarios: list[str], client: str | None, topology: str, endpoint: str) -> list[scenario_mod.Scenario]:
+def preflight(scenarios: list[str], client: str | None, topology: str, endpoint: str,
+              client_cmd: str | None = None) -> list[scenario_mod.Scenario]:
     """Validate everything up front; raise one clear LabError on the first problem."""
     scns = [scenario_mod.load(s) for s in scenarios]
     for s in scns:
-        get_client(client or s.client)
+        name = client or s.client
+        if name in FRAMEWORKS:
+            if topology != "netns":    # its venv is on the host; the client image holds none
+                raise LabError(f"client {name!r} runs in the netns topology only (its venv is not in the client image)")
+            FRAMEWORKS[name].check(REPO)
+            _check_client_cmd(FRAMEWORKS[name].command(REPO), endpoint, topology)
+        else:
+            get_client(name)
     if endpoint not in ("twin", "live"):
         raise LabError(f"unknown endpoint {endpoint!r}; use twin or live")
+    if client_cmd is not None:
+        _check_client_cmd(client_cmd, endpoint, topology)
     # every fault kind a scenario uses, asked of netem's registry (what the kernel must offer); the
     # containers share the host's kernel, so the same check holds in every topology
     kinds = sorted({st.fault["kind"] for s in scns for st in s.timeline if st.fault})
@@ -70,13 +84,35 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
     return scns
 
 
+def _check_client_cmd(cmd: str, endpoint: str, topology: str = "netns") -> None:
+    """A --client-cmd that cannot run is refused before anything starts."""
+    prog = parse_command(cmd)[0]
+    if endpoint != "twin":
+        raise LabError("--client-cmd runs an app against the twin by the real endpoint names; use --endpoint twin")
+    if topology != "netns":
+        return      # the program is looked for in the client container, where it runs
+    found = shutil.which(prog) if os.sep not in prog else (prog if os.access(prog, os.X_OK) else None)
+    if not found:
+        raise LabError(f"--client-cmd: {prog!r} is not an executable on PATH")
+
+
+def _client_start_error(run_dir: Path) -> str | None:
+    """The line a --client-cmd app that could not start left (client.error, task start), if any."""
+    try:
+        events = read_events(run_dir / "events.jsonl")
+    except OSError:
+        return None
+    return next((str(e.get("error")) for e in events if e.kind == "client.error" and e.get("task") == "start"), None)
+
+
 class RunSpec:
     """One run's inputs. In live mode `base_url` (None: the SDK's default, the real endpoint) and
     `ca` (None: the system's CAs) say where the client goes; `endpoint_hook(topology)`, given by
     tests, may start an endpoint once the topology is up and return (base_url, ca)."""
 
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
-                 keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None):
+                 keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None):
+        self.client_cmd = client_cmd           # a user's app as the client, judged as `client`
         self.budget_ledger = budget_ledger     # live: the agent charges each connection against it
         self.scn, self.client, self.topology, self.endpoint = scn, client, topology, endpoint
         self.run_dir, self.duration, self.base_url, self.model = run_dir, duration, base_url, model
@@ -93,6 +129,10 @@ def run_one(spec: RunSpec, out=print) -> dict:
     meta = {"run_id": run_id, "scenario": scn.to_json(), "client": spec.client, "topology": spec.topology,
             "endpoint": spec.endpoint, "duration": duration, "params": scn.params_for(spec.client),
             "expect": scn.expect_for(spec.client), "started": datetime.now(timezone.utc).isoformat()}
+    if spec.client_cmd:
+        meta["client_cmd"] = spec.client_cmd
+        if spec.client not in FRAMEWORKS:   # a user's app: judged by the client it stands in for
+            meta.update(client="command", judged_as=spec.client)
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
     # the scenario as run, next to its results: provenance, and a path the agent can read in any
     # topology (a container sees the run folder, not the host's source tree)
@@ -124,8 +164,12 @@ def run_one(spec: RunSpec, out=print) -> dict:
         if spec.endpoint == "twin":
             # a seed per run: the twin's drawn delays differ between runs but replay the same for a run id
             seed = int(hashlib.sha1(run_id.encode()).hexdigest(), 16) % 100000
+            # an unmodified app dials the real names on 443: the twin answers there, with a
+            # certificate naming them (lab/topology/hostnames.py)
+            port = ENDPOINT_PORT if spec.client_cmd else topo.endpoint_port
+            sans = tuple(a for n in ENDPOINT_NAMES for a in ("--san", n)) if spec.client_cmd else ()
             twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl",
-                        t0=t0, seed=seed, port=topo.endpoint_port)
+                        t0=t0, seed=seed, port=port, extra=sans)
             services.append(twin.start())
             base_url, ca, key = twin.base_url, topo.ca_path, TWIN_KEY
             twin_control = twin.control_url
@@ -152,6 +196,10 @@ def run_one(spec: RunSpec, out=print) -> dict:
             argv += ["--budget-ledger", str(spec.budget_ledger)]
         if proxy:
             argv += ["--proxy", proxy.url, "--proxy-control", proxy.control_url]
+        if spec.client_cmd:
+            argv += ["--client-cmd", spec.client_cmd]
+            if topo.client.own_files:
+                argv += ["--client-node-files", "own"]
         env = {**os.environ, "LAB_API_KEY": key, "PYTHONUNBUFFERED": "1"}
         agent = topo.client.popen(argv, role="agent", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True)
@@ -197,8 +245,9 @@ def _finish(capture: Capture, raw: list[Path], keylog: Path | None, out) -> None
 def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topology: str = "netns",
               endpoint: str = "twin", out_dir: Path | None = None, duration: float | None = None,
               base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", out=print,
-              keylog_live: bool = False, ca: str | None = None, endpoint_hook=None) -> Path:
-    scns = preflight(scenarios, client, topology, endpoint)
+              keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
+              client_cmd: str | None = None) -> Path:
+    scns = preflight(scenarios, client, topology, endpoint, client_cmd)
     live_key = None
     if endpoint == "live":
         from lab.live.key import load_key     # here: lab.live's soak imports this module
@@ -211,13 +260,20 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     verdicts = []
     for scn in scns:
         cl = client or scn.client
+        # a framework client is an app run like --client-cmd, in its own venv (lab/clients/frameworks)
+        cmd = client_cmd or (FRAMEWORKS[cl].command(REPO) if cl in FRAMEWORKS else None)
         for i in range(1, n + 1):
-            run_dir = batch / f"{scn.name}-{cl}-{i:02d}"
+            run_dir = batch / f"{scn.name}-{'cmd' if client_cmd else cl}-{i:02d}"
             # the run's ledger: reserved before anything starts, charged per connection by the agent
             ledger = budget.start_run(run_dir.name) if budget is not None else None
-            out(f"== {scn.name} ({cl}, {topology}, {endpoint}) run {i}/{n} -> {run_dir}")
+            who = f"command, judged as {cl}" if client_cmd else cl
+            out(f"== {scn.name} ({who}, {topology}, {endpoint}) run {i}/{n} -> {run_dir}")
             v = run_one(RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key,
-                                keylog_live, ca=ca, endpoint_hook=endpoint_hook, budget_ledger=ledger), out=out)
+                                keylog_live, ca=ca, endpoint_hook=endpoint_hook, budget_ledger=ledger,
+                                client_cmd=cmd), out=out)
+            why = _client_start_error(run_dir) if cmd else None
+            if why:    # the app never ran: a verdict would judge nothing, and every next run fails alike
+                raise LabError(why)
             verdicts.append(v)
             if budget is not None:
                 settled = budget.settle(run_dir)      # the cross-check: every opened connection charged
@@ -244,7 +300,11 @@ def add_parser(sub) -> None:
     p.add_argument("scenarios", nargs="*", help="scenario names or files (lab list)")
     p.add_argument("--all", action="store_true", help="every scenario in the catalogue")
     p.add_argument("-n", type=int, default=1, help="runs per scenario")
-    p.add_argument("--client", default=None, help="probe, recovery, naive, or module:Class")
+    p.add_argument("--client", default=None,
+                   help=f"probe, recovery, naive, a framework ({', '.join(FRAMEWORKS)}), or module:Class")
+    p.add_argument("--client-cmd", default=None, metavar="CMD",
+                   help="run your own unmodified app as the client (stdin: the user's lines; "
+                        "$LAB_BACKEND_URL: the backend); judged as --client or the scenario's client")
     p.add_argument("--topology", default="netns", choices=sorted(TOPOLOGIES))
     p.add_argument("--endpoint", default="twin", choices=["twin", "live"])
     p.add_argument("--base-url", default=None, help="live mode: point at any endpoint (the twin, in tests)")
@@ -276,7 +336,7 @@ def _cmd_run(args) -> int:
     batch = run_batch(names, n=args.n, client=args.client, topology=args.topology, endpoint=args.endpoint,
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
-                      ca=args.ca)
+                      ca=args.ca, client_cmd=args.client_cmd)
     # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on
     return 0 if batch_passed(batch) else 1
 

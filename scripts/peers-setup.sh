@@ -2,10 +2,12 @@
 # Installs the peer clients (issue 2) into venvs of their own, outside the project venv:
 #   .venv-livekit  livekit-agents + livekit-plugins-google (google-genai 3.x)
 #   .venv-pipecat  pipecat-ai[google] (pins google-genai<3, which the project cannot share)
+#   .venv-adk      google-adk==2.13.0, pinned exactly: it needs google-genai<3 and websockets<16, and
+#                  an unpinned install next to google-genai>=3.3 quietly resolves to google-adk 1.1.1
 # The peer scripts under tests/peers/ use only the stdlib and these packages, so neither venv needs
 # the project itself. Idempotent: a venv whose stamp matches its pins is skipped at once.
 #
-# Usage: scripts/peers-setup.sh [livekit|pipecat|all]   (default all)
+# Usage: scripts/peers-setup.sh [livekit|pipecat|adk|all]   (default all)
 # Exit: 0 ready; 75 the package index cannot be reached (no network: callers may skip); 1 any other
 # failure. A failure prints one line "peers-setup: <peer>: ..." on stderr; pip's log stays in the venv.
 set -euo pipefail
@@ -16,6 +18,8 @@ LIVEKIT_PKGS=("livekit-agents==1.8.9" "livekit-plugins-google==1.8.9")
 LIVEKIT_CHECK='import livekit.agents, livekit.rtc, livekit.plugins.google, google.genai'
 PIPECAT_PKGS=("pipecat-ai[google]==1.14.0")
 PIPECAT_CHECK='import pipecat, pipecat.services.google.gemini_live.llm, pipecat.tests.utils, google.genai'
+ADK_PKGS=("google-adk==2.13.0")
+ADK_CHECK='import google.adk, google.adk.agents, google.adk.runners, google.genai; assert google.adk.__version__ == "2.13.0", google.adk.__version__'
 
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -59,13 +63,13 @@ setup_peer() {
     return 1
   fi
   printf '%s\n' "$want" >"$stamp"
-  echo "peers-setup: $name installed in $dir (first, $(since "$t0") s): $("$dir/bin/pip" freeze 2>/dev/null | grep -iE '^(livekit-agents|livekit-plugins-google|livekit|pipecat-ai|google-genai)==' | tr '\n' ' ')"
+  echo "peers-setup: $name installed in $dir (first, $(since "$t0") s): $("$dir/bin/pip" freeze 2>/dev/null | grep -iE '^(livekit-agents|livekit-plugins-google|livekit|pipecat-ai|google-adk|google-genai)==' | tr '\n' ' ')"
 }
 
 which=${1:-all}
 case "$which" in
-  livekit|pipecat|all) ;;
-  *) echo "usage: scripts/peers-setup.sh [livekit|pipecat|all]" >&2; exit 2 ;;
+  livekit|pipecat|adk|all) ;;
+  *) echo "usage: scripts/peers-setup.sh [livekit|pipecat|adk|all]" >&2; exit 2 ;;
 esac
 rc=0
 if [ "$which" = all ] || [ "$which" = livekit ]; then
@@ -74,6 +78,10 @@ fi
 if [ "$which" = all ] || [ "$which" = pipecat ]; then
   r=0; setup_peer pipecat "$PIPECAT_CHECK" "${PIPECAT_PKGS[@]}" || r=$?
   # the first failure decides the exit, but a network failure (75) wins so callers can skip
+  if [ "$rc" = 0 ] || [ "$r" = 75 ]; then rc=$r; fi
+fi
+if [ "$which" = all ] || [ "$which" = adk ]; then
+  r=0; setup_peer adk "$ADK_CHECK" "${ADK_PKGS[@]}" || r=$?
   if [ "$rc" = 0 ] || [ "$r" = 75 ]; then rc=$r; fi
 fi
 exit "$rc"

@@ -2,13 +2,16 @@
 
 `get("probe" | "recovery" | "naive")` returns the class. `get("pkg.mod:Class")` imports a user's
 module and returns its class, which must subclass `lab.clients.base.Client` (or at least provide
-start/say/action/flow/stop). Anything else is a LabError naming the known clients.
+start/say/action/flow/stop). Anything else is a LabError naming the known clients. The framework
+clients (lab.clients.frameworks: livekit) are apps run black-box, which the orchestrator starts
+through lab/clients/command.py rather than through this lookup.
 """
 from __future__ import annotations
 
 import importlib
 
 from lab.clients.base import Client, ClientContext, Endpoint
+from lab.clients.frameworks import names as framework_names
 from lab.errors import LabError
 
 _BUILTIN = {
@@ -46,8 +49,8 @@ def get(name: str) -> type[Client]:
             raise LabError(f"client {name!r} leaves abstract methods unimplemented: "
                            f"{', '.join(sorted(cls.__abstractmethods__))}")
         return cls
-    raise LabError(f"unknown client {name!r}; known: {', '.join(names())}, or a module path pkg.mod:Class "
-                   "implementing lab.clients.base.Client")
+    raise LabError(f"unknown client {name!r}; known: {', '.join(names())}, a framework ({', '.join(framework_names())}), "
+                   "or a module path pkg.mod:Class implementing lab.clients.base.Client")
 
 
 __all__ = ["Client", "ClientContext", "Endpoint", "get", "names"]

@@ -20,6 +20,9 @@ class Node(abc.ABC):
     """One end of the link. `popen` starts a process inside it; `role` names the process for
     cleanup and messages (agent, twin, proxy, tcpdump-eth ...)."""
 
+    # does the node have files of its own (a container), or share the host's (a namespace)?
+    own_files = False
+
     def __init__(self, name: str):
         self.name = name
 

@@ -143,6 +143,8 @@ class ComposeNode(Node):
     """A container of the Compose lab: `popen` is `docker compose exec -T <service>`, with the host's
     paths (the run folder, the secrets folder) and the host's Python translated to the container's."""
 
+    own_files = True    # its /etc is the run's own (a --client-cmd app's names go into its /etc/hosts)
+
     # the wrapper that lets ContainerProcess signal the command: $0 is the pidfile, "$@" the argv
     WRAP = 'echo $$ > "$0" && exec "$@"'
 

@@ -26,6 +26,11 @@ import logging
 import ssl
 import sys
 import time
+from pathlib import Path
+
+# the helpers the lab's own framework client uses (lab/peers: stdlib + the framework, no project)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab" / "peers"))
+from livekit_io import drain_generation  # noqa: E402
 
 BOOK = "Book me the 3pm slot tomorrow, please."
 
@@ -109,26 +114,14 @@ async def run(args: argparse.Namespace, out: dict) -> None:
         n = out["generations"] = out["generations"] + 1
         spoke = {"bytes": 0}
 
-        async def messages() -> None:
-            async for msg in ev.message_stream:
-                async def text() -> None:
-                    async for t in msg.text_stream:
-                        out["transcript"] += t
+        def on_text(t: str) -> None:
+            out["transcript"] += t
 
-                async def audio() -> None:
-                    async for frame in msg.audio_stream:
-                        spoke["bytes"] += len(frame.data.tobytes())
-                        out["sample_rate"] = frame.sample_rate
+        def on_audio(frame) -> None:
+            spoke["bytes"] += len(frame.data.tobytes())
+            out["sample_rate"] = frame.sample_rate
 
-                await asyncio.gather(text(), audio())
-
-        calls: list = []
-
-        async def functions() -> None:
-            async for fc in ev.function_stream:
-                calls.append(fc)
-
-        await asyncio.gather(messages(), functions())
+        calls = await drain_generation(ev, on_text, on_audio)
         # both streams close when the generation is done: turnComplete, or the tool call itself
         out["speech_bytes"] += spoke["bytes"]
         out["turns"].append({"generation": n, "user_initiated": ev.user_initiated,

@@ -23,6 +23,11 @@ import json
 import ssl
 import sys
 import time
+from pathlib import Path
+
+# the helpers the lab's own framework client uses (lab/peers: stdlib + the framework, no project)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab" / "peers"))
+from pipecat_io import start_headless  # noqa: E402
 
 BOOK = "Book me the 3pm slot tomorrow, please."
 
@@ -68,11 +73,9 @@ async def run(args: argparse.Namespace, out: dict) -> None:
                                        FunctionCallResultFrame, InputTextRawFrame, LLMContextFrame,
                                        LLMFullResponseEndFrame, TTSAudioRawFrame, TTSTextFrame)
     from pipecat.pipeline.pipeline import Pipeline
-    from pipecat.pipeline.worker import PipelineWorker
     from pipecat.processors.aggregators.llm_context import LLMContext
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
     from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
-    from pipecat.workers.runner import WorkerRunner
 
     out["versions"] = {"pipecat-ai": getattr(pipecat, "__version__", "?")}
     try:
@@ -143,20 +146,8 @@ async def run(args: argparse.Namespace, out: dict) -> None:
         inference_on_context_initialization=(args.mode == "context"), **kw)
     llm.register_function("book_slot", book_slot)
 
-    pipeline = Pipeline([Tap("up"), llm, Tap("down")])
-    worker = PipelineWorker(pipeline, cancel_on_idle_timeout=False)
-    runner = WorkerRunner(handle_sigint=False)
-    await runner.add_workers(worker)
-    run_task = asyncio.create_task(runner.run())
-
-    started = asyncio.Event()
-
-    @worker.event_handler("on_pipeline_started")
-    async def _started(worker, frame):
-        started.set()
-
+    worker, run_task = await start_headless(Pipeline([Tap("up"), llm, Tap("down")]), timeout=10)
     try:
-        await asyncio.wait_for(started.wait(), 10)
         if args.mode == "context":
             await worker.queue_frame(LLMContextFrame(LLMContext(messages=[{"role": "user", "content": args.text}])))
         else:

@@ -1,0 +1,29 @@
+"""Starting a pipecat pipeline headless, with no transport (pipecat venv only; stdlib + pipecat).
+
+Shared by lab/peers/pipecat_app.py and tests/peers/pipecat_turn.py: the pipeline runs under
+pipecat's worker and runner (PipelineTask is deprecated in 1.x) and is ready once the worker says
+`on_pipeline_started`.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+async def start_headless(pipeline: Any, timeout: float) -> tuple[Any, asyncio.Task]:
+    """(worker, the runner's task) once the pipeline has started; TimeoutError if it does not."""
+    from pipecat.pipeline.worker import PipelineWorker
+    from pipecat.workers.runner import WorkerRunner
+
+    worker = PipelineWorker(pipeline, cancel_on_idle_timeout=False)
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    run_task = asyncio.create_task(runner.run())
+    started = asyncio.Event()
+
+    @worker.event_handler("on_pipeline_started")
+    async def _started(worker, frame):
+        started.set()
+
+    await asyncio.wait_for(started.wait(), timeout)
+    return worker, run_task

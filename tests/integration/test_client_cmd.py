@@ -1,0 +1,79 @@
+"""An unmodified app as the client (`--client-cmd`), run for real in network namespaces.
+
+tests/fixtures/plain_app.py is a plain google-genai app: no lab import, no base URL. It reaches
+the twin by `generativelanguage.googleapis.com`, books through the local backend API and resumes
+on every close, as the probe does. In B1 (shortened to 25 s) it must be refused, locked out and
+judged exactly as the probe is, from the twin's side alone. An app that exits at once must stop
+the run with one line and leave no namespace behind. Each run is bounded by its own duration
+(the orchestrator kills an agent that outlives it by 120 s).
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.errors import LabError
+from lab.events import read_events
+
+pytestmark = pytest.mark.netns
+
+APP = Path(__file__).resolve().parent.parent / "fixtures" / "plain_app.py"
+
+
+def _batch(tmp_path, scenario, cmd, duration=None):
+    from lab.run import run_batch
+
+    lines = []
+    batch = run_batch([scenario], n=1, topology="netns", out_dir=tmp_path / "batch", duration=duration,
+                      out=lines.append, client_cmd=cmd)
+    return batch, lines
+
+
+def _no_leftovers(run_name):
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"ll-{run_name}-" not in ns, f"namespaces left behind: {ns}"
+
+
+def test_plain_app_is_locked_out_in_b1_like_the_probe(tmp_path):
+    hosts_before = Path("/etc/hosts").read_text()
+    batch, lines = _batch(tmp_path, "b1-silent-loss", f"{sys.executable} {APP}", duration=25)
+    # the names were the app's alone: the host's own /etc/hosts is untouched (it may be a container)
+    assert Path("/etc/hosts").read_text() == hosts_before
+    run = batch / "b1-silent-loss-cmd-01"
+    verdict = json.loads((run / "verdict.json").read_text())
+    held = {c["name"]: c["held"] for c in verdict["expectations"]}
+    # the probe's own expectations for B1, every one checked
+    assert set(held) >= {"bookings", "all_resumes_refused", "refusal_code", "told_truth", "resumed"}, held
+    assert verdict["pass"], "\n".join(lines[-30:])
+    events = read_events(run / "events.jsonl")
+    observed = [e for e in events if e.src == "twin-observed"]
+    # the anchors fired from the twin's side: the fault went onto the app's own flow
+    call = next(e for e in observed if e.kind == "tool.call")
+    fault = next(e for e in events if e.kind == "fault.apply")
+    first = next(e for e in observed if e.kind == "conn.open")
+    assert fault.ms > call.ms and fault["spec"]["target"]["sport"] == int(first["local"].rsplit(":", 1)[1])
+    refused = [e for e in observed if e.kind == "resume.result" and not e.get("ok")]
+    assert len(refused) >= 2 and {e.get("code") for e in refused} == {1011}
+    # the app booked through the backend API with the twin's call id
+    assert [e.get("call_id") for e in events if e.kind == "backend.request"] == [call.get("id")]
+    assert (run / "client.log").read_text().count("connected new") == 1
+    assert json.loads((run / "run.json").read_text())["judged_as"] == "probe"
+    _no_leftovers(run.name)
+
+
+@pytest.mark.parametrize("code, said", [
+    # exits at once
+    ("print('missing config'); raise SystemExit(3)", "exited at once (exit 3): missing config"),
+    # a framework that fails to import after a slow start: still before any connection
+    ("import time; time.sleep(3); import no_such_framework",
+     "exited before it ever connected (exit 1): ModuleNotFoundError: No module named 'no_such_framework'"),
+])
+def test_an_app_that_never_connects_stops_the_run_with_one_line(tmp_path, code, said):
+    with pytest.raises(LabError) as err:
+        _batch(tmp_path, "control", f'{sys.executable} -c "{code}"')
+    assert said in str(err.value) and "\n" not in str(err.value)
+    end = next(e for e in read_events(tmp_path / "batch" / "control-cmd-01" / "events.jsonl") if e.kind == "run.end")
+    assert end.ms < 10_000, end.ms            # stopped at once, not at the scenario's end (20 s)
+    _no_leftovers("control-cmd-01")
