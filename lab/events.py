@@ -89,6 +89,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     # the fake booking backend (the ground truth)
     "backend.request": _k("backend", "business_key job call_id slot commit_after_s"),
     "backend.commit": _k("backend", "business_key job call_id slot"),
+    "backend.cancel": _k("backend", "business_key job call_id slot why", "a pending job cancelled (the guard)"),
     "tool.dedup": _k("backend", "id business_key job state"),
     # the twin's own record (twin.jsonl)
     "twin.start": _k("twin", "profile port tls overrides"),
