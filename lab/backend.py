@@ -46,6 +46,7 @@ class Job:
     committed_ms: float | None = None
     call_ids: list[str] = field(default_factory=list)   # every call id that asked for it
     _done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _settled: asyncio.Event = field(default_factory=asyncio.Event, repr=False)   # committed or cancelled
 
     cancelled: bool = False
 
@@ -62,6 +63,11 @@ class Job:
     async def wait(self, timeout: float | None = None) -> "Job":
         """Until the job has committed."""
         await asyncio.wait_for(self._done.wait(), timeout)
+        return self
+
+    async def settled(self) -> "Job":
+        """Until the job has committed or been cancelled."""
+        await self._settled.wait()
         return self
 
     def result(self) -> dict[str, Any]:
@@ -129,6 +135,7 @@ class Backend:
         self._commits.pop(job.id, None)
         job.committed_ms = self._now_ms()
         job._done.set()
+        job._settled.set()
         self._write("backend.commit", business_key=job.key, job=job.id, call_id=job.call_id, slot=job.slot)
 
     def cancel(self, job_id: str, why: str = "") -> bool:
@@ -140,6 +147,7 @@ class Backend:
         if job is None or job.booked or job.cancelled:
             return False
         job.cancelled = True
+        job._settled.set()
         t = self._commits.pop(job_id, None)
         if t is not None:
             t.cancel()

@@ -179,12 +179,12 @@ class ModelConfig:
                    reissue_delay_s=profile["reissue_delay_s"],
                    restore_first_audio_s=profile["restore_first_audio_s"],
                    stop_while_pending_reply=profile["stop_while_pending_reply"],
-                   **{name: profile[name] for name in _STOP_PARAMS})
-
-
-# the stop study's parameters, read from the profile under their own names
-_STOP_PARAMS = ("stop_claim_delay_s", "silent_after_stop_response_p", "reissue_p", "stop_contradict_reply",
-                "stop_after_commit_reply", "early_stop_call_p", "early_stop_call_delay_s")
+                   stop_claim_delay_s=profile["stop_claim_delay_s"],
+                   silent_after_stop_response_p=profile["silent_after_stop_response_p"],
+                   reissue_p=profile["reissue_p"], stop_contradict_reply=profile["stop_contradict_reply"],
+                   stop_after_commit_reply=profile["stop_after_commit_reply"],
+                   early_stop_call_p=profile["early_stop_call_p"],
+                   early_stop_call_delay_s=profile["early_stop_call_delay_s"])
 
 
 class ScriptedModel:
