@@ -52,6 +52,9 @@ SAY_STATUS_NOT_BOOKED = "No, the 3 pm slot tomorrow was not booked."
 SAY_NO_BOOKING = "I haven't made that booking for you."
 SAY_STOPPED = "Okay, I won't book it."
 SAY_OTHER = "Sure. Would you like me to book a slot for you?"
+# 001 G2: asked something else while book_slot was pending, the model spoke about the booking
+SAY_PENDING_OTHER = ("I am booking the 3 PM slot for you now. Please bring your ID and any necessary paperwork "
+                     "to the appointment.")
 
 _STATUS_PATTERNS = ("did you book", "is it booked", "was it booked", "have you booked", "is the booking",
                     "did it book", "has it been booked")
@@ -285,6 +288,8 @@ class ScriptedModel:
             return Plan([Step("say", d(), SAY_NO_BOOKING), Step("turn_complete")], why="status-none")
         if intent == STOP:
             return self._stop_plan(status)
+        if status == "pending":
+            return Plan([Step("say", d(), SAY_PENDING_OTHER), Step("turn_complete")], why="other-pending")
         return Plan([Step("say", d(), SAY_OTHER), Step("turn_complete")], why="other")
 
     def _stop_plan(self, status: str | None) -> Plan:

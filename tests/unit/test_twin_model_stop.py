@@ -107,3 +107,11 @@ def test_silent_scheduling_stays_silent_after_a_stop():
     call = m.new_call()
     m.user_turn(STOP)
     assert m.tool_response({"id": call.id, "scheduling": "SILENT", "response": {"status": "booked"}})[2] is None
+
+
+def test_a_follow_up_while_the_call_is_pending_makes_the_model_speak_about_it():
+    m = model()
+    m.user_turn(BOOK)
+    m.new_call()
+    assert m.user_turn("Is there anything I should bring?").texts() == [M.SAY_PENDING_OTHER]
+    assert model().user_turn("Is there anything I should bring?").texts() == [M.SAY_OTHER]
