@@ -15,7 +15,8 @@ model's sentence about the booking is not the booking. So the guard handles "sto
 * **Every call id answered**, the held and the refused ones too, before the user's stop line is
   sent, so the model hears the outcome first.
 * **Status from the backend.** After a stop the guard tells the user the backend's state itself
-  (`user.status`, a client-side status line in the app), whatever the model says.
+  (`user.status`, a client-side status line in the app) at once and again after every model turn
+  that follows, so the model's sentence is never the last word on the booking.
 
 The user's line is read by the app's own words (`lab.anchors.is_stop`): in speech mode the line's
 text stands in for the app's speech recognition.
@@ -131,6 +132,11 @@ class GuardClient(SdkClient):
                 "pending" if any(s == "pending" for s, _ in parts) else "not_booked")
             text = " ".join(t for _, t in parts)
         self.log.write("user.status", src=SRC, conn=c.n if c else None, status=state, text=text)
+
+    def _turn_done(self, c) -> None:
+        super()._turn_done(c)
+        if self.p["status_turn"] and self._stop is not None and self._stop.is_set():
+            self._tell_status()
 
     # ---- tool calls ----------------------------------------------------------------------------
     async def _run_tool(self, call: ToolCall) -> None:
