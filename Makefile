@@ -56,7 +56,7 @@ lab-s2: setup ## stage 2: the reference recovery client, with and without the st
 
 # the stop study (001): A-F typed; SPEECH=1 adds them spoken (espeak-ng) and G2, the barge-in
 STOP_TEXT := stop-a-pending stop-b-pending-late stop-c-blocking stop-d-after-commit stop-e-silent stop-f-early
-STOP_SPEECH := stop-a-pending-speech stop-c-blocking-speech stop-d-after-commit-speech stop-f-early-speech \
+STOP_SPEECH := stop-a-pending-speech stop-c-blocking-speech stop-d-after-commit-speech \
                stop-g2-barge-in-speech
 STOP_CLIENTS = $(or $(CLIENT),probe guard)
 STOP_OUT ?= captures/$(shell date -u +%Y%m%d-%H%M%S)-stop

@@ -74,3 +74,18 @@ def test_the_table_has_a_row_per_scenario_and_client_and_the_lines_after_the_sto
     assert len(rows) == 1 and "| probe |" in rows[0] and "claimed booked before the commit" in rows[0]
     assert "+700 ms model: \u201cYour 3 pm slot tomorrow is already booked.\u201d" in text
     assert stop.render([{**v, "metrics": compute([ev("run.start", 0)])}], "t") == ""
+
+
+def test_every_stop_scenario_cites_001_and_judges_both_clients():
+    from lab.scenario import load, names
+    stops = [n for n in names() if n.startswith("stop-")]
+    assert {"stop-a-pending", "stop-c-blocking", "stop-d-after-commit", "stop-e-silent", "stop-f-early",
+            "stop-g2-barge-in-speech"} <= set(stops)
+    for n in stops:
+        s = load(n)
+        assert s.source.startswith("001"), n
+        assert s.expect_for("probe") != s.expect_for("guard"), n
+        assert s.expect_for("guard").get("told_truth_after_stop") is True or n.startswith("stop-d"), n
+        assert s.backend["dedup"] is False, n          # the study's fake service books every request
+        if s.input == "speech":
+            assert "LAB_SCRIPT: " + " | ".join(s.script) in s.params_for("guard")["system_instruction"], n
