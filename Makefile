@@ -13,11 +13,12 @@ RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),
            $(if $(DURATION),--duration $(DURATION)) $(if $(BUDGET),--budget $(BUDGET))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup peers-setup test test-unit test-netns test-peers test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-all bench soak down clean
+.PHONY: help setup peers-setup test test-unit test-netns test-peers test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-stop lab-all bench soak down clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
-	@echo "  variables: TOPOLOGY=netns|compose  CLIENT=probe|recovery|naive  N=runs  DURATION=seconds"
+	@echo "  variables: TOPOLOGY=netns|compose  CLIENT=probe|recovery|naive|guard  N=runs  DURATION=seconds"
+	@echo "             SPEECH=1 (lab-stop: the spoken set too)  STOP_OUT=folder (lab-stop's batch)"
 	@echo "             ENDPOINT=twin|live (live needs GEMINI_API_KEY)  BUDGET=sessions  SCENARIO=name (lab-run)"
 
 setup: ## install system tools (root) and the project venv; idempotent
@@ -55,6 +56,19 @@ lab-r2: setup ## round 2: application-level freeze through the CONNECT proxy
 
 lab-s2: setup ## stage 2: the reference recovery client, with and without the status note
 	$(LAB) run s2-recovery s2-recovery-no-note s2-control $(RUN_ARGS)
+
+# the stop study (001): A-F typed; SPEECH=1 adds them spoken (espeak-ng) and G2, the barge-in
+STOP_TEXT := stop-a-pending stop-b-pending-late stop-c-blocking stop-d-after-commit stop-e-silent stop-f-early
+STOP_SPEECH := stop-a-pending-speech stop-c-blocking-speech stop-d-after-commit-speech \
+               stop-g2-barge-in-speech
+STOP_CLIENTS = $(or $(CLIENT),probe guard)
+STOP_OUT ?= captures/$(shell date -u +%Y%m%d-%H%M%S)-stop
+
+lab-stop: setup ## the stop study: A-F for probe and guard, then stop.md (SPEECH=1: spoken too, and G2)
+	@out="$(STOP_OUT)"; for c in $(STOP_CLIENTS); do \
+	  $(LAB) run $(STOP_TEXT) $(if $(SPEECH),$(STOP_SPEECH)) --client $$c --out "$$out" --topology $(TOPOLOGY) \
+	    --endpoint $(ENDPOINT) -n $(N) $(if $(BUDGET),--budget $(BUDGET)); done; \
+	$(LAB) report "$$out" --no-timeline
 
 lab-run: setup ## one scenario by name: make lab-run SCENARIO=r2-freeze
 	@test -n "$(SCENARIO)" || { echo "make lab-run: set SCENARIO= (see: .venv/bin/lab list)" >&2; exit 2; }

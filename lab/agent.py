@@ -207,7 +207,8 @@ class Agent:
 
     # ---- the run -------------------------------------------------------------------------------
     async def run(self) -> int:
-        backend = Backend(self.log, commit_after_s=float(self.scn.backend.get("commit_after_s", 4.0)))
+        backend = Backend(self.log, commit_after_s=float(self.scn.backend.get("commit_after_s", 4.0)),
+                          dedup=bool(self.scn.backend.get("dedup", True)))
         ctx = ClientContext(endpoint=self.endpoint, log=self.log, backend=backend,
                             params=self.scn.params_for(self.client_name), speech=self.scn.input == "speech",
                             before_connect=self.before_connect)

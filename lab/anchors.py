@@ -16,12 +16,23 @@ that one event and nothing else.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
 from lab.events import Event, EventLog
 
 STEP_PREFIX = "step:"
+
+# The user's "stop" (seed 001: "Actually, stop. Don't book it."): the words an app and the report
+# read as the user withdrawing the booking. Defined here, below the clients and the report, which
+# both ask it.
+STOP_RE = re.compile(r"\b(stop|don'?t book|do not book|cancel)\b", re.I)
+
+
+def is_stop(text: object) -> bool:
+    """The user's line withdraws the booking (curly apostrophes folded)."""
+    return bool(STOP_RE.search(str(text or "").replace("\u2019", "'")))
 
 Predicate = Callable[[Event, EventLog, "float | None"], bool]
 
@@ -61,6 +72,8 @@ ANCHORS: dict[str, Anchor] = {a.name: a for a in (
     Anchor("recovered", "a session is usable again after the loss (resume accepted or fallback restored)",
            _recovered),
     Anchor("answered", "the model answered the last line said", _answered),
+    Anchor("stop", "the user said stop (the first user.say that withdraws the booking)",
+           lambda e, log, loss_ms: e.kind == "user.say" and is_stop(e.get("text"))),
 )}
 
 

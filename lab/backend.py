@@ -3,8 +3,10 @@
 A client that receives a `book_slot(slot=...)` tool call asks the backend for a job at once. The
 backend keys jobs by business key (the slot, normalised), not by call id: a second request for the
 same slot, under any call id, gets the existing job back and is logged as `tool.dedup`. A job
-commits `commit_after_s` after its first request (`backend.commit`). Whatever the model says, the
-verdict compares it with `status()` / `bookings()` here.
+commits `commit_after_s` after its first request (`backend.commit`), unless it is cancelled first
+(`cancel()`, `backend.cancel`): the commit guard's grace window (001's follow-up). `dedup=False` is
+the stop study's fake service: every request books, so a re-issued call books twice. Whatever the
+model says, the verdict compares it with `status()` / `bookings()` here.
 
 Pure asyncio, no I/O. The event log forbids a field named `key` (it is reserved for secrets), so
 the business key is recorded as `business_key`.
@@ -44,9 +46,14 @@ class Job:
     committed_ms: float | None = None
     call_ids: list[str] = field(default_factory=list)   # every call id that asked for it
     _done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _settled: asyncio.Event = field(default_factory=asyncio.Event, repr=False)   # committed or cancelled
+
+    cancelled: bool = False
 
     @property
     def state(self) -> str:
+        if self.cancelled:
+            return "cancelled"
         return "booked" if self._done.is_set() else "pending"
 
     @property
@@ -58,16 +65,23 @@ class Job:
         await asyncio.wait_for(self._done.wait(), timeout)
         return self
 
+    async def settled(self) -> "Job":
+        """Until the job has committed or been cancelled."""
+        await self._settled.wait()
+        return self
+
     def result(self) -> dict[str, Any]:
         """The FunctionResponse payload for this job as it stands now."""
         if self.booked:
             return {"status": "booked", "job": self.id, "slot": self.slot}
+        if self.cancelled:
+            return {"status": "cancelled", "job": self.id, "slot": self.slot}
         return {"status": "pending", "job": self.id, "slot": self.slot}
 
 
 def status_line(job: Job) -> str:
     """One side effect as a line the model can read."""
-    what = "booked" if job.booked else "still being processed"
+    what = "booked" if job.booked else ("cancelled" if job.cancelled else "still being processed")
     return f"System note: {job.name}(slot={job.slot!r}) -> {what} (job {job.id})"
 
 
@@ -81,6 +95,7 @@ class Backend:
         self._jobs: dict[str, Job] = {}          # job id -> job, in creation order
         self._by_key: dict[str, Job] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._commits: dict[str, asyncio.Task] = {}     # job id -> its scheduled commit
         self._n = 0
 
     def _write(self, kind: str, **data: Any) -> None:
@@ -110,15 +125,34 @@ class Backend:
         self._write("backend.request", business_key=key, job=job.id, call_id=call_id, slot=job.slot,
                     commit_after_s=self.commit_after_s)
         t = asyncio.get_running_loop().create_task(self._commit_later(job))
+        self._commits[job.id] = t
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
         return job
 
     async def _commit_later(self, job: Job) -> None:
         await asyncio.sleep(self.commit_after_s)
+        self._commits.pop(job.id, None)
         job.committed_ms = self._now_ms()
         job._done.set()
+        job._settled.set()
         self._write("backend.commit", business_key=job.key, job=job.id, call_id=job.call_id, slot=job.slot)
+
+    def cancel(self, job_id: str, why: str = "") -> bool:
+        """Cancel a job that has not committed (its commit never happens); False if it already did.
+
+        The job keeps its business key, so a later request for the same slot gets the cancelled job
+        back (with dedup on) instead of booking it anew."""
+        job = self._jobs.get(job_id)
+        if job is None or job.booked or job.cancelled:
+            return False
+        job.cancelled = True
+        job._settled.set()
+        t = self._commits.pop(job_id, None)
+        if t is not None:
+            t.cancel()
+        self._write("backend.cancel", business_key=job.key, job=job.id, call_id=job.call_id, slot=job.slot, why=why)
+        return True
 
     def job(self, job_id: str) -> Job | None:
         return self._jobs.get(job_id)
@@ -127,7 +161,7 @@ class Backend:
         return self._by_key.get(business_key(slot))
 
     def status(self, key: str) -> str | None:
-        """'pending' | 'booked' | None for a business key (or a raw slot, normalised here)."""
+        """'pending' | 'booked' | 'cancelled' | None for a business key (or a raw slot, normalised here)."""
         job = self._by_key.get(key) or self._by_key.get(business_key(key))
         return job.state if job else None
 

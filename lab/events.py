@@ -79,6 +79,10 @@ EVENT_KINDS: dict[str, EventKind] = {
     "tool.response": _k("client", "conn id name status job sent replay"),
     "tool.withheld": _k("client", "conn id name"),
     "tool.cancellation": _k("client", "conn ids"),
+    "guard.hold": _k("client", "id business_key grace_s", "the guard holds a call's side effect for its grace window"),
+    "guard.cancel": _k("client", "id business_key job why", "the guard withheld or cancelled a side effect after a stop"),
+    "guard.dedup": _k("client", "id business_key first_id", "the guard answered a repeated call from the first one"),
+    "user.status": _k("client", "conn status text", "a status the client told the user from the backend"),
     "user.say": _k("client", "conn text line mode", "mode text | speech"),
     "user.say.failed": _k("client", "conn line at_ms"),
     "user.heard": _k("client", "conn text start_ms end_ms interrupted", "24 kHz playback model"),
@@ -90,6 +94,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     # the fake booking backend (the ground truth)
     "backend.request": _k("backend", "business_key job call_id slot commit_after_s"),
     "backend.commit": _k("backend", "business_key job call_id slot"),
+    "backend.cancel": _k("backend", "business_key job call_id slot why", "a pending job cancelled (the guard)"),
     "tool.dedup": _k("backend", "id business_key job state"),
     # the twin's own record (twin.jsonl)
     "twin.start": _k("twin", "profile port tls overrides"),

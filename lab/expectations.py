@@ -116,6 +116,29 @@ def _reissued(exp, m):
     return bool(exp), got, got == bool(exp), f"{m['tool_calls_reissued']} re-issued"
 
 
+STOP_FAILURE_WORDS = ("booked_after_stop", "double_booking", "false_claim")
+
+
+def _failure_set(v: Any) -> bool:
+    return isinstance(v, list) and all(w in STOP_FAILURE_WORDS for w in v)
+
+
+def _stop_failures_valid(v: Any) -> bool:
+    """'none', a list of failure words, or {one_of: [lists]} (a branch the twin draws per run, by seed)."""
+    if v == "none" or _failure_set(v):
+        return True
+    return (isinstance(v, dict) and set(v) == {"one_of"} and isinstance(v["one_of"], list) and bool(v["one_of"])
+            and all(x == "none" or _failure_set(x) for x in v["one_of"]))
+
+
+def _stop_failures(exp, m):
+    got = sorted(m["stop_failures"] or [])
+    options = exp["one_of"] if isinstance(exp, dict) else [exp]
+    wanted = [sorted([] if o == "none" else o) for o in options]
+    note = None if m["stop_failures"] is not None else "no stop in the record"
+    return exp, got or "none", m["stop_failures"] is not None and got in wanted, note
+
+
 def _flag(metric: str):
     def judge(exp, m):
         return bool(exp), m[metric], m[metric] == bool(exp), None
@@ -143,6 +166,9 @@ NAMED: dict[str, Expectation] = {e.name: e for e in (
         "(absent = failed)", "a number of ms", _number, _loss_to_audio),
     _define("fallback", "fallback", "a new session was opened by the fallback", "true or false", _is_bool,
         _flag("fallback")),
+    _define("stop_failures", "stop_failures booked_after_stop bookings false_claims",
+        "how the app failed the user after the stop (001): booked_after_stop, double_booking, false_claim",
+        "none, a list of those words, or {one_of: [lists]}", _stop_failures_valid, _stop_failures),
     _define("reissued_call", "tool_calls_reissued", "the model issued the tool call again under a new id",
         "true or false", _is_bool, _reissued),
 )}

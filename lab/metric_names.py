@@ -102,6 +102,24 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("told_truth", "the claim matched the backend (None: never answered)"),
     _m("first_text_after_recovery", "the model's first words after the recovery"),
     _m("first_claim_after_recovery", "what they claimed"),
+    # the stop study (001): what "stop" did to the call in flight, the backend, and what the user was told
+    _m("stop_ms", "the user's stop line was said (the first user.say that withdraws the booking)"),
+    _m("cancellations", "toolCallCancellation messages seen (the study: 0 in 41 sessions)"),
+    _m("interrupted_after_stop_ms", "stop -> the first `interrupted` after it"),
+    _m("calls_before_stop", "distinct tool call ids before the stop"),
+    _m("calls_after_stop", "distinct tool call ids after the stop (re-issued or late)"),
+    _m("first_call_after_stop_ms", "stop -> the first tool call after it"),
+    _m("booked_after_stop", "backend commits after the stop"),
+    _m("stop_statements", "what the user got after the stop (model turns, the client's status lines): "
+       "the claim against the backend at that moment", scalar=False),
+    _m("false_claims", "statements after the stop that contradicted the backend at that moment, not corrected "
+       "by a later status line of the client"),
+    _m("told_after_stop", "what the user was told last after the stop (the client's status line if any)"),
+    _m("truth_after_stop", "the backend's state at that moment"),
+    _m("told_truth_after_stop", "told_after_stop matched the backend (None: nothing said)"),
+    _m("spoke_after_response", "model audio after the first tool response"),
+    _m("stop_failures", "what the stop study counts as the app failing the user: booked_after_stop, "
+       "double_booking, false_claim", scalar=False),
     # protocol observations (drift)
     _m("go_away", "goAway messages seen"),
     _m("transparent_requested", "the client asked for transparent resumption"),

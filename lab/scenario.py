@@ -26,7 +26,7 @@ END_MODES = {"duration", "answered"}
 TOP_KEYS = {"name", "title", "source", "shows", "client", "client_params", "backend", "endpoint",
             "input", "duration", "script", "timeline", "end", "expect"}
 STEP_KEYS = {"id", "at", "plus", "say", "fault", "heal", "action", "note", "unless_client", "only_client"}
-BACKEND_KEYS = {"commit_after_s"}
+BACKEND_KEYS = {"commit_after_s", "dedup"}
 ENDPOINT_KEYS = {"via"}
 ALL_CLIENTS = "all"     # client_params / expect for every client
 # A fault's `target` is the lab's concept (the client's open connection, or the whole endpoint); the
@@ -240,8 +240,9 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
             if not checker.valid(v):
                 raise err(checks, k, f"expectation {k} takes {checker.takes}, got {v!r}")
     backend = raw.get("backend", {}) or {}
-    if not isinstance(backend, dict) or not isinstance(backend.get("commit_after_s", 4.0), (int, float)):
-        raise err(raw, "backend", "backend takes commit_after_s (seconds)")
+    if (not isinstance(backend, dict) or not isinstance(backend.get("commit_after_s", 4.0), (int, float))
+            or not isinstance(backend.get("dedup", True), bool)):
+        raise err(raw, "backend", "backend takes commit_after_s (seconds) and dedup (true or false)")
     _refuse_unknown(err, backend, BACKEND_KEYS, "backend key")
     endpoint = raw.get("endpoint", {}) or {}
     if not isinstance(endpoint, dict) or endpoint.get("via", "direct") not in ("direct", "proxy"):

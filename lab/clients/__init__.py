@@ -1,6 +1,6 @@
 """The clients under test, by name; and the hook for a user's own client.
 
-`get("probe" | "recovery" | "naive")` returns the class. `get("pkg.mod:Class")` imports a user's
+`get("probe" | "recovery" | "naive" | "guard")` returns the class. `get("pkg.mod:Class")` imports a user's
 module and returns its class, which must subclass `lab.clients.base.Client` (or at least provide
 start/say/action/flow/stop). Anything else is a LabError naming the known clients. The framework
 clients (lab.clients.frameworks: livekit) are apps run black-box, which the orchestrator starts
@@ -19,6 +19,7 @@ _BUILTIN = {
     "recovery": ("lab.clients.recovery", "RecoveryClient"),
     "naive": ("lab.clients.naive", "NaiveClient"),
     "recovery-sequential": ("lab.clients.sequential", "SequentialRecoveryClient"),
+    "guard": ("lab.clients.guard", "GuardClient"),
 }
 
 _REQUIRED = ("start", "say", "action", "flow", "stop")

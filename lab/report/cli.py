@@ -1,4 +1,5 @@
-"""`lab report DIR`: rebuild verdict.json and timeline.png of every run under DIR, then summary.md.
+"""`lab report DIR`: rebuild verdict.json and timeline.png of every run under DIR, then summary.md
+(and stop.md, the stop study's table, when a run holds a stop).
 
 DIR is one run folder or a batch folder (runs found at any depth). Prints one line per run.
 """
@@ -17,6 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # lazy: `lab` loads every room's parser; the report's modules (matplotlib) load only for `lab report`
+    from lab.report import stop
     from lab.report.summary import runs_under, summarize
     from lab.report.verdict import build_run, verdict_passed
 
@@ -33,4 +35,7 @@ def run(args: argparse.Namespace) -> int:
               f"{m['bookings']:>4}")
     out = summarize(d)
     print(f"summary: {out}")
+    stop_table = stop.write(d)
+    if stop_table is not None:
+        print(f"stop table: {stop_table}")
     return 0

@@ -6,7 +6,18 @@ What it models (seeds 000 and 001):
 - BOOK -> a book_slot toolCall (NON_BLOCKING by default: the turn holds only the call);
 - STATUS before a FunctionResponse -> an in-progress sentence (000: 3/3);
 - a FunctionResponse for a known id, also one issued before a resume, is accepted and answered;
-- BLOCKING: a STOP while the call is pending re-issues the call with a new id (001 C);
+- STOP (seed 001, fidelity.md section 4; every rate and delay a profile parameter, drawn from the
+  session's seeded rng, so a run id replays the same branch):
+  - NON_BLOCKING call pending (A, B, E): the false "already booked" claim `stop_claim_delay_s` after
+    the stop; after the tool response silent with probability `silent_after_stop_response_p`;
+  - BLOCKING call pending (C): the turn room cuts the held turn with `interrupted`; with probability
+    `reissue_p` a second call with a new id and the same slot `reissue_delay_s` after the stop (the
+    first, superseded response then gets no reply), otherwise the reply to the response is
+    `stop_contradict_reply` ("not made") whatever the response said;
+  - the booking already committed (D): `stop_after_commit_reply` ("already made");
+  - no call yet but one planned (F, the stop before the call): with probability `early_stop_call_p`
+    the call still comes `early_stop_call_delay_s` after the stop, else "I haven't made that booking";
+  - never a toolCallCancellation (84 sessions of both studies had none);
 - a new session restored from a transcript: with a "System note" saying book_slot is booked the
   model answers from it and does not call again; without it the model re-issues book_slot (000 s2).
 
@@ -41,6 +52,9 @@ SAY_STATUS_NOT_BOOKED = "No, the 3 pm slot tomorrow was not booked."
 SAY_NO_BOOKING = "I haven't made that booking for you."
 SAY_STOPPED = "Okay, I won't book it."
 SAY_OTHER = "Sure. Would you like me to book a slot for you?"
+# 001 G2: asked something else while book_slot was pending, the model spoke about the booking
+SAY_PENDING_OTHER = ("I am booking the 3 PM slot for you now. Please bring your ID and any necessary paperwork "
+                     "to the appointment.")
 
 _STATUS_PATTERNS = ("did you book", "is it booked", "was it booked", "have you booked", "is the booking",
                     "did it book", "has it been booked")
@@ -152,6 +166,13 @@ class ModelConfig:
     reissue_delay_s: Any = (0.6, 0.8)
     restore_first_audio_s: Any = (0.76, 1.2)
     stop_while_pending_reply: str = "Your 3 pm slot tomorrow is already booked."
+    stop_claim_delay_s: Any = (0.522, 0.937)
+    silent_after_stop_response_p: float = 0.889
+    reissue_p: float = 0.583
+    stop_contradict_reply: str = "The booking was not made, so nothing has been scheduled."
+    stop_after_commit_reply: str = "The booking was already made."
+    early_stop_call_p: float = 0.667
+    early_stop_call_delay_s: Any = (1.047, 1.115)
 
     @classmethod
     def from_profile(cls, profile) -> "ModelConfig":
@@ -160,7 +181,13 @@ class ModelConfig:
                    tool_call_delay_s=profile["tool_call_delay_s"], reply_delay_s=profile["reply_delay_s"],
                    reissue_delay_s=profile["reissue_delay_s"],
                    restore_first_audio_s=profile["restore_first_audio_s"],
-                   stop_while_pending_reply=profile["stop_while_pending_reply"])
+                   stop_while_pending_reply=profile["stop_while_pending_reply"],
+                   stop_claim_delay_s=profile["stop_claim_delay_s"],
+                   silent_after_stop_response_p=profile["silent_after_stop_response_p"],
+                   reissue_p=profile["reissue_p"], stop_contradict_reply=profile["stop_contradict_reply"],
+                   stop_after_commit_reply=profile["stop_after_commit_reply"],
+                   early_stop_call_p=profile["early_stop_call_p"],
+                   early_stop_call_delay_s=profile["early_stop_call_delay_s"])
 
 
 class ScriptedModel:
@@ -181,6 +208,9 @@ class ScriptedModel:
         self.utterances = 0
         self.note_status: str | None = None   # from a restore's "System note"
         self.history: list[tuple[str, str]] = []
+        self.call_planned = False             # a BOOK turn's call step is on its way (F: the early stop)
+        self.quiet_ids: set[str] = set()      # calls whose response gets no reply (superseded, or A's silence)
+        self.contradict = False               # C without a re-issue: the next reply says "not made"
 
     # ---- configuration from the setup frame (normalised camelCase dict) ----
     def configure(self, setup: dict) -> None:
@@ -223,6 +253,7 @@ class ScriptedModel:
     def new_call(self) -> Call:
         """Called by the core when a call step is actually sent: only then does the id exist."""
         self.call_seq += 1
+        self.call_planned = False
         c = Call(id=self._next_call_id() if self._next_call_id else f"fc-{self.call_seq}", name=self.tool_name, slot=self.cfg.slot, blocking=self.blocking)
         self.calls[c.id] = c
         return c
@@ -256,18 +287,41 @@ class ScriptedModel:
                 return Plan([Step("say", d(), SAY_STATUS_NOT_BOOKED), Step("turn_complete")], why="status-not")
             return Plan([Step("say", d(), SAY_NO_BOOKING), Step("turn_complete")], why="status-none")
         if intent == STOP:
-            pending = self.pending_calls()
-            if pending and any(c.blocking for c in pending):
-                # 001 C: interrupted, then a second call with a new id and the same slot
-                return self._call_plan(draw(self.cfg.reissue_delay_s, self.rng), why="stop-reissue")
-            if pending:
-                return Plan([Step("say", d(), self.cfg.stop_while_pending_reply), Step("turn_complete")],
-                            why="stop-pending")
-            return Plan([Step("say", d(), SAY_STOPPED), Step("turn_complete")], why="stop")
+            return self._stop_plan(status)
+        if status == "pending":
+            return Plan([Step("say", d(), SAY_PENDING_OTHER), Step("turn_complete")], why="other-pending")
         return Plan([Step("say", d(), SAY_OTHER), Step("turn_complete")], why="other")
+
+    def _stop_plan(self, status: str | None) -> Plan:
+        """The user said stop (001, scenario by scenario; see the module docstring)."""
+        cfg = self.cfg
+        pending = self.pending_calls()
+        if pending and any(c.blocking for c in pending):
+            if self.rng.random() < cfg.reissue_p:
+                self.quiet_ids.update(c.id for c in pending)
+                return self._call_plan(draw(cfg.reissue_delay_s, self.rng), why="stop-reissue")
+            self.contradict = True
+            return Plan([], why="stop-blocking-no-reissue")
+        if pending:
+            if self.rng.random() < cfg.silent_after_stop_response_p:
+                self.quiet_ids.update(c.id for c in pending)
+            return Plan([Step("say", draw(cfg.stop_claim_delay_s, self.rng), cfg.stop_while_pending_reply),
+                         Step("turn_complete")], why="stop-pending")
+        if status == "booked":
+            return Plan([Step("say", draw(cfg.reply_delay_s, self.rng), cfg.stop_after_commit_reply),
+                         Step("turn_complete")], why="stop-after-commit")
+        if self.call_planned and not self.calls:
+            if self.rng.random() < cfg.early_stop_call_p:
+                return self._call_plan(draw(cfg.early_stop_call_delay_s, self.rng), why="stop-early-late-call")
+            self.call_planned = False
+            return Plan([Step("say", draw(cfg.reply_delay_s, self.rng), SAY_NO_BOOKING), Step("turn_complete")],
+                        why="stop-early-no-call")
+        return Plan([Step("say", draw(cfg.reply_delay_s, self.rng), SAY_STOPPED), Step("turn_complete")],
+                    why="stop")
 
     def _call_plan(self, delay: float, why: str, say_first: str | None = None,
                    say_delay: float = 0.0) -> Plan:
+        self.call_planned = True
         steps: list[Step] = []
         if say_first:
             steps.append(Step("say", say_delay, say_first))
@@ -291,7 +345,14 @@ class ScriptedModel:
             call.status = "pending"
             return True, status, None
         scheduling = response_scheduling(fr)
+        if cid in self.quiet_ids:
+            return True, status, (Plan([Step("turn_complete")], why="response-quiet")
+                                  if call.blocking and not any(c.status == "pending" for c in self.calls.values())
+                                  else None)
         text = SAY_BOOKED if status == "booked" else SAY_NOT_BOOKED
+        if self.contradict:
+            self.contradict = False
+            text = self.cfg.stop_contradict_reply
         if scheduling == "SILENT":
             return True, status, (Plan([Step("turn_complete")], why="response-silent-end")
                                   if call.blocking else None)

@@ -573,7 +573,7 @@ def test_barge_in_interrupts_speech():
 
 
 def test_blocking_stop_interrupts_and_reissues_with_a_new_id():
-    sim = Sim(default_tool_behavior="BLOCKING", tool_call_delay_s=0.1)
+    sim = Sim(default_tool_behavior="BLOCKING", tool_call_delay_s=0.1, reissue_p=1.0)   # the re-issue branch (7/12)
     new_session(sim)
     sim.text(1, "Book me the 3pm slot tomorrow, please.")
     sim.after(1)

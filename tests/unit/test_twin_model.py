@@ -23,8 +23,8 @@ def test_classify(text, intent):
     assert M.classify(text) == intent
 
 
-def fresh(behavior="NON_BLOCKING", seed=1) -> M.ScriptedModel:
-    return M.ScriptedModel(M.ModelConfig(default_behavior=behavior), random.Random(seed))
+def fresh(behavior="NON_BLOCKING", seed=1, **cfg) -> M.ScriptedModel:
+    return M.ScriptedModel(M.ModelConfig(default_behavior=behavior, **cfg), random.Random(seed))
 
 
 def test_book_nonblocking_turn_holds_only_the_call():
@@ -71,7 +71,7 @@ def test_silent_scheduling_says_nothing_and_failed_status_is_told():
 
 
 def test_blocking_holds_and_stop_reissues():
-    m = fresh("BLOCKING")
+    m = fresh("BLOCKING", reissue_p=1.0)
     plan = m.user_turn("Book me the 3pm slot tomorrow, please.")
     assert plan.hold and [s.kind for s in plan.steps] == ["call"]
     first = m.new_call()

@@ -25,7 +25,15 @@ def test_each_anchor_fires_on_its_event_only():
     first_audio = anchors.predicate("first_audio")
     assert first_audio(ev("model.audio", 5, first=True), log, None)
     assert not first_audio(ev("model.audio", 5), log, None)
-    assert set(cases) | {"first_audio", "recovered", "answered"} == set(anchors.ANCHORS)
+    assert set(cases) | {"first_audio", "recovered", "answered", "stop"} == set(anchors.ANCHORS)
+
+
+def test_stop_fires_on_the_users_stop_line_only():
+    stop = anchors.predicate("stop")
+    assert stop(ev("user.say", 10, text="Actually, stop. Don\u2019t book it."), EventLog(), None)
+    assert stop(ev("user.say", 10, text="Please cancel that."), EventLog(), None)
+    assert not stop(ev("user.say", 10, text="Book me the 3pm slot tomorrow, please."), EventLog(), None)
+    assert not stop(ev("model.text", 10, text="stop"), EventLog(), None)
 
 
 def test_recovered_needs_the_loss_first():
