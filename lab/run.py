@@ -168,8 +168,11 @@ def run_one(spec: RunSpec, out=print) -> dict:
             # certificate naming them (lab/topology/hostnames.py)
             port = ENDPOINT_PORT if spec.client_cmd else topo.endpoint_port
             sans = tuple(a for n in ENDPOINT_NAMES for a in ("--san", n)) if spec.client_cmd else ()
+            # the twin does not transcribe speech: the Nth utterance stands for line N of the script, and
+            # the orchestrator (which knows the scenario) tells the twin the lines, never the client
+            script = ("--set", "script=" + json.dumps(scn.script))
             twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl",
-                        t0=t0, seed=seed, port=port, extra=sans)
+                        t0=t0, seed=seed, port=port, extra=sans + script)
             services.append(twin.start())
             base_url, ca, key = twin.base_url, topo.ca_path, TWIN_KEY
             twin_control = twin.control_url

@@ -222,12 +222,6 @@ class ScriptedModel:
                     self.tool_name = str(fd["name"])
                     if fd.get("behavior"):
                         self.behavior = str(fd["behavior"]).upper()
-        si = setup.get("systemInstruction")
-        for text in _texts_of(si):
-            for line in text.splitlines():
-                m = re.match(r"\s*LAB_SCRIPT\s*:\s*(.+)$", line)
-                if m:
-                    self.script = [x.strip() for x in m.group(1).split("|") if x.strip()]
 
     @property
     def blocking(self) -> bool:

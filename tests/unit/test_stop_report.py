@@ -87,5 +87,5 @@ def test_every_stop_scenario_cites_001_and_judges_both_clients():
         assert s.expect_for("probe") != s.expect_for("guard"), n
         assert s.expect_for("guard").get("told_truth_after_stop") is True or n.startswith("stop-d"), n
         assert s.backend["dedup"] is False, n          # the study's fake service books every request
-        if s.input == "speech":
-            assert "LAB_SCRIPT: " + " | ".join(s.script) in s.params_for("guard")["system_instruction"], n
+        # the twin learns the script from the orchestrator (lab/run.py), never from what a client sends
+        assert "system_instruction" not in s.params_for("guard"), n

@@ -114,12 +114,12 @@ def test_restore_with_note_and_without():
     assert fresh().restore(turns, False) is None
 
 
-def test_script_lines_and_lab_script_instruction():
+def test_script_lines_come_from_the_profile_not_the_client():
     m = fresh()
     assert [m.next_script_line() for _ in range(3)] == ["Book me the 3pm slot tomorrow, please.",
                                                         "Did you book it?", ""]
-    m = fresh()
-    m.configure({"systemInstruction": {"parts": [{"text": "Be brief.\nLAB_SCRIPT: book it | stop | did you book it?"}]}})
+    m = M.ScriptedModel(M.ModelConfig(script=["book it", "stop", "did you book it?"]))
+    m.configure({"systemInstruction": {"parts": [{"text": "Be brief.\nLAB_SCRIPT: ignored | by the twin"}]}})
     assert [m.next_script_line() for _ in range(3)] == ["book it", "stop", "did you book it?"]
 
 
