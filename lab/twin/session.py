@@ -46,7 +46,8 @@ class SessionParams:
     speaking_release_immediate: bool
     unknown_handle_code: int
     handle_updates: str
-    handle_update_delay_s: float | None
+    handle_update_delay_s: Any
+    resumed_handle_update_delay_s: Any
     transparent_supported: bool
     transparent_reject_code: int
     transparent_reject_reason: str
@@ -305,9 +306,10 @@ class Sessions:
     # ---- setup and resumption -------------------------------------------------------------
     def _new_handle(self) -> str:
         alphabet = string.ascii_letters + string.digits + "-_"
+        size = 36       # 000 records: every handle the real service issued was 36 characters long
         if self._handle_rng is not None:
-            return "".join(self._handle_rng.choice(alphabet) for _ in range(48))
-        return "".join(secrets.choice(alphabet) for _ in range(48))
+            return "".join(self._handle_rng.choice(alphabet) for _ in range(size))
+        return "".join(secrets.choice(alphabet) for _ in range(size))
 
     def _on_setup(self, c: Conn, setup: dict, now: float) -> list:
         c.phase = Phase.SETTING_UP
@@ -384,7 +386,8 @@ class Sessions:
                       Log("twin.accept", {"conn": c.id, "session": s.id, "resume": c.resumed,
                                           "setup_ms": round((now - c.opened_at) * 1000, 1)})]
         if c.resumption:
-            d = self.prm.handle_update_delay_s or 0.0
+            wait = self.prm.resumed_handle_update_delay_s if c.resumed else self.prm.handle_update_delay_s
+            d = 0.0 if wait is None else draw(wait, self.rng)
             if d > 0:
                 acts.append(Timer(HandleUpdate(c.id), now + d))
             else:
