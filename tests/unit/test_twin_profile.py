@@ -98,6 +98,9 @@ def test_draw_ranges_and_tables():
     ("  refuse_code: {value: soon, source: test}\n", "bad value for refuse_code"),
     ("  idle_release_s: {value: [1, 2], source: test}\n", "bad value for idle_release_s"),
     ("  handle_updates: {value: twice, source: test}\n", "bad value for handle_updates"),
+    ("  refuse_close_s: {value: {min: 0.5, p50: 0.4, max: 0.6}, source: test}\n",
+     "bad value for refuse_close_s: quantile p50 = 0.4 is below min = 0.5"),       # a malformed quantile table
+    ("  new_setup_s: {value: {p50: 0.2, max: 0.3}, source: test}\n", "bad value for new_setup_s: a quantile table needs 'min'"),
 ])
 def test_a_profile_file_is_checked_against_the_declarations(tmp_path, body, fragment):
     f = tmp_path / "mine.yaml"
