@@ -317,7 +317,8 @@ class Sessions:
         c.resumption = isinstance(sr, dict) or sr is not None
         sr = sr if isinstance(sr, dict) else {}
         handle = sr.get("handle") or None
-        if not isinstance(handle, (str, type(None))) or not isinstance(setup.get("generationConfig") or {}, dict):
+        if not isinstance(handle, (str, type(None))) or not isinstance(setup.get("generationConfig") or {}, dict) \
+                or not isinstance(setup.get("tools") or [], list):
             return self.bad(c, wire.INVALID_ARGUMENT, now, "setup_field_type")   # found by the fuzz: a crash before
         c.transparent = bool(sr.get("transparent"))
         log = {"conn": c.id, "resume": bool(handle), **redact_handle(handle), "route": c.route,
