@@ -38,7 +38,7 @@ from lab.record.frames import read_frames
 from lab.report.metrics import compute
 from lab.report.summary import fmt_range, runs_under
 from lab.report.verdict import load_meta
-from lab.twin.profile import Profile, is_range, load_profile
+from lab.twin.profile import Profile, bounds, load_profile
 
 UNCHANGED, CHANGED, NOT_OBSERVED = "unchanged", "changed", "not observed"
 ERROR_CLOSE_CODES = (1007, 1008, 1011)   # a close this soon after a tool response means it was refused
@@ -160,10 +160,9 @@ class Row:
 def _range_ms(row: Row, prof: Profile) -> tuple[float, float]:
     value = row.value(prof)
     scale = 1000.0 if (row.parameter or "").endswith("_s") else 1.0
-    if is_range(value):
-        return value[0] * scale, value[1] * scale
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value * scale, value * scale
+    b = bounds(value)       # a number, a [lo, hi] range or a recorded distribution's min and max
+    if b is not None:
+        return b[0] * scale, b[1] * scale
     raise LabError(f"twin parameter {row.parameter} = {value!r} is not a number or [lo, hi] (drift row {row.name!r})")
 
 

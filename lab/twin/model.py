@@ -163,6 +163,7 @@ class ModelConfig:
     default_behavior: str = "NON_BLOCKING"
     tool_call_delay_s: Any = (0.5, 0.9)
     reply_delay_s: Any = (0.5, 0.9)
+    response_reply_delay_s: Any = (0.5, 0.9)
     reissue_delay_s: Any = (0.6, 0.8)
     restore_first_audio_s: Any = (0.76, 1.2)
     stop_while_pending_reply: str = "Your 3 pm slot tomorrow is already booked."
@@ -179,6 +180,7 @@ class ModelConfig:
         return cls(script=list(profile["script"]), tool_name=profile["tool_name"], slot=profile["tool_slot"],
                    default_behavior=str(profile["default_tool_behavior"]).upper(),
                    tool_call_delay_s=profile["tool_call_delay_s"], reply_delay_s=profile["reply_delay_s"],
+                   response_reply_delay_s=profile["response_reply_delay_s"],
                    reissue_delay_s=profile["reissue_delay_s"],
                    restore_first_audio_s=profile["restore_first_audio_s"],
                    stop_while_pending_reply=profile["stop_while_pending_reply"],
@@ -248,7 +250,7 @@ class ScriptedModel:
         """Called by the core when a call step is actually sent: only then does the id exist."""
         self.call_seq += 1
         self.call_planned = False
-        c = Call(id=self._next_call_id() if self._next_call_id else f"fc-{self.call_seq}", name=self.tool_name, slot=self.cfg.slot, blocking=self.blocking)
+        c = Call(id=self._next_call_id(self.blocking) if self._next_call_id else f"fc-{self.call_seq}", name=self.tool_name, slot=self.cfg.slot, blocking=self.blocking)
         self.calls[c.id] = c
         return c
 
@@ -350,7 +352,7 @@ class ScriptedModel:
         if scheduling == "SILENT":
             return True, status, (Plan([Step("turn_complete")], why="response-silent-end")
                                   if call.blocking else None)
-        return True, status, Plan([Step("say", draw(self.cfg.reply_delay_s, self.rng), text),
+        return True, status, Plan([Step("say", draw(self.cfg.response_reply_delay_s, self.rng), text),
                                    Step("turn_complete")], why=f"response-{status}")
 
     def restore(self, turns: list[dict], turn_complete: bool) -> Plan | None:

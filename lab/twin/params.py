@@ -6,10 +6,10 @@ listens. The rooms that read parameters (session, turns, the model, the shell) n
 frozen dataclasses built by `read_view()` at construction: a field that is not declared here
 raises UnknownParameter then, never later inside a timer.
 
-Shapes: Number (optionally integer, bounded, nullable), Delay (seconds: a number or a [lo, hi]
-range drawn per event), Flag (true/false), Text (optionally matching a pattern), Choice (one of a
+Shapes: Number (optionally integer, bounded, nullable), Delay (seconds: a number, a [lo, hi]
+range drawn uniformly per event, or a quantile table {min, pNN.., max} sampled by inverse CDF, see
+lab.twin.quantiles), Flag (true/false), Text (optionally matching a pattern), Choice (one of a
 few words, case-insensitive), Lines (a list of strings; `--set a | b` on the command line).
-There is no quantile-table shape: no profile holds one yet.
 
 Knows nothing of files, YAML, sockets, clocks or what the parameters mean to a session.
 """
@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Mapping, TypeVar
 
 from lab.errors import LabError
+from lab.twin.quantiles import BadTable, Quantiles
 
 
 class UnknownParameter(LabError, KeyError):
@@ -43,11 +44,25 @@ def is_range(v: Any) -> bool:
 
 
 def draw(v: Any, rng: random.Random) -> float:
-    """A Delay's value for one event: a range [lo, hi] drawn uniformly, a number is itself."""
+    """A Delay's value for one event: a quantile table sampled by inverse CDF, a range [lo, hi]
+    drawn uniformly, a number is itself."""
+    if isinstance(v, Quantiles):
+        return v.sample(rng)
     if is_range(v):
         lo, hi = float(v[0]), float(v[1])
         return lo if hi <= lo else rng.uniform(lo, hi)
     return float(v)
+
+
+def bounds(v: Any) -> tuple[float, float] | None:
+    """A Delay value's smallest and largest outcome (a number is both); None for any other value."""
+    if isinstance(v, Quantiles):
+        return v.lo, v.hi
+    if is_range(v):
+        return float(v[0]), float(v[1])
+    if _is_num(v):
+        return float(v), float(v)
+    return None
 
 
 def _number_from_text(v: Any) -> Any:
@@ -70,7 +85,10 @@ class Spec:
             if self.nullable:
                 return None
             raise BadParameter(f"bad value for {name}: null (expected {self.expected()})")
-        out = self._check(value)
+        try:
+            out = self._check(value)
+        except BadTable as e:         # a shape that can say what is wrong says it
+            raise BadParameter(f"bad value for {name}: {e} (expected {self.expected()})") from None
         if out is _BAD:
             raise BadParameter(f"bad value for {name}: {value!r} (expected {self.expected()})")
         return out
@@ -119,8 +137,9 @@ class Number(Spec):
 
 @dataclass(frozen=True)
 class Delay(Spec):
-    """Seconds: one number, or a [lo, hi] range drawn uniformly per event."""
-    says: ClassVar[str] = "seconds >= 0 or [lo, hi]"
+    """Seconds: one number, a [lo, hi] range drawn uniformly per event, or a quantile table of a
+    recorded distribution (a mapping {min: .., p50: .., max: ..}) sampled per event by inverse CDF."""
+    says: ClassVar[str] = "seconds >= 0, [lo, hi] or a quantile table {min: .., pNN: .., max: ..}"
 
     def _check(self, value: Any) -> Any:
         value = _number_from_text(value)
@@ -128,6 +147,12 @@ class Delay(Spec):
             return value if value >= 0 else _BAD
         if is_range(value) and 0 <= value[0] <= value[1]:
             return list(value)
+        if isinstance(value, Mapping):
+            value = Quantiles.parse(value)      # BadTable says which quantile is wrong
+        if isinstance(value, Quantiles):
+            if value.lo < 0:
+                raise BadTable(f"min = {value.lo:g} is below 0 s")
+            return value
         return _BAD
 
 
@@ -205,7 +230,8 @@ DECLARED: dict[str, Spec] = {
     "speaking_release_immediate": Flag(),
     "unknown_handle_code": CLOSE_CODE,
     "handle_updates": Choice(options=("once", "per_turn")),
-    "handle_update_delay_s": Number(lo=0, nullable=True),
+    "handle_update_delay_s": Delay(nullable=True),
+    "resumed_handle_update_delay_s": Delay(),
     "transparent_supported": Flag(),
     "transparent_reject_code": CLOSE_CODE,
     "transparent_reject_reason": Text(),
@@ -261,6 +287,7 @@ DECLARED: dict[str, Spec] = {
     "default_tool_behavior": Choice(options=("NON_BLOCKING", "BLOCKING")),
     "tool_call_delay_s": Delay(),
     "reply_delay_s": Delay(),
+    "response_reply_delay_s": Delay(),
     "reissue_delay_s": Delay(),
     "restore_first_audio_s": Delay(),
     "stop_while_pending_reply": Text(),

@@ -2,7 +2,9 @@
 
 A profile is a YAML file in lab/twin/profiles/ (or any path). Each parameter is
 `name: {value: ..., source: "..."}`; `extends: other` inherits another profile's parameters.
-A value [lo, hi] (two numbers) is a range, drawn uniformly per event with `draw()`.
+A delay's value [lo, hi] (two numbers) is a range, drawn uniformly per event with `draw()`; a
+mapping {min: .., pNN: .., max: ..} is a recorded distribution (lab.twin.quantiles), sampled per
+event by inverse CDF.
 
 Every name and value is checked against the twin's declarations (lab.twin.params) as the profile
 loads: an unknown name, a value of the wrong shape, or a declared parameter the profile lacks
@@ -21,11 +23,11 @@ from typing import Any, Iterable, Mapping, TypeVar
 import yaml
 
 from lab.errors import LabError
-from lab.twin.params import DECLARED, UnknownParameter, draw, is_range, read_view, spec_of
+from lab.twin.params import DECLARED, UnknownParameter, bounds, draw, is_range, read_view, spec_of
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 
-__all__ = ["Param", "Profile", "available_profiles", "is_range", "load_profile", "PROFILE_DIR"]
+__all__ = ["Param", "Profile", "available_profiles", "bounds", "is_range", "load_profile", "PROFILE_DIR"]
 
 V = TypeVar("V")
 
@@ -59,7 +61,8 @@ class Profile:
         return default if p is None else p.value
 
     def draw(self, name: str, rng: random.Random) -> float:
-        """A number from the parameter: a range [lo, hi] is drawn uniformly, a number is itself."""
+        """A number from the parameter: a quantile table is sampled, a range [lo, hi] is drawn
+        uniformly, a number is itself (lab.twin.params.draw)."""
         v = self[name]
         if v is None:
             raise KeyError(f"parameter {name!r} is null")

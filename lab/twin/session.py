@@ -47,7 +47,8 @@ class SessionParams:
     speaking_release_immediate: bool
     unknown_handle_code: int
     handle_updates: str
-    handle_update_delay_s: float | None
+    handle_update_delay_s: Any
+    resumed_handle_update_delay_s: Any
     transparent_supported: bool
     transparent_reject_code: int
     transparent_reject_reason: str
@@ -364,9 +365,10 @@ class Sessions:
     # ---- setup and resumption -------------------------------------------------------------
     def _new_handle(self) -> str:
         alphabet = string.ascii_letters + string.digits + "-_"
+        size = 36       # 000 records: every handle the real service issued was 36 characters long
         if self._handle_rng is not None:
-            return "".join(self._handle_rng.choice(alphabet) for _ in range(48))
-        return "".join(secrets.choice(alphabet) for _ in range(48))
+            return "".join(self._handle_rng.choice(alphabet) for _ in range(size))
+        return "".join(secrets.choice(alphabet) for _ in range(size))
 
     def _on_setup(self, c: Conn, setup: dict, now: float) -> list:
         c.phase = Phase.SETTING_UP
@@ -374,6 +376,9 @@ class Sessions:
         c.resumption = isinstance(sr, dict) or sr is not None
         sr = sr if isinstance(sr, dict) else {}
         handle = sr.get("handle") or None
+        if not isinstance(handle, (str, type(None))) or not isinstance(setup.get("generationConfig") or {}, dict) \
+                or not isinstance(setup.get("tools") or [], list):
+            return self.bad(c, wire.INVALID_ARGUMENT, now, "setup_field_type")   # found by the fuzz: a crash before
         c.transparent = bool(sr.get("transparent"))
         c.model = wire.model_name(setup)
         log = {"conn": c.id, "resume": bool(handle), **redact_handle(handle), "route": c.route,
@@ -468,7 +473,8 @@ class Sessions:
                       Log("twin.accept", {"conn": c.id, "session": s.id, "resume": c.resumed,
                                           "setup_ms": round((now - c.opened_at) * 1000, 1)})]
         if c.resumption:
-            d = self.prm.handle_update_delay_s or 0.0
+            wait = self.prm.resumed_handle_update_delay_s if c.resumed else self.prm.handle_update_delay_s
+            d = 0.0 if wait is None else draw(wait, self.rng)
             if d > 0:
                 acts.append(Timer(HandleUpdate(c.id), now + d))
             else:

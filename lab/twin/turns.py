@@ -158,7 +158,7 @@ class Turns:
         self.rng = rng
         self.outlet = outlet
         self.plays: dict[str, Playback] = {}
-        self._call_seq = 0      # call ids are numbered across sessions
+        self._call_ids: set[str] = set()     # call ids are unique across sessions
         self._inputs: dict[str, Callable[[str, int, dict, float], list]] = {
             "clientContent": self._on_client_content, "realtimeInput": self._on_realtime_input,
             "toolResponse": self._on_tool_response, "contextUpdate": self._on_context_update}
@@ -166,9 +166,15 @@ class Turns:
             Step: self._on_step_timer, Chunk: self._on_step_timer, Flush: self._on_flush,
             VadStart: self._on_vad_timer, VadEnd: self._on_vad_timer}
 
-    def _next_call_id(self) -> str:
-        self._call_seq += 1
-        return f"fc-{self._call_seq}"
+    def _next_call_id(self, blocking: bool) -> str:
+        """An id shaped like the real service's (fidelity §2 [records]): `call_` + 6-7 digits for a
+        NON_BLOCKING call, `fc_` + 19-20 digits for a BLOCKING one; from the seeded rng, never reused."""
+        while True:
+            cid = (f"fc_{self.rng.randrange(10**18, 10**20)}" if blocking
+                   else f"call_{self.rng.randrange(10**5, 10**7)}")
+            if cid not in self._call_ids:
+                self._call_ids.add(cid)
+                return cid
 
     def play(self, sid: str) -> Playback:
         try:

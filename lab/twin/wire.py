@@ -238,7 +238,8 @@ def realtime_input(body: dict) -> RealtimeInput:
         raw.append(("realtime_input.audio.data", body["audio"]))
     if isinstance(body.get("video"), dict):
         raw.append(("realtime_input.video.data", body["video"]))
-    for i, ch in enumerate(body.get("mediaChunks") or []):
+    chunks = body.get("mediaChunks") or []
+    for i, ch in enumerate(chunks if isinstance(chunks, list) else [chunks]):   # the fuzz: a number crashed here
         if isinstance(ch, dict):
             raw.append((f"realtime_input.media_chunks[{i}].data", ch))
     for where, blob in raw:

@@ -69,7 +69,7 @@ def test_initial_session_handle_flow_and_booking_turn(tmp_path):
             assert c.ready.is_set()
             op = lab.kinds("conn.open")[0]
             assert op["purpose"] == "initial" and op["local"].startswith("127.0.0.1:")
-            hu = lab.kinds("handle.update")[0]
+            hu = await lab.log.wait_for("handle.update", timeout=2)     # ~120 ms after setupComplete
             assert hu["resumable"] and hu["handle_len"] > 0 and len(hu["handle_sha"]) == 8
             assert c.handle is not None and "handle" not in (tmp_path / "events.jsonl").read_text().replace(
                 "handle.update", "").replace("handle_len", "").replace("handle_sha", "")
@@ -156,7 +156,7 @@ def test_recovery_silent_loss_falls_back_with_status_note(tmp_path):
             assert "booked" in ans["text"].lower()
             assert lab.backend.bookings() == 1
             # the old call id is never answered in the new session
-            assert not [e for e in lab.kinds("tool.response") if e["conn"] == fb["conn"] and e["id"] == "fc-1"]
+            assert not [e for e in lab.kinds("tool.response") if e["conn"] == fb["conn"] and e["id"] == lab.kinds("tool.call")[0]["id"]]
             assert lab.kinds("session.note")
         finally:
             await _down(lab)

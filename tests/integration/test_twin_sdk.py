@@ -40,6 +40,9 @@ def run(coro, timeout: float = 60):
 @contextlib.asynccontextmanager
 async def twin_server(**kw):
     kw.setdefault("seed", 11)
+    # the handle comes ~120 ms after setupComplete, as recorded; the tests' fast replies (0.1 s) would
+    # overtake it, which the real service (replies >= 0.43 s) never does: keep the recorded order
+    kw["overrides"] = {"handle_update_delay_s": 0.05, **(kw.get("overrides") or {})}
     twin = TwinServer(**kw)
     await twin.start()
     try:
@@ -164,14 +167,15 @@ def test_handshake_one_handle_and_the_booking_story():
                 await live.s.send_realtime_input(text=BOOK)
                 msgs = await live.turn()
                 calls = Live.calls(msgs)
-                assert [(c.id, c.name, c.args) for c in calls] == [("fc-1", "book_slot", {"slot": "tomorrow 3pm"})]
+                assert [(c.name, c.args) for c in calls] == [("book_slot", {"slot": "tomorrow 3pm"})]
+                assert calls[0].id.startswith("call_") and calls[0].id[5:].isdigit()    # the real NON_BLOCKING shape
                 assert msgs[-1].server_content.turn_complete
                 await live.s.send_realtime_input(text=STATUS)
                 msgs = await live.turn()
                 assert Live.said(msgs) == ["I'm booking the 3 pm slot tomorrow for you now."]
                 assert b"".join(m.data for m in msgs if m.data)                 # 24 kHz PCM arrived
                 await live.s.send_tool_response(function_responses=[types.FunctionResponse(
-                    id="fc-1", name="book_slot", response={"status": "booked"})])
+                    id=calls[0].id, name="book_slot", response={"status": "booked"})])
                 msgs = await live.turn()
                 assert Live.said(msgs) == ["Your 3 pm slot tomorrow is booked."]
                 assert len(live.handles) == 1                                   # one per connection
@@ -285,7 +289,7 @@ def test_pending_call_is_answerable_after_a_resume():
                 assert Live.said(msgs) == ["Yes, your 3 pm slot tomorrow is booked."]
                 assert not Live.calls(live.msgs)                                # never re-issued
             tr = [e for e in twin.log.events if e.kind == "twin.tool_response"]
-            assert tr[0]["known"] is True and tr[0]["id"] == "fc-1"
+            assert tr[0]["known"] is True and tr[0]["id"] == call.id
     run(go())
 
 

@@ -189,7 +189,7 @@ def test_lab_drift_exit_code(tmp_path):
     assert main(["drift", str(tmp_path / "batch")]) == 0
     text = (tmp_path / "batch" / "drift.md").read_text()
     assert "| refusal code | refuse_code | 1011 | 1011 \u00d74 | unchanged |" in text
-    assert "| refusal delay | refuse_close_s | 472\u2013704 ms | 560 (all 4) ms (n=4) | unchanged |" in text
+    assert "| refusal delay | refuse_close_s | 427\u20131818 ms | 560 (all 4) ms (n=4) | unchanged |" in text
     assert main(["drift", str(tmp_path / "batch"), "--set", "refuse_code=1008"]) == 1
     assert "**changed**" in (tmp_path / "batch" / "drift.md").read_text()
     assert main(["drift", str(tmp_path / "batch"), "--set", "refuse_cod=1008"]) == 2    # the twin's own check

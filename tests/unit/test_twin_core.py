@@ -6,6 +6,7 @@ import heapq
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -14,6 +15,7 @@ from lab.twin import actions as A
 from lab.twin import wire as W
 from lab.twin.core import TwinCore
 from lab.twin.model import tone
+from lab.twin.params import bounds
 
 SERVER_KEYS = {"setupComplete", "serverContent", "toolCall", "toolCallCancellation", "usageMetadata", "goAway",
                "sessionResumptionUpdate", "voiceActivityDetectionSignal", "voiceActivity"}
@@ -112,6 +114,11 @@ class Sim:
 
     def logs_of(self, kind):
         return [lg.fields for lg in self.logs if lg.kind == kind]
+
+    def within(self, name: str, seconds: float) -> bool:
+        """Is `seconds` a value the profile's delay `name` can take (between its min and max)?"""
+        lo, hi = bounds(self.core.profile[name])
+        return lo - 1e-9 <= seconds <= hi + 1e-9
 
 
 def new_session(sim: Sim, conn=1, **kw) -> str:
@@ -217,9 +224,11 @@ def test_setup_complete_is_first_then_exactly_one_handle():
     sim.after(0.2)
     frames = sim.frames(1)
     assert list(frames[0]) == ["setupComplete"]
-    assert 0.25 <= sim.sent[1][0][0] <= 0.32
-    upd = frames[1]["sessionResumptionUpdate"]
-    assert upd["resumable"] is True and len(upd["newHandle"]) >= 32
+    assert sim.within("new_setup_s", sim.sent[1][0][0])
+    sim.after(0.2)                                  # the update comes 27-200 ms after setupComplete
+    upd = sim.frames(1)[1]["sessionResumptionUpdate"]
+    assert upd["resumable"] is True and len(upd["newHandle"]) == 36
+    assert sim.within("handle_update_delay_s", sim.sent[1][1][0] - sim.sent[1][0][0])
     assert "lastConsumedClientMessageIndex" not in upd
     for line in ("Book me the 3pm slot tomorrow, please.", "Did you book it?"):
         sim.text(1, line)
@@ -267,7 +276,7 @@ def test_resume_refused_while_old_connection_open_then_unlocked_by_its_close():
         sim.setup(conn, handle=h)
         sim.after(1.0)
         at, code, reason = sim.closed[conn]
-        assert (code, reason) == REFUSE and 0.472 <= at - t0 <= 0.704
+        assert (code, reason) == REFUSE and sim.within("refuse_close_s", at - t0)
         assert sim.frames(conn) == []
     assert [f["why"] for f in sim.logs_of("twin.refuse")] == ["old_connection_open"] * 3
     # the client closes the old connection; the next resume works 0.5-0.6 s later
@@ -277,8 +286,9 @@ def test_resume_refused_while_old_connection_open_then_unlocked_by_its_close():
     sim.after(1.0)
     assert 5 not in sim.closed
     at = sim.sent[5][0][0]
-    assert list(sim.frames(5)[0]) == ["setupComplete"] and 0.5 <= at - t0 <= 0.6
+    assert list(sim.frames(5)[0]) == ["setupComplete"] and sim.within("resume_setup_s", at - t0)
     assert len(sim.frames(5, "sessionResumptionUpdate")) == 1
+    assert 0.001 <= sim.sent[5][1][0] - at <= 0.003         # a resumed connection's update: 1-3 ms
 
 
 def test_idle_drop_refused_until_idle_release_then_works():
@@ -525,12 +535,14 @@ def test_book_turn_holds_only_the_call_then_turn_complete():
     sim.text(1, "Book me the 3pm slot tomorrow, please.")
     sim.after(2)
     out = [f for f in sim.frames(1) if "sessionResumptionUpdate" not in f and "setupComplete" not in f]
-    assert out[0]["toolCall"]["functionCalls"] == [{"id": "fc-1", "name": "book_slot", "args": {"slot": "tomorrow 3pm"}}]
+    (call,) = out[0]["toolCall"]["functionCalls"]
+    assert re.fullmatch(r"call_\d{6,7}", call["id"])           # a NON_BLOCKING id, as the records show
+    assert call == {"id": call["id"], "name": "book_slot", "args": {"slot": "tomorrow 3pm"}}
     # a call-only turn ends like any other: generationComplete, then turnComplete (with usage)
     assert out[1] == {"serverContent": {"generationComplete": True}} and len(out) == 3
     assert out[2]["serverContent"] == {"turnComplete": True} and out[2]["usageMetadata"]["responseTokenCount"] > 0
-    assert sim.logs_of("twin.tool_call")[0]["id"] == "fc-1"
-    assert 0.5 <= [at for at, f, _ in sim.sent[1] if "toolCall" in f][0] - t0 <= 0.9
+    assert sim.logs_of("twin.tool_call")[0]["id"] == call["id"]
+    assert sim.within("tool_call_delay_s", [at for at, f, _ in sim.sent[1] if "toolCall" in f][0] - t0)
 
 
 def test_speech_in_real_time_when_the_burst_is_switched_off():
@@ -547,7 +559,7 @@ def test_speech_in_real_time_when_the_burst_is_switched_off():
     audio = [at for at, f, _ in sim.sent[1] if "modelTurn" in f.get("serverContent", {})]
     pcm = b"".join(base64.b64decode(p["inlineData"]["data"]) for s in sc if "modelTurn" in s
                    for p in s["modelTurn"]["parts"])
-    expected = math.ceil(len(text) * 65 / 80) * 0.08
+    expected = math.ceil(len(text) * sim.core.profile["speech_ms_per_char"] / 80) * 0.08
     assert abs(len(pcm) / 48000 - expected) < 0.01
     assert audio[-1] - audio[0] == pytest.approx(expected - 0.08, abs=1e-6)   # one chunk per 80 ms
     assert sc[-2] == {"generationComplete": True} and sc[-1] == {"turnComplete": True}
@@ -584,9 +596,10 @@ def test_blocking_stop_interrupts_and_reissues_with_a_new_id():
     assert sim.frames(1)[-1]["serverContent"] == {"turnComplete": True}     # 001 C: 0-29 ms later
     sim.after(2)
     calls = [(at, f["toolCall"]["functionCalls"][0]) for at, f, _ in sim.sent[1] if "toolCall" in f]
-    assert [c["id"] for _, c in calls] == ["fc-1", "fc-2"]
-    assert calls[1][1]["args"] == calls[0][1]["args"] and 0.6 <= calls[1][0] - t0 <= 0.8
-    sim.send(1, {"tool_response": {"function_responses": [{"id": "fc-2", "response": {"status": "booked"}}]}})
+    ids = [c["id"] for _, c in calls]
+    assert len(set(ids)) == 2 and all(re.fullmatch(r"fc_\d{19,20}", i) for i in ids)   # BLOCKING ids
+    assert calls[1][1]["args"] == calls[0][1]["args"] and sim.within("reissue_delay_s", calls[1][0] - t0)
+    sim.send(1, {"tool_response": {"function_responses": [{"id": ids[1], "response": {"status": "booked"}}]}})
     sim.after(5)
     assert sim.said(1) == ["Your 3 pm slot tomorrow is booked."] and sim.content(1, "turnComplete")
 
@@ -599,10 +612,11 @@ def test_unknown_id_response_is_ignored_and_silent_scheduling_says_nothing():
     assert sim.logs_of("twin.tool_response")[0]["known"] is False and not sim.said(1)
     sim.text(1, "Book me the 3pm slot tomorrow, please.")
     sim.after(1)
-    sim.send(1, {"tool_response": {"functionResponses": [{"id": "fc-1", "scheduling": "SILENT",
+    (call,) = sim.frames(1, "toolCall")[0]["toolCall"]["functionCalls"]
+    sim.send(1, {"tool_response": {"functionResponses": [{"id": call["id"], "scheduling": "SILENT",
                                                           "response": {"status": "booked"}}]}})
     sim.after(3)
-    assert not sim.said(1)
+    assert sim.logs_of("twin.tool_response")[1]["known"] is True and not sim.said(1)
 
 
 def _restore(sim, conn, note: bool, question="Did you book it?"):
@@ -625,7 +639,7 @@ def test_restore_with_status_note_answers_from_it_without_a_call():
     assert sim.said(1) == ["Yes, your 3 pm slot tomorrow has been booked."]
     assert not sim.frames(1, "toolCall")
     first_audio = [at for at, f, _ in sim.sent[1] if "modelTurn" in f.get("serverContent", {})][0]
-    assert 0.76 <= first_audio - t0 <= 1.2
+    assert sim.within("restore_first_audio_s", first_audio - t0)
 
 
 def test_restore_without_note_reissues_the_call_after_saying_so():
@@ -634,7 +648,7 @@ def test_restore_without_note_reissues_the_call_after_saying_so():
     _restore(sim, 1, note=False, question=None)
     sim.after(6)
     assert sim.said(1) == ["I'm booking the 3 pm slot tomorrow for you."]
-    assert sim.frames(1, "toolCall")[0]["toolCall"]["functionCalls"][0]["id"] == "fc-1"
+    assert re.fullmatch(r"call_\d{6,7}", sim.frames(1, "toolCall")[0]["toolCall"]["functionCalls"][0]["id"])
     sim.text(1, "Did you book it?")
     sim.after(5)
     assert sim.said(1)[-1] == "I'm booking the 3 pm slot tomorrow for you now."

@@ -8,7 +8,8 @@ import pytest
 
 from lab.cli import main
 from lab.errors import LabError
-from lab.twin.profile import available_profiles, is_range, load_profile
+from lab.twin.profile import available_profiles, bounds, is_range, load_profile
+from lab.twin.quantiles import Quantiles
 
 
 def test_both_profiles_load_and_every_parameter_has_a_source():
@@ -22,10 +23,13 @@ def test_both_profiles_load_and_every_parameter_has_a_source():
 
 def test_measured_values_cite_their_seed():
     prof = load_profile("developer-api")
-    assert prof["refuse_close_s"] == [0.472, 0.704] and "000" in prof.source("refuse_close_s")
+    refuse = prof["refuse_close_s"]
+    assert isinstance(refuse, Quantiles) and bounds(refuse) == (0.427, 1.818)     # the body and its tail
+    assert "000" in prof.source("refuse_close_s") and "45 ms" in prof.source("refuse_close_s")
     assert prof["idle_release_s"] == 1.3 and "B2" in prof.source("idle_release_s")
     assert prof["freeze_close_s"] == 480 and prof["ping_interval"] is None
-    assert prof["reissue_delay_s"] == [0.6, 0.8] and "001" in prof.source("reissue_delay_s")
+    assert bounds(prof["reissue_delay_s"]) == (0.469, 0.822) and "001" in prof.source("reissue_delay_s")
+    assert prof["setup_error_close_s"] == 0.044 and "assumption" not in prof.source("freeze_close_reason")
     assert "002" in prof.source("av_resume_fail")
     assert prof["transparent_supported"] is False
 
@@ -70,11 +74,21 @@ def test_custom_profile_file_extends(tmp_path):
     assert prof.name == "mine" and prof["idle_release_s"] == 3 and prof["freeze_close_s"] == 480
 
 
-def test_draw_ranges():
-    prof = load_profile("developer-api")
+def test_every_source_cites_a_record_or_says_assumption():
+    cites = ("000", "001", "002", "003", "004", "records", "protocol", "fidelity", "3rd-party", "assumption")
+    for name in ("developer-api", "vertex"):
+        prof = load_profile(name)
+        for p in prof.params.values():
+            assert any(c in p.source for c in cites), (name, p.name, p.source)
+
+
+def test_draw_ranges_and_tables():
+    prof = load_profile("developer-api", ["new_setup_s=[0.1, 0.2]"])
     rng = random.Random(3)
-    xs = [prof.draw("refuse_close_s", rng) for _ in range(200)]
-    assert all(0.472 <= x <= 0.704 for x in xs) and max(xs) - min(xs) > 0.1
+    xs = [prof.draw("new_setup_s", rng) for _ in range(200)]
+    assert all(0.1 <= x <= 0.2 for x in xs) and max(xs) - min(xs) > 0.05      # a range stays uniform
+    ys = [prof.draw("refuse_close_s", rng) for _ in range(2000)]
+    assert all(0.427 <= y <= 1.818 for y in ys) and 0.5 < sorted(ys)[1000] < 0.55   # peaked near p50 0.526
     assert prof.draw("idle_release_s", rng) == 1.3
     assert is_range([1, 2]) and not is_range([True, 2]) and not is_range("ab")
 
@@ -84,6 +98,9 @@ def test_draw_ranges():
     ("  refuse_code: {value: soon, source: test}\n", "bad value for refuse_code"),
     ("  idle_release_s: {value: [1, 2], source: test}\n", "bad value for idle_release_s"),
     ("  handle_updates: {value: twice, source: test}\n", "bad value for handle_updates"),
+    ("  refuse_close_s: {value: {min: 0.5, p50: 0.4, max: 0.6}, source: test}\n",
+     "bad value for refuse_close_s: quantile p50 = 0.4 is below min = 0.5"),       # a malformed quantile table
+    ("  new_setup_s: {value: {p50: 0.2, max: 0.3}, source: test}\n", "bad value for new_setup_s: a quantile table needs 'min'"),
 ])
 def test_a_profile_file_is_checked_against_the_declarations(tmp_path, body, fragment):
     f = tmp_path / "mine.yaml"
@@ -132,3 +149,9 @@ def test_twin_serve_list_params(capsys):
     assert main(["twin", "serve", "--profile", "vertex", "--list-params", "--set", "idle_release_s=2"]) == 0
     out = capsys.readouterr().out
     assert "idle_release_s = 2\n    source: override" in out and "transparent_supported = True" in out
+    # a distribution prints as its table, in the form --set reads back
+    line = next(x for x in out.splitlines() if x.startswith("new_setup_s = "))
+    assert line == "new_setup_s = {min: 0.225, p10: 0.228, p25: 0.243, p50: 0.257, p75: 0.264, p90: 0.285, " \
+                   "p95: 0.285, max: 0.286}"
+    again = load_profile("vertex", ["new_setup_s=" + line.partition(" = ")[2]])
+    assert again["new_setup_s"] == load_profile("vertex")["new_setup_s"]
