@@ -24,8 +24,8 @@ help: ## list the targets
 setup: ## install system tools (root) and the project venv; idempotent
 	@scripts/setup.sh
 
-test: setup ## run every test: units, namespaces (root), one Compose end-to-end run
-	$(PYTEST) -q
+test: setup ## run every test: units, namespaces (root), the Compose and pod end-to-end runs; prints the slowest
+	$(PYTEST) -q --durations=25
 
 test-unit: setup ## pure unit tests only (no root, no network)
 	$(PYTEST) -q tests/unit

@@ -16,6 +16,9 @@ from lab.scenario import names
 pytestmark = pytest.mark.netns
 
 SHORT = {"b1-silent-loss": 25}
+# the stop study's scenarios run in tests/integration/test_stop.py (the text set, probe and guard, with
+# their own record checks); the spoken set is `make lab-stop SPEECH=1`, outside CI's time budget
+CATALOGUE = [n for n in names() if not n.startswith("stop-")]
 
 
 def _run(tmp_path, scenario, client=None):
@@ -37,7 +40,7 @@ def _no_leftovers(run):
     assert f"ll-{run.name}-" not in ns, f"namespaces left behind: {ns}"
 
 
-@pytest.mark.parametrize("scenario", names())
+@pytest.mark.parametrize("scenario", CATALOGUE)
 def test_scenario_holds_its_expectations(tmp_path, scenario):
     run, verdict, lines = _run(tmp_path, scenario)
     failed = [c for c in verdict["expectations"] if not c["held"]]
