@@ -9,6 +9,8 @@ DURATION ?=
 ENDPOINT ?= twin
 BUDGET ?=
 SCENARIO ?=
+# parallel test workers for `make test`: the tests mostly wait on real timers and packets, not the CPU
+TEST_WORKERS ?= 3
 RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),--client $(CLIENT)) \
            $(if $(DURATION),--duration $(DURATION)) $(if $(BUDGET),--budget $(BUDGET))
 
@@ -25,7 +27,8 @@ setup: ## install system tools (root) and the project venv; idempotent
 	@scripts/setup.sh
 
 test: setup ## run every test: units, namespaces (root), the Compose and pod end-to-end runs; prints the slowest
-	$(PYTEST) -q --durations=25
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup -m "not serial" --durations=25
+	$(PYTEST) -q -m serial
 
 test-unit: setup ## pure unit tests only (no root, no network)
 	$(PYTEST) -q tests/unit

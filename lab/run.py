@@ -150,7 +150,11 @@ def run_one(spec: RunSpec, out=print) -> dict:
         out(f"  live TLS key log (kept out of the results): {keylog}")
     via_proxy = scn.endpoint.get("via") == "proxy"
     # live mode: the client's node gets an uplink through the host (NAT) to reach the endpoint
-    topo = get_topology(spec.topology)(run_id=run_id, run_dir=run_dir, secrets_dir=secrets,
+    # the topology's names (namespaces, pidfiles, compose project) carry a hash of the run folder: two
+    # batches running the same scenario at once (parallel tests, two users) never share a namespace.
+    # The seed and the records keep the plain run id, so a run id still replays the same draws.
+    topo_id = f"{run_id}-{hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:4]}"
+    topo = get_topology(spec.topology)(run_id=topo_id, run_dir=run_dir, secrets_dir=secrets,
                                        uplink=spec.endpoint == "live", log=out)
     services: list = []
     capture = Capture(topo.client, run_dir)

@@ -15,5 +15,11 @@ def _is_root() -> bool:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        # `make test` runs with pytest-xdist --dist loadgroup: a file's tests stay in one worker (its
+        # module fixtures, e.g. a batch run once, run once), and every Docker test shares one worker
+        # (they set up and build the same images)
+        path = str(item.path)
+        group = "docker" if f"{os.sep}e2e{os.sep}" in path else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
         if "netns" in item.keywords and not (_is_root() and shutil.which("ip") and shutil.which("iptables")):
             item.add_marker(pytest.mark.skip(reason="needs root, iproute2 and iptables"))

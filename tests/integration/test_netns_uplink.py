@@ -226,6 +226,7 @@ def test_down_for_the_run_after_kill_9_leaves_no_uplink(tmp_path):
         uplink.down(run_id, pid_dir=tmp_path)
 
 
+@pytest.mark.serial
 def test_global_down_after_kill_9_leaves_nothing(tmp_path):
     """`netem.uplink.down()` with no run id: everything. It would also end other lab runs live on
     this machine, so it only runs when there are none."""
