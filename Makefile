@@ -4,6 +4,7 @@ LAB := .venv/bin/lab
 PYTEST := .venv/bin/pytest
 TOPOLOGY ?= netns
 CLIENT ?=
+CLIENT_CMD ?=
 N ?= 1
 DURATION ?=
 ENDPOINT ?= twin
@@ -12,14 +13,15 @@ SCENARIO ?=
 # parallel test workers for `make test`: the tests mostly wait on real timers and packets, not the CPU
 TEST_WORKERS ?= 3
 RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),--client $(CLIENT)) \
-           $(if $(DURATION),--duration $(DURATION)) $(if $(BUDGET),--budget $(BUDGET))
+           $(if $(DURATION),--duration $(DURATION)) $(if $(BUDGET),--budget $(BUDGET)) \
+           $(if $(CLIENT_CMD),--client-cmd "$(CLIENT_CMD)")
 
 .DEFAULT_GOAL := help
 .PHONY: help setup peers-setup test test-unit test-netns test-peers test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-stop lab-all bench soak down clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
-	@echo "  variables: TOPOLOGY=netns|compose  CLIENT=probe|recovery|naive|guard  N=runs  DURATION=seconds"
+	@echo "  variables: TOPOLOGY=netns|compose  CLIENT=probe|recovery|naive|guard|livekit|pipecat|adk  CLIENT_CMD='python my_agent.py'  N=runs  DURATION=seconds"
 	@echo "             SPEECH=1 (lab-stop: the spoken set too)  STOP_OUT=folder (lab-stop's batch)"
 	@echo "             ENDPOINT=twin|live (live needs GEMINI_API_KEY)  BUDGET=sessions  SCENARIO=name (lab-run)"
 
@@ -36,13 +38,13 @@ test-unit: setup ## pure unit tests only (no root, no network)
 test-netns: setup ## integration tests in network namespaces (root)
 	$(PYTEST) -q tests/integration
 
-peers-setup: ## the framework clients' own venvs (.venv-livekit, .venv-pipecat); idempotent
+peers-setup: ## the framework clients' own venvs (.venv-livekit, .venv-pipecat, .venv-adk); idempotent
 	@scripts/peers-setup.sh all
 
 test-peers: setup peers-setup ## framework clients: one turn each against the twin; livekit passes control in netns; a plain app by hostname in B1
 	$(PYTEST) -q tests/integration/test_peers.py tests/integration/test_frameworks.py tests/integration/test_client_cmd.py
 
-test-e2e: setup ## the Compose end-to-end run (installs and starts dockerd if needed)
+test-e2e: setup ## the Compose and pod end-to-end runs (installs and starts dockerd if needed)
 	$(PYTEST) -q tests/e2e
 
 lab-b1: setup ## B1 silent loss: the path never returns (DURATION=900 by default)
@@ -92,4 +94,4 @@ down: ## remove whatever a killed run left behind (rules, namespaces, processes,
 	$(LAB) down
 
 clean: down ## remove results and the venv
-	rm -rf captures/*/ .venv .venv-livekit .venv-pipecat .pytest_cache
+	rm -rf captures/*/ .venv .venv-livekit .venv-pipecat .venv-adk .pytest_cache
