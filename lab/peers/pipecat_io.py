@@ -10,12 +10,15 @@ import asyncio
 from typing import Any
 
 
-async def start_headless(pipeline: Any, timeout: float) -> tuple[Any, asyncio.Task]:
-    """(worker, the runner's task) once the pipeline has started; TimeoutError if it does not."""
+async def start_headless(pipeline: Any, timeout: float, params: Any = None) -> tuple[Any, asyncio.Task]:
+    """(worker, the runner's task) once the pipeline has started; TimeoutError if it does not.
+
+    `params`: the worker's PipelineParams (e.g. enable_usage_metrics), pipecat's defaults if None.
+    """
     from pipecat.pipeline.worker import PipelineWorker
     from pipecat.workers.runner import WorkerRunner
 
-    worker = PipelineWorker(pipeline, cancel_on_idle_timeout=False)
+    worker = PipelineWorker(pipeline, cancel_on_idle_timeout=False, params=params)
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
     run_task = asyncio.create_task(runner.run())

@@ -12,6 +12,9 @@ the history as clientContent with turnComplete), or as an InputTextRawFrame afte
 (`realtime` mode: realtimeInput.text). A `book_slot` tool is declared and its handler registered with
 register_function; the service sends the handler's result back as a toolResponse on its own.
 
+The pipeline runs with usage metrics on: each LLMUsageMetricsData (from the turn's usageMetadata)
+goes into the JSON line's `usage`, and every warning pipecat logs into `warnings`.
+
 Prints one JSON line, then exits 0 when a turn completed (a tool call, or a spoken reply closed by
 turnComplete), 1 otherwise (error or timeout).
 """
@@ -64,14 +67,25 @@ async def run(args: argparse.Namespace, out: dict) -> None:
         out["errors"].append({"error": f"{rec['name']}: {rec['message']}"[:300], "fatal": True})
         failed.set()
 
+    def on_warning_log(message) -> None:
+        # pipecat reports what it misses in the server's messages (e.g. "Received turn_complete
+        # without usage_metadata") only as a warning: the test wants none
+        rec = message.record
+        if rec["level"].name == "WARNING":
+            out["warnings"].append(f"{rec['name']}: {rec['message']}"[:300])
+
     logger.add(on_error_log, level="ERROR", format="{message}")
+    logger.add(on_warning_log, level="WARNING", format="{message}")
 
     import pipecat
     from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
     from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
     from pipecat.frames.frames import (EndFrame, ErrorFrame, Frame, FunctionCallInProgressFrame,
                                        FunctionCallResultFrame, InputTextRawFrame, LLMContextFrame,
-                                       LLMFullResponseEndFrame, TTSAudioRawFrame, TTSTextFrame)
+                                       LLMFullResponseEndFrame, MetricsFrame, TTSAudioRawFrame,
+                                       TTSTextFrame)
+    from pipecat.metrics.metrics import LLMUsageMetricsData
+    from pipecat.pipeline.worker import PipelineParams
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.processors.aggregators.llm_context import LLMContext
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
@@ -108,6 +122,13 @@ async def run(args: argparse.Namespace, out: dict) -> None:
             out["errors"].append({"error": str(frame.error)[:300], "fatal": bool(getattr(frame, "fatal", False))})
             if getattr(frame, "fatal", False):
                 failed.set()
+        elif isinstance(frame, MetricsFrame):
+            for d in frame.data:
+                if isinstance(d, LLMUsageMetricsData):
+                    # the service pushes it right after the turnComplete that carried usageMetadata
+                    out["usage"].append({"at_s": round(time.monotonic() - t0, 3),"prompt_tokens": d.value.prompt_tokens,
+                                           "completion_tokens": d.value.completion_tokens,
+                                           "total_tokens": d.value.total_tokens})
         elif isinstance(frame, LLMFullResponseEndFrame):
             out["turns"].append({"speech_bytes": state["turn_speech"], "tool_call": out["tool_call"],
                                  "at_s": round(time.monotonic() - t0, 3)})
@@ -146,7 +167,10 @@ async def run(args: argparse.Namespace, out: dict) -> None:
         inference_on_context_initialization=(args.mode == "context"), **kw)
     llm.register_function("book_slot", book_slot)
 
-    worker, run_task = await start_headless(Pipeline([Tap("up"), llm, Tap("down")]), timeout=10)
+    # usage metrics are off by default: the service drops the turn's usageMetadata without them
+    worker, run_task = await start_headless(Pipeline([Tap("up"), llm, Tap("down")]), timeout=10,
+                                            params=PipelineParams(enable_metrics=True,
+                                                                  enable_usage_metrics=True))
     try:
         if args.mode == "context":
             await worker.queue_frame(LLMContextFrame(LLMContext(messages=[{"role": "user", "content": args.text}])))
@@ -183,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out: dict = {"peer": "pipecat", "mode": args.mode, "connected": False, "handle_seen": False,
                  "tool_call": None, "tool_response_sent": False, "speech_bytes": 0, "transcript": "",
-                 "turn_complete": False, "turns": [], "frames": {}, "errors": []}
+                 "turn_complete": False, "turns": [], "frames": {}, "usage": [], "warnings": [],
+                 "errors": []}
 
     async def bounded() -> None:
         await asyncio.wait_for(run(args, out), args.timeout + 15)
