@@ -559,9 +559,10 @@ def test_speech_in_real_time_when_the_burst_is_switched_off():
     audio = [at for at, f, _ in sim.sent[1] if "modelTurn" in f.get("serverContent", {})]
     pcm = b"".join(base64.b64decode(p["inlineData"]["data"]) for s in sc if "modelTurn" in s
                    for p in s["modelTurn"]["parts"])
-    expected = math.ceil(len(text) * sim.core.profile["speech_ms_per_char"] / 80) * 0.08
+    chunk_s = sim.core.profile["audio_chunk_ms"] / 1000
+    expected = math.ceil(len(text) * sim.core.profile["speech_ms_per_char"] / 1000 / chunk_s) * chunk_s
     assert abs(len(pcm) / 48000 - expected) < 0.01
-    assert audio[-1] - audio[0] == pytest.approx(expected - 0.08, abs=1e-6)   # one chunk per 80 ms
+    assert audio[-1] - audio[0] == pytest.approx(expected - chunk_s, abs=1e-6)   # one chunk per chunk_s
     assert sc[-2] == {"generationComplete": True} and sc[-1] == {"turnComplete": True}
     done = [at for at, f, _ in sim.sent[1] if f.get("serverContent", {}).get("turnComplete")][0]
     assert done == pytest.approx(audio[0] + expected, abs=1e-6)
