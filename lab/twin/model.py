@@ -213,6 +213,7 @@ class ScriptedModel:
         self.call_planned = False             # a BOOK turn's call step is on its way (F: the early stop)
         self.quiet_ids: set[str] = set()      # calls whose response gets no reply (superseded, or A's silence)
         self.contradict = False               # C without a re-issue: the next reply says "not made"
+        self.pending_at_utterance: set[str] | None = None   # calls pending when the user began speaking
 
     # ---- configuration from the setup frame (normalised camelCase dict) ----
     def configure(self, setup: dict) -> None:
@@ -261,8 +262,16 @@ class ScriptedModel:
         return self.script[i] if i < len(self.script) else ""
 
     # ---- inputs ----
+    def utterance_started(self) -> None:
+        """The user began speaking (ACTIVITY_START). A spoken stop is judged against the calls as they
+        stood then: the end of speech is detected ~1.2 s later, and in the stop study's spoken C runs
+        the tool response that came in between did not make the model treat the stop as one after the
+        commit (001 part 2: "I have not booked the slot" although the response said booked)."""
+        self.pending_at_utterance = {c.id for c in self.pending_calls()}
+
     def user_turn(self, text: str) -> Plan | None:
         self.history.append(("user", text))
+        spoken_from, self.pending_at_utterance = self.pending_at_utterance or set(), None
         intent = classify(text)
         status, source = self.booking_status()
         d = lambda: draw(self.cfg.reply_delay_s, self.rng)  # noqa: E731
@@ -283,21 +292,27 @@ class ScriptedModel:
                 return Plan([Step("say", d(), SAY_STATUS_NOT_BOOKED), Step("turn_complete")], why="status-not")
             return Plan([Step("say", d(), SAY_NO_BOOKING), Step("turn_complete")], why="status-none")
         if intent == STOP:
-            return self._stop_plan(status)
+            return self._stop_plan(status, spoken_from)
         if status == "pending":
             return Plan([Step("say", d(), SAY_PENDING_OTHER), Step("turn_complete")], why="other-pending")
         return Plan([Step("say", d(), SAY_OTHER), Step("turn_complete")], why="other")
 
-    def _stop_plan(self, status: str | None) -> Plan:
-        """The user said stop (001, scenario by scenario; see the module docstring)."""
+    def _stop_plan(self, status: str | None, then: set[str] = frozenset()) -> Plan:
+        """The user said stop (001, scenario by scenario; see the module docstring). `then`: the calls
+        pending when a spoken stop began (utterance_started)."""
         cfg = self.cfg
         pending = self.pending_calls()
-        if pending and any(c.blocking for c in pending):
+        answered_since = [self.calls[i] for i in then if i in self.calls and self.calls[i].status != "pending"]
+        if any(c.blocking for c in pending + answered_since):
             if self.rng.random() < cfg.reissue_p:
-                self.quiet_ids.update(c.id for c in pending)
+                self.quiet_ids.update(c.id for c in pending + answered_since)
                 return self._call_plan(draw(cfg.reissue_delay_s, self.rng), why="stop-reissue")
-            self.contradict = True
-            return Plan([], why="stop-blocking-no-reissue")
+            if pending:
+                self.contradict = True
+                return Plan([], why="stop-blocking-no-reissue")
+            # the response came while the user was still saying stop: the contradiction is said now
+            return Plan([Step("say", draw(cfg.reply_delay_s, self.rng), cfg.stop_contradict_reply),
+                         Step("turn_complete")], why="stop-blocking-answered-while-speaking")
         if pending:
             if self.rng.random() < cfg.silent_after_stop_response_p:
                 self.quiet_ids.update(c.id for c in pending)

@@ -418,6 +418,7 @@ class Turns:
     def _activity_start(self, sid: str, conn: int, now: float) -> list:
         p = self.play(sid)
         p.started = True
+        p.model.utterance_started()
         acts: list = [Log("twin.vad", {"conn": conn, "session": sid, "event": "onset"}),
                       self.wire.send(conn, wire.voice_activity("ACTIVITY_START"), now)]
         return acts + self._barge_in(sid, conn, now) + self._transcribe_heard(sid, conn, now)

@@ -115,3 +115,30 @@ def test_a_follow_up_while_the_call_is_pending_makes_the_model_speak_about_it():
     m.new_call()
     assert m.user_turn("Is there anything I should bring?").texts() == [M.SAY_PENDING_OTHER]
     assert model().user_turn("Is there anything I should bring?").texts() == [M.SAY_OTHER]
+
+
+def test_a_spoken_blocking_stop_is_judged_from_when_the_user_began_speaking():
+    # the response arrives between ACTIVITY_START and the end of speech (~1.2 s later): the stop is
+    # still one against a pending call, and without a re-issue the model contradicts the response
+    m = model("BLOCKING", reissue_p=0.0)
+    m.user_turn(BOOK)
+    call = m.new_call()
+    m.utterance_started()
+    m.tool_response(booked(call))
+    assert m.user_turn(STOP).texts() == [M.ModelConfig().stop_contradict_reply]
+    # a typed stop after the response is one after the commit, as before
+    m = model("BLOCKING", reissue_p=0.0)
+    m.user_turn(BOOK)
+    call = m.new_call()
+    m.tool_response(booked(call))
+    assert m.user_turn(STOP).texts() == ["The booking was already made."]
+
+
+def test_the_utterance_snapshot_is_used_once():
+    m = model("BLOCKING", reissue_p=0.0)
+    m.user_turn(BOOK)
+    call = m.new_call()
+    m.utterance_started()
+    m.user_turn("What should I bring?")       # a spoken non-stop line consumes the snapshot
+    m.tool_response(booked(call))
+    assert m.user_turn(STOP).texts() == ["The booking was already made."]
