@@ -26,6 +26,7 @@ from lab.clients import get as get_client
 from lab.clients.command import parse_command
 from lab.clients.frameworks import FRAMEWORKS
 from lab.events import read_events
+from lab.report.verdict import verdict_passed   # reads old verdicts (`passed`) too; loads no matplotlib
 from lab.errors import CapabilityError, LabError
 from lab.topology import TOPOLOGIES
 from lab.topology import get as get_topology
@@ -286,7 +287,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
                 settled = budget.settle(run_dir)      # the cross-check: every opened connection charged
                 if settled.note:
                     out(f"   budget: {settled.note}")
-            held = v.get("pass", v.get("passed"))
+            held = verdict_passed(v)
             out(f"   verdict: {'PASS' if held else 'FAIL'}"
                 + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
                           f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", [])))
@@ -351,7 +352,7 @@ def _cmd_run(args) -> int:
 def batch_passed(batch: Path) -> bool:
     """Every run of the batch folder has a verdict and each passed (what `lab run` exits 0 on)."""
     verdicts = [json.loads(p.read_text()) for p in batch.glob("*/verdict.json")]
-    return bool(verdicts) and all(v.get("pass", v.get("passed")) for v in verdicts)
+    return bool(verdicts) and all(verdict_passed(v) for v in verdicts)
 
 
 def _cmd_list(args) -> int:

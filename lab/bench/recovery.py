@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.events import read_events
+from lab.report.verdict import verdict_passed
 from lab.run import run_batch
 
 SEQUENTIAL = "recovery-sequential"
@@ -55,8 +56,7 @@ def _verdict_word(run_dir: Path) -> str:
         v = json.loads((run_dir / "verdict.json").read_text())
     except (OSError, ValueError):
         return "no verdict"
-    held = v.get("pass", v.get("passed"))          # `passed` in verdicts written before issue 8
-    return "PASS" if held is True else "FAIL"
+    return "PASS" if verdict_passed(v) else "FAIL"
 
 
 def run_line(k: int, total: int, client: str, i: int, n: int, figure: float | None, verdict: str,
