@@ -9,7 +9,10 @@ its real sockets. It needs no lab import, no base URL and no code change:
   twin's certificate names them and listens on 443, and $SSL_CERT_FILE / $REQUESTS_CA_BUNDLE point
   at the system's roots plus the twin's CA. $GOOGLE_API_KEY and $GEMINI_API_KEY hold the twin's key.
 - **The user's lines** arrive on the app's stdin, one line each, at the scenario's times (the
-  agent records each as user.say, mode text). Audio input is not offered yet.
+  agent records each as user.say). In a spoken scenario (input: speech) each line is also spoken
+  into a microphone the app can open: 16 kHz s16le mono PCM, 100 ms chunks in real time, digital
+  silence between lines, on the Unix socket in $LAB_AUDIO_SOCKET (lab/clients/mic.py); the
+  user.say is then mode speech. The socket is offered in text scenarios too, silent.
 - **The backend**: the app books through the local HTTP API in $LAB_BACKEND_URL
   (lab/clients/backend_api.py: POST /book {slot, call_id} answers when the booking commits, as
   the lab's own clients' tool returns; GET /status?slot=).
@@ -47,7 +50,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lab.clients.backend_api import BackendAPI
+from lab import speech
 from lab.clients.base import Client, ClientContext
+from lab.clients.mic import MicServer
 from lab.clients.twin_observed import SRC, TwinObserver, tail
 from lab.errors import LabError
 from lab.topology.hostnames import (ENDPOINT_PORT, ca_bundle_text, hosts_text, install_in_container, isolated_argv,
@@ -55,6 +60,7 @@ from lab.topology.hostnames import (ENDPOINT_PORT, ca_bundle_text, hosts_text, i
 
 START_GRACE_S = 1.5      # an app still running after this long has started
 STOP_GRACE_S = 5.0       # SIGTERM, then this long, then SIGKILL (to its whole process group)
+SPEECH_TAIL_MS = 700     # silence after a spoken line, as the lab's own clients send (lab/clients/sdk.py)
 
 # the variables a plain SDK app reads for its key and its trust; proxy and base-URL overrides from
 # the lab's own environment must not leak into it
@@ -107,6 +113,7 @@ class CommandClient(Client):
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._tmp: tempfile.TemporaryDirectory | None = None
+        self.mic: MicServer | None = None
 
     # ---- the twin's record, as the lab's events ------------------------------------------------
     def _observe(self, rec: dict[str, Any]) -> None:
@@ -133,11 +140,15 @@ class CommandClient(Client):
             install_in_container(self.endpoint_ip, twin_ca)
         argv = self.argv if self.node_owns_files else isolated_argv(self.argv, tmp / "hosts")
         await self.api.start()
+        self.mic = MicServer(tmp / "mic.sock")
+        await self.mic.start()
         self._tasks.append(asyncio.create_task(tail(self.run_dir / "twin.jsonl", self._observe, self._stop)))
         env = app_environment(dict(os.environ), api_key=self.ctx.endpoint.api_key,
                               ca_bundle=str(tmp / "ca-bundle.pem"), backend_url=self.api.url)
+        env.update(self.mic.environment)
         self.ctx.log.write("client.params", src="command", client=self.name,
                            params={"command": self.argv, "backend_url": self.api.url,
+                                   "audio_socket": str(self.mic.path),
                                    "endpoint": f"{self.endpoint_ip}:{ENDPOINT_PORT}"})
         out = open(self.run_dir / "client.log", "ab")
         try:
@@ -190,7 +201,14 @@ class CommandClient(Client):
             raise LabError(f"the app is not running; line {line} was not delivered")
         self.proc.stdin.write(stdin_line(text))
         await self.proc.stdin.drain()
-        self.ctx.log.write("user.say", src="command", conn=self._current_conn(), text=text, line=line, mode="text")
+        if not self.ctx.speech:
+            self.ctx.log.write("user.say", src="command", conn=self._current_conn(), text=text, line=line, mode="text")
+            return
+        # spoken: starts at the microphone's next chunk (after any line still being spoken)
+        pcm = speech.synth(text) + speech.silence(SPEECH_TAIL_MS)
+        ahead_ms = self.mic.stream.speak(pcm)
+        self.ctx.log.write("user.say", src="command", conn=self._current_conn(), text=text, line=line,
+                           mode="speech", starts_in_ms=ahead_ms, mic_readers=self.mic.readers)
 
     async def action(self, what: str, **kw: Any) -> None:
         raise LabError(f"the app under --client-cmd is a black box: the lab cannot make it {what!r}")
@@ -218,5 +236,7 @@ class CommandClient(Client):
         for t in self._tasks:
             t.cancel()
         await self.api.stop()
+        if self.mic is not None:
+            await self.mic.stop()
         if self._tmp is not None:
             self._tmp.cleanup()

@@ -77,3 +77,22 @@ def test_an_app_that_never_connects_stops_the_run_with_one_line(tmp_path, code, 
     end = next(e for e in read_events(tmp_path / "batch" / "control-cmd-01" / "events.jsonl") if e.kind == "run.end")
     assert end.ms < 10_000, end.ms            # stopped at once, not at the scenario's end (20 s)
     _no_leftovers("control-cmd-01")
+
+
+MIC_APP = Path(__file__).resolve().parent.parent / "fixtures" / "mic_app.py"
+
+
+def test_an_app_that_listens_to_the_microphone_is_heard_and_judged(tmp_path):
+    # control-speech: the lines are spoken into $LAB_AUDIO_SOCKET; the app streams its mic, silence
+    # and all, and the twin hears two utterances in it (energy VAD), books and answers the truth
+    batch, lines = _batch(tmp_path, "control-speech", f"{sys.executable} {MIC_APP}")
+    run = batch / "control-speech-cmd-01"
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["pass"], "\n".join(lines[-30:])
+    events = read_events(run / "events.jsonl")
+    says = [e for e in events if e.kind == "user.say"]
+    assert [e.get("mode") for e in says] == ["speech", "speech"] and all(e.get("mic_readers") == 1 for e in says)
+    twin = [json.loads(x) for x in (run / "twin.jsonl").read_text().splitlines()]
+    ends = [r.get("line") for r in twin if r.get("kind") == "twin.vad" and r.get("event") == "end"]
+    assert ends == [0, 1], ends          # two utterances heard in the stream, as lines 0 and 1
+    _no_leftovers(run.name)
