@@ -39,8 +39,9 @@ class Agent:
     def __init__(self, scn: scenario_mod.Scenario, client_name: str, run_dir: Path, endpoint,
                  t0: float | None = None, duration: float | None = None, proxy_control: str | None = None,
                  endpoint_ip: str | None = None, progress=print, before_connect=None, twin_control: str | None = None,
-                 client_cmd: str | None = None, client_owns_files: bool = False):
+                 client_cmd: str | None = None, client_owns_files: bool = False, client_cwd: str | None = None):
         self.scn = scn
+        self.client_cwd = client_cwd
         self.client_cmd = client_cmd    # a user's own app (lab/clients/command.py), judged as client_name
         self.client_owns_files = client_owns_files
         self.client_name = client_name
@@ -212,7 +213,7 @@ class Agent:
         ctx = ClientContext(endpoint=self.endpoint, log=self.log, backend=backend,
                             params=self.scn.params_for(self.client_name), speech=self.scn.input == "speech",
                             before_connect=self.before_connect)
-        self.client = (CommandClient(ctx, self.client_cmd, self.endpoint_ip, self.client_owns_files) if self.client_cmd
+        self.client = (CommandClient(ctx, self.client_cmd, self.endpoint_ip, self.client_owns_files, self.client_cwd) if self.client_cmd
                        else get_client(self.client_name)(ctx))
         steps = [s for s in self.scn.timeline if s.applies_to(self.client_name)]
         says_expected = sum(1 for s in steps if s.say is not None)
@@ -291,6 +292,7 @@ def add_parser(sub) -> None:
     p.add_argument("--endpoint-ip", default=None)
     p.add_argument("--client-cmd", default=None,
                    help="run this app as the client (lab/clients/command.py), judged as --client")
+    p.add_argument("--client-cwd", default=None, help="the directory the --client-cmd app starts in")
     p.add_argument("--client-node-files", choices=("shared", "own"), default="shared",
                    help="own: the node is the run's container, its /etc/hosts and CA store may be extended; "
                         "shared (a namespace): the app gets a private /etc/hosts instead")
@@ -314,7 +316,8 @@ def _main(args) -> int:
                   progress=lambda s: print(s, flush=True),
                   before_connect=(ConnectionCharger.from_ledger(args.budget_ledger, run_dir.name)
                                   if args.budget_ledger else None),
-                  client_cmd=args.client_cmd, client_owns_files=args.client_node_files == "own")
+                  client_cmd=args.client_cmd, client_owns_files=args.client_node_files == "own",
+                  client_cwd=args.client_cwd)
 
     async def main() -> int:
         loop = asyncio.get_running_loop()

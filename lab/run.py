@@ -30,6 +30,7 @@ from lab.report.verdict import verdict_passed   # reads old verdicts (`passed`) 
 from lab.errors import CapabilityError, LabError
 from lab.topology import TOPOLOGIES
 from lab.topology import get as get_topology
+from lab.topology.compose import APP_DIR, app_command, app_mount_file
 from lab.topology.hostnames import ENDPOINT_NAMES, ENDPOINT_PORT
 from lab.topology.services import Capture, Proxy, Twin
 from netem import faults as netem_faults
@@ -112,8 +113,9 @@ class RunSpec:
     tests, may start an endpoint once the topology is up and return (base_url, ca)."""
 
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
-                 keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None):
+                 keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None, app_dir=None):
         self.client_cmd = client_cmd           # a user's app as the client, judged as `client`
+        self.app_dir = Path(app_dir or os.getcwd())   # where its command line's relative paths start
         self.budget_ledger = budget_ledger     # live: the agent charges each connection against it
         self.scn, self.client, self.topology, self.endpoint = scn, client, topology, endpoint
         self.run_dir, self.duration, self.base_url, self.model = run_dir, duration, base_url, model
@@ -155,8 +157,13 @@ def run_one(spec: RunSpec, out=print) -> dict:
     # batches running the same scenario at once (parallel tests, two users) never share a namespace.
     # The seed and the records keep the plain run id, so a run id still replays the same draws.
     topo_id = f"{run_id}-{hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:4]}"
+    # a user's app starts where they ran `lab run`; in Compose that folder is mounted in the client
+    app_cmd, app_cwd, topo_kw = spec.client_cmd, str(spec.app_dir), {}
+    if spec.client_cmd and spec.topology == "compose":
+        topo_kw["extra_files"] = [app_mount_file(spec.app_dir, secrets / "compose.app.yaml")]
+        app_cmd, app_cwd = app_command(spec.client_cmd, spec.app_dir), APP_DIR
     topo = get_topology(spec.topology)(run_id=topo_id, run_dir=run_dir, secrets_dir=secrets,
-                                       uplink=spec.endpoint == "live", log=out)
+                                       uplink=spec.endpoint == "live", log=out, **topo_kw)
     services: list = []
     capture = Capture(topo.client, run_dir)
     agent = None
@@ -205,7 +212,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
         if proxy:
             argv += ["--proxy", proxy.url, "--proxy-control", proxy.control_url]
         if spec.client_cmd:
-            argv += ["--client-cmd", spec.client_cmd]
+            argv += ["--client-cmd", app_cmd, "--client-cwd", app_cwd]
             if topo.client.own_files:
                 argv += ["--client-node-files", "own"]
         env = {**os.environ, "LAB_API_KEY": key, "PYTHONUNBUFFERED": "1"}

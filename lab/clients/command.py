@@ -16,7 +16,9 @@ its real sockets. It needs no lab import, no base URL and no code change:
 - **The backend**: the app books through the local HTTP API in $LAB_BACKEND_URL
   (lab/clients/backend_api.py: POST /book {slot, call_id} answers when the booking commits, as
   the lab's own clients' tool returns; GET /status?slot=).
-- Its stdout and stderr go to client.log in the run folder.
+- It starts in the folder `lab run` was started from (in Compose that folder is mounted read-only at
+  /app in the client container: lab.topology.compose.app_mount_file). Its stdout and stderr go to
+  client.log in the run folder.
 
 **What a black-box client is judged on** (what the lab sees itself): every connection the twin
 saw, its setup, resume attempts and refusals with their close codes, session handles issued, tool
@@ -97,8 +99,10 @@ def stdin_line(text: str) -> bytes:
 class CommandClient(Client):
     name: ClassVar[str] = "command"
 
-    def __init__(self, ctx: ClientContext, command: str, endpoint_ip: str | None, node_owns_files: bool = False):
+    def __init__(self, ctx: ClientContext, command: str, endpoint_ip: str | None, node_owns_files: bool = False,
+                 cwd: str | None = None):
         super().__init__(ctx)
+        self.cwd = cwd      # where the user ran `lab run` (in Compose: that folder, mounted in the container)
         # only the orchestrator knows whether the node's /etc is the run's own (a Compose container)
         # or the host's (a namespace; the host may itself be a container, so no guess from inside)
         self.node_owns_files = node_owns_files
@@ -154,7 +158,7 @@ class CommandClient(Client):
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=out,
-                stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True)
+                stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True, cwd=self.cwd)
         except OSError as e:
             self._start_failed(f"--client-cmd {self.argv[0]!r} cannot start: {e.strerror or e}")
         finally:

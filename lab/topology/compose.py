@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -416,3 +417,32 @@ def down_all(prefix: str = PROJECT_PREFIX) -> list[str]:
         except (OSError, subprocess.TimeoutExpired):
             pass
     return projects
+
+
+# ---- a user's app (--client-cmd) in the client container -------------------------------------------
+APP_DIR = "/app"     # where the directory `lab run` was started from appears in the client container
+
+
+def app_mount_file(app_dir: Path, path: Path) -> Path:
+    """Write a compose override that mounts `app_dir` (read-only) at APP_DIR in the client container.
+
+    A user's `--client-cmd "python my_agent.py"` names files relative to where they ran `lab run`;
+    in a namespace the app simply runs there, in Compose that folder has to be in the container."""
+    path.write_text("services:\n  client:\n    volumes:\n"
+                    f"      - {json.dumps(str(Path(app_dir).resolve()) + ':' + APP_DIR + ':ro')}\n")
+    return path
+
+
+def app_command(cmd: str, app_dir: Path) -> str:
+    """The app's command line as it runs in the container: the host's Python is the image's, and a
+    path under `app_dir` is the same file under APP_DIR."""
+    root = str(Path(app_dir).resolve())
+    argv = []
+    for i, a in enumerate(shlex.split(cmd)):
+        if a == root or a.startswith(root + "/"):
+            a = APP_DIR + a[len(root):]
+        elif i == 0 and "/" in a and Path(a).name.startswith("python"):
+            a = "python"
+        argv.append(a)
+    return shlex.join(argv)
+

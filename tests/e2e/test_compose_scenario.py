@@ -56,3 +56,28 @@ def test_r2_freeze_freezes_only_the_first_tunnel_in_every_topology(tmp_path, top
     # and on the run's clock: the twin's first refusal follows the client's detection of the freeze
     detected = next(e for e in evs if e.kind == "loss.detected")
     assert next(e for e in twin if e.kind == "twin.refuse").ms > detected.ms
+
+
+def test_a_plain_app_by_hostname_is_locked_out_in_b1_through_compose(tmp_path, monkeypatch):
+    """`--client-cmd` in Compose: the folder `lab run` starts from is mounted in the client
+    container and the app's relative path works there; the container's own /etc/hosts and CA store
+    send the real endpoint name to the twin. Judged from the twin's side, exactly as in netns."""
+    from pathlib import Path
+
+    from lab.run import run_batch
+    from lab.topology.compose import REPO
+
+    monkeypatch.chdir(REPO)
+    hosts_before = Path("/etc/hosts").read_text()
+    lines: list[str] = []
+    batch = run_batch(["b1-silent-loss"], topology="compose", duration=25, out_dir=tmp_path / "batch",
+                      out=lines.append, client_cmd="python tests/fixtures/plain_app.py")
+    run = batch / "b1-silent-loss-cmd-01"
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["pass"], (verdict["expectations"], lines[-25:])
+    assert {c["name"] for c in verdict["expectations"]} >= {"bookings", "all_resumes_refused", "refusal_code"}
+    assert Path("/etc/hosts").read_text() == hosts_before       # the container's files, not the host's
+    observed = [e for e in read_events(run / "events.jsonl") if e.src == "twin-observed"]
+    refused = [e for e in observed if e.kind == "resume.result" and not e.get("ok")]
+    assert refused and {e.get("code") for e in refused} == {1011}
+    assert (run / "client.log").read_text().count("connected new") == 1
