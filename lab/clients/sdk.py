@@ -3,9 +3,9 @@
 `SdkClient` composes the pieces, each in its own module: the tool-call ledger (`ledger`), the
 connections it opens (`connection`, which report back only through `ConnectionEvents`), the setup it
 asks for (`session_config`) and its declared parameters (`params`). On top it does what is common:
-start, say (text or synthetic speech), camera frames beside it (`video`, lab.clients.video), tool calls against the backend, results delivered on whatever
-connection is live (or owed until one is), resume attempts with their events, the transcript, `ready`
-and `last_answer`. Subclasses decide what happens after a loss (`on_loss`).
+start, say (text or synthetic speech), camera frames beside it (`video`, lab.clients.video), tool
+calls against the backend, results delivered on whatever connection is live (or owed until one is),
+resume attempts with their events, the transcript, `ready` and `last_answer`. Subclasses decide what happens after a loss (`on_loss`).
 
 Before any connection is opened `ctx.before_connect(purpose)` is asked (docs/DESIGN.md); if it
 raises, that connection is not opened: a resume is recorded as a failed attempt, a new session as
@@ -106,6 +106,8 @@ class SdkClient(Client):
                                              lost=self._on_lost, closed=self._on_closed)
         self._camera: asyncio.Task | None = None
         self._frames_made = FrameSource()
+        if self.p["video"]:
+            self._video_fps()           # a bad rate is refused before anything is opened
 
     # ---- small utilities -----------------------------------------------------------------------
     def spawn(self, coro: Any, name: str | None = None) -> asyncio.Task:
@@ -192,14 +194,18 @@ class SdkClient(Client):
     # ---- the camera ----------------------------------------------------------------------------
     def start_video(self) -> None:
         """Frames every 1/video_fps s on whatever connection is current, until stop_video()."""
-        fps = float(self.p["video_fps"])
-        if fps <= 0:
-            raise LabError(f"client {self.name!r}: video_fps must be above 0, got {fps:g}")
+        fps = self._video_fps()
         if self._camera is not None and not self._camera.done():
             return
         c = self.current
         self.log.write("video.start", src=SRC, conn=c.n if c else None, fps=fps)
         self._camera = self.spawn(self._film(1.0 / fps), name="camera")
+
+    def _video_fps(self) -> float:
+        fps = float(self.p["video_fps"])
+        if fps <= 0:
+            raise LabError(f"client {self.name!r}: video_fps must be above 0, got {fps:g}")
+        return fps
 
     async def stop_video(self) -> None:
         cam, self._camera = self._camera, None
@@ -270,6 +276,9 @@ class SdkClient(Client):
     async def stop(self) -> None:
         self._stopping = True
         try:
+            if self._camera is not None and not self._camera.done():     # the run's frame count
+                self.log.write("video.stop", src=SRC, conn=self.current.n if self.current else None,
+                               frames=self._frames_made.made)
             for t in list(self._tasks):
                 t.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
