@@ -488,6 +488,16 @@ class Sessions:
         none helped). Logs which mitigations the twin saw, so a variant shows it really took one."""
         if self.prm.av_resume_ok_utterances is None or not s.media.audio_and_video:
             return []
+        seen = self._mitigations_seen(s, handle, now)
+        helped = [m for m in seen if m in self.prm.av_resume_helped_by]
+        c.av_doomed = not helped
+        c.turns_at_resume = self.turns.user_turns(s.id)
+        return [Log("twin.av_resume", {"conn": c.id, "session": s.id, "mitigations": seen, "helped_by": helped,
+                                       "fails_after": self.prm.av_resume_ok_utterances if c.av_doomed else None})]
+
+    @staticmethod
+    def _mitigations_seen(s: Session, handle: str, now: float) -> list[str]:
+        """Which of lab.twin.params.AV_MITIGATIONS the client took before this resume."""
         seen = []
         last_video, ended = s.media.last_video_at, s.ended_at if s.ended_at is not None else now
         if last_video is None or ended - last_video >= VIDEO_STOPPED_S:
@@ -498,11 +508,7 @@ class Sessions:
             seen.append("delayed")
         if handle == s.latest_handle:
             seen.append("latest_handle")
-        helped = [m for m in seen if m in self.prm.av_resume_helped_by]
-        c.av_doomed = not helped
-        c.turns_at_resume = self.turns.user_turns(s.id)
-        return [Log("twin.av_resume", {"conn": c.id, "session": s.id, "mitigations": seen, "helped_by": helped,
-                                       "fails_after": self.prm.av_resume_ok_utterances if c.av_doomed else None})]
+        return seen
 
     def _on_setup_done(self, c: Conn, now: float) -> list:
         """setupComplete; the caller then hands the frames held during setup to the turns."""
