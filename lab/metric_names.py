@@ -120,6 +120,16 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("spoke_after_response", "model audio after the first tool response"),
     _m("stop_failures", "what the stop study counts as the app failing the user: booked_after_stop, "
        "double_booking, false_claim", scalar=False),
+    # after the resume (002: a session with audio+video history fails some turns after its resume)
+    _m("answers_after_resume", "model turns with text on the first accepted resumed connection (against the twin "
+       "and a session with audio+video history: its av_resume_ok_utterances echoed back)", TWIN_INPUT,
+       "av_resume_ok_utterances"),
+    _m("resumed_failed", "the server closed the first accepted resumed connection with an error code "
+       "(against the twin and audio+video history: its 002 rule)", TWIN_INPUT, "av_resume_ok_utterances"),
+    _m("resumed_close_code", "that close's code (None: the server did not close it)", TWIN_INPUT, "av_fail_code"),
+    _m("video_frames", "camera frames the client made (lab.clients.video)"),
+    _m("resume_mitigations", "002's mitigations the twin saw at the first resume of an audio+video session, "
+       "comma-joined (video_stopped, audio_stream_end, delayed, latest_handle; None: no such resume or no twin)"),
     # protocol observations (drift)
     _m("go_away", "goAway messages seen"),
     _m("transparent_requested", "the client asked for transparent resumption"),

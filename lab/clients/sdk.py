@@ -3,9 +3,9 @@
 `SdkClient` composes the pieces, each in its own module: the tool-call ledger (`ledger`), the
 connections it opens (`connection`, which report back only through `ConnectionEvents`), the setup it
 asks for (`session_config`) and its declared parameters (`params`). On top it does what is common:
-start, say (text or synthetic speech), tool calls against the backend, results delivered on whatever
-connection is live (or owed until one is), resume attempts with their events, the transcript, `ready`
-and `last_answer`. Subclasses decide what happens after a loss (`on_loss`).
+start, say (text or synthetic speech), camera frames beside it (`video`, lab.clients.video), tool
+calls against the backend, results delivered on whatever connection is live (or owed until one is),
+resume attempts with their events, the transcript, `ready` and `last_answer`. Subclasses decide what happens after a loss (`on_loss`).
 
 Before any connection is opened `ctx.before_connect(purpose)` is asked (docs/DESIGN.md); if it
 raises, that connection is not opened: a resume is recorded as a failed attempt, a new session as
@@ -28,6 +28,8 @@ from lab.clients.connection import SRC, Connection, ConnectionEvents, Timing, ma
 from lab.clients.ledger import ToolCall, ToolLedger
 from lab.clients.params import Params
 from lab.clients.session_config import DEFAULT_SYSTEM_INSTRUCTION, live_config
+from lab.clients.video import MIME as VIDEO_MIME
+from lab.clients.video import FrameSource
 from lab.errors import LabError
 from lab.events import redact_handle
 from lab.record.frames import FrameRecorder
@@ -66,6 +68,8 @@ class SdkClient(Client):
         "speech_tail_ms": 700,
         "open_timeout": 10.0,               # websockets opening handshake
         "record_frames": True,              # frames.jsonl next to the events (a file-backed log only)
+        "video": False,                     # send camera frames from the start (actions start/stop_video)
+        "video_fps": 1.0,                   # frames per second while the camera is on
     }
 
     def __init__(self, ctx: ClientContext):
@@ -100,6 +104,10 @@ class SdkClient(Client):
                               send_timeout_s=float(self.p["send_timeout_s"]))
         self._conn_events = ConnectionEvents(message=self._on_message, pong=self._on_pong,
                                              lost=self._on_lost, closed=self._on_closed)
+        self._camera: asyncio.Task | None = None
+        self._frames_made = FrameSource()
+        if self.p["video"]:
+            self._video_fps()           # a bad rate is refused before anything is opened
 
     # ---- small utilities -----------------------------------------------------------------------
     def spawn(self, coro: Any, name: str | None = None) -> asyncio.Task:
@@ -146,6 +154,8 @@ class SdkClient(Client):
             raise
         await c.open(timeout=float(self.p["attempt_timeout_s"]))
         self._adopt(c)
+        if self.p["video"]:
+            self.start_video()
 
     async def say(self, text: str, line: int) -> None:
         if self.p["hold_input_while_recovering"] and not self.ready.is_set():
@@ -181,6 +191,49 @@ class SdkClient(Client):
                 failed.add(cur.n)
                 self.log.write("user.say.failed", src=SRC, conn=cur.n, line=line, at_ms=i * 100)
 
+    # ---- the camera ----------------------------------------------------------------------------
+    def start_video(self) -> None:
+        """Frames every 1/video_fps s on whatever connection is current, until stop_video()."""
+        fps = self._video_fps()
+        if self._camera is not None and not self._camera.done():
+            return
+        c = self.current
+        self.log.write("video.start", src=SRC, conn=c.n if c else None, fps=fps)
+        self._camera = self.spawn(self._film(1.0 / fps), name="camera")
+
+    def _video_fps(self) -> float:
+        fps = float(self.p["video_fps"])
+        if fps <= 0:
+            raise LabError(f"client {self.name!r}: video_fps must be above 0, got {fps:g}")
+        return fps
+
+    async def stop_video(self) -> None:
+        cam, self._camera = self._camera, None
+        if cam is None or cam.done():
+            return
+        cam.cancel()
+        await asyncio.gather(cam, return_exceptions=True)
+        c = self.current
+        self.log.write("video.stop", src=SRC, conn=c.n if c else None, frames=self._frames_made.made)
+
+    async def _film(self, every_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        n = 0
+        while True:
+            cur = self.current
+            if cur is not None and cur.usable:
+                blob = types.Blob(data=self._frames_made.frame(n), mime_type=VIDEO_MIME)
+                await cur.send(lambda s: s.send_realtime_input(video=blob))
+            n += 1
+            await asyncio.sleep(max(0.0, t0 + n * every_s - loop.time()))
+
+    async def audio_stream_end(self) -> None:
+        """realtimeInput.audioStreamEnd on the current connection (002 sent it before closing)."""
+        c = self.current
+        ok = c is not None and await c.send(lambda s: s.send_realtime_input(audio_stream_end=True))
+        self.log.write("user.audio_stream_end", src=SRC, conn=c.n if c else None, sent=bool(ok))
+
     async def _before_say(self) -> None:
         """Hook: something to send before the user's next line (recovery's status updates)."""
 
@@ -195,6 +248,12 @@ class SdkClient(Client):
                 await target.close(float(self.p["close_wait_s"]))
         elif what == "resume":
             await self.scripted_resume()
+        elif what == "start_video":
+            self.start_video()
+        elif what == "stop_video":
+            await self.stop_video()
+        elif what == "audio_stream_end":
+            await self.audio_stream_end()
         elif what == "reuse_old":
             target = c if c is not None and not c.closed else self._last_open_lost()
             if target is not None:
@@ -202,7 +261,8 @@ class SdkClient(Client):
                 self.current = target
                 await target.ping(float(self.p["ping_interval_s"]))
         else:
-            raise LabError(f"client {self.name!r} has no action {what!r} (known: abort, close, resume, reuse_old)")
+            raise LabError(f"client {self.name!r} has no action {what!r} (known: abort, close, resume, reuse_old, "
+                           "start_video, stop_video, audio_stream_end)")
 
     def _last_open_lost(self) -> Connection | None:
         for c in reversed(self.conns):
@@ -216,6 +276,9 @@ class SdkClient(Client):
     async def stop(self) -> None:
         self._stopping = True
         try:
+            if self._camera is not None and not self._camera.done():     # the run's frame count
+                self.log.write("video.stop", src=SRC, conn=self.current.n if self.current else None,
+                               frames=self._frames_made.made)
             for t in list(self._tasks):
                 t.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)

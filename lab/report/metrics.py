@@ -384,6 +384,7 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     m["truth_final"] = _truth_at(events, math.inf)
     m["told_truth"] = (m["told"] == m["truth_at_answer"]) if answer else None
     m.update(stop_metrics(events))
+    m.update(after_resume_metrics(events, first_ok["conn"] if first_ok else None))
     first_text = _first(events, "model.text", after=rec_ms) if rec_ms is not None else None
     m["first_text_after_recovery"] = first_text.get("text") if first_text else None
     m["first_claim_after_recovery"] = claims.classify(first_text.get("text")) if first_text else None
@@ -406,9 +407,35 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
             "refusal_codes": {str(k): v for k, v in Counter(e.get("code") for e in tw if e.kind == "twin.refuse").items()},
             "accepts": sum(1 for e in tw if e.kind == "twin.accept"),
             "conn_ends": dict(Counter(str(e.get("how")) for e in tw if e.kind == "twin.conn.end")),
+            "modalities": {str(e.get("conn")): e.get("modalities") for e in tw
+                           if e.kind == "twin.conn.end" and e.get("modalities") is not None},
+            "av_resumes": [{"conn": e.get("conn"), "mitigations": e.get("mitigations"), "helped_by": e.get("helped_by")}
+                           for e in tw if e.kind == "twin.av_resume"],
         }
+        av = next((e for e in tw if e.kind == "twin.av_resume"), None)
+        m["resume_mitigations"] = ",".join(sorted(av.get("mitigations") or [])) if av is not None else None
     else:
         m["twin"] = None
+        m["resume_mitigations"] = None
+    return m
+
+
+# ---- after the resume (002) ----------------------------------------------------------------------
+def after_resume_metrics(events: list[Event], resumed_conn: int | None) -> dict[str, Any]:
+    """What became of the first accepted resumed connection: the model turns it carried and the
+    server's error close if one came (002: the reconnect works, the first post-resume utterance may,
+    a later one closes 1007); and how many camera frames the client made in the run."""
+    stops = [e for e in events if e.kind == "video.stop"]
+    m: dict[str, Any] = {"video_frames": max((int(e.get("frames") or 0) for e in stops), default=0),
+                         "answers_after_resume": None, "resumed_failed": None, "resumed_close_code": None}
+    if resumed_conn is None:
+        return m
+    close = next((e for e in events if e.kind == "conn.closed" and e.get("conn") == resumed_conn
+                  and e.get("by") == "server"), None)
+    code = close.get("code") if close is not None else None
+    m["answers_after_resume"] = sum(1 for e in events if e.kind == "model.text" and e.get("conn") == resumed_conn)
+    m["resumed_failed"] = code is not None and code != 1000
+    m["resumed_close_code"] = code
     return m
 
 

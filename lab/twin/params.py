@@ -209,6 +209,24 @@ class Lines(Spec):
         return list(value)
 
 
+@dataclass(frozen=True)
+class Subset(Spec):
+    """A list of names, each one of `options` (an empty list is valid)."""
+    options: tuple[str, ...] = ()
+
+    def _says(self) -> str:
+        return "a list of: " + ", ".join(self.options)
+
+    def _check(self, value: Any) -> Any:
+        value = Lines()._check(value)
+        if value is _BAD or not all(x in self.options for x in value):
+            return _BAD
+        return value
+
+
+# the client-side mitigations 002 tried that the twin can see at a resume (lab.twin.session)
+AV_MITIGATIONS = ("video_stopped", "audio_stream_end", "delayed", "latest_handle")
+
 CLOSE_CODE = Number(lo=1000, hi=4999, integer=True)
 SECONDS = Number(lo=0)
 
@@ -276,8 +294,10 @@ DECLARED: dict[str, Spec] = {
     "pong_delay_s": Delay(),
     "stall": Flag(),
     "unresumable_updates": Flag(),
-    # audio + video history
-    "av_resume_fail": Flag(),
+    # audio + video history (002): post-resume utterances that work before the 1007 (null: no rule),
+    # and which mitigations the client can take that avoid it
+    "av_resume_ok_utterances": Number(lo=0, integer=True, nullable=True),
+    "av_resume_helped_by": Subset(options=AV_MITIGATIONS),
     "av_fail_code": CLOSE_CODE,
     "av_fail_reason": Text(),
     # scripted model

@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol
 from lab.events import redact_handle
 from lab.twin import wire
 from lab.twin.actions import Log, Send, Timer, TimerKey, TwinBug, UnknownConnection, UnknownSession, UnknownTimer
+from lab.twin.modalities import Carried, media_of
 from lab.twin.params import draw
 
 
@@ -62,7 +63,8 @@ class SessionParams:
     goaway_time_left: str
     goaway_close_code: int
     goaway_close_reason: str
-    av_resume_fail: bool
+    av_resume_ok_utterances: int | None
+    av_resume_helped_by: list
     av_fail_code: int
     av_fail_reason: str
     wrong_key_code: int
@@ -149,6 +151,9 @@ class Conn:
     key: str = ""               # wire.KEY_*: the upgrade's verdict on the API key ("" = none needed)
     model: str = ""
     goaway_sent: bool = False   # the twin told this connection to go away
+    media: Carried = field(default_factory=Carried)     # the modalities this connection carried
+    av_doomed: bool = False     # 002: resumed with audio+video history, no mitigation that helps
+    turns_at_resume: int = 0    # the session's user turns when this connection resumed it
 
     @property
     def closing(self) -> bool:
@@ -168,6 +173,8 @@ class Session:
     compressed: bool = False                # contextWindowCompression set: no session cap
     goaway_release_at: float | None = None  # its last connection ended after the twin's goAway
     locked_until: float | None = None       # the server's TCP gave up; the session stays held
+    media: Carried = field(default_factory=Carried)     # the modalities the session ever carried
+    latest_handle: str | None = None        # the last handle issued (002's "latest handle" mitigation)
 
 
 class TurnHooks(Protocol):
@@ -176,10 +183,16 @@ class TurnHooks(Protocol):
     def begin(self, sid: str, setup: dict) -> None: ...            # a new session's model
     def configure(self, sid: str, setup: dict) -> None: ...        # a resumed session's new setup
     def stop(self, sid: str) -> bool: ...                          # drop the turn in flight; was it speaking
-    def used_audio_and_video(self, sid: str) -> bool: ...
+    def user_turns(self, sid: str) -> int: ...                     # user turns begun (utterances, texts)
 
 
 INPUT_KINDS = ("clientContent", "realtimeInput", "toolResponse")
+
+# 002's mitigations as the twin sees them at a resume: video "turned off before reconnect" is no
+# frame in the old connection's last VIDEO_STOPPED_S (assumption: two frame periods at the lab's
+# default 1 fps; the report gives no rate), "delaying reconnect by 5 seconds" is DELAYED_S
+VIDEO_STOPPED_S = 2.0
+DELAYED_S = 5.0
 
 
 class Sessions:
@@ -296,17 +309,23 @@ class Sessions:
 
     def input_arrived(self, c: Conn, kind: str, body: dict, now: float) -> list | None:
         """Count one message on a live connection: the refusal's actions if the session cannot
-        take it (002: a resumed session with audio and video history fails its first input; a 3.x
-        model refuses a client turn with no role)."""
+        take it (002: a resumed session with audio and video history fails once its user has begun
+        more turns than av_resume_ok_utterances since the resume; a 3.x model refuses a client turn
+        with no role). Every input's modalities are recorded on the connection and its session."""
         c.msg_index += 1
         if kind not in INPUT_KINDS:
             return None
         c.inputs += 1
+        media = media_of(kind, body)
+        c.media.note(media, now)
+        if c.session is not None:
+            self.session(c.session).media.note(media, now)
         if (kind == "clientContent" and re.fullmatch(self.prm.role_required_models, c.model)
                 and wire.has_roleless_turn(body)):
             return self._refuse(c, self.prm.bad_input_code, self.prm.roleless_turn_reason, now,
                                       "roleless_turn", kind="twin.bad_input")
-        if c.resumed and c.inputs == 1 and self.prm.av_resume_fail and self.turns.used_audio_and_video(c.session):
+        ok = self.prm.av_resume_ok_utterances
+        if c.av_doomed and ok is not None and self.turns.user_turns(c.session) - c.turns_at_resume > ok:
             reason, code = self.prm.av_fail_reason, self.prm.av_fail_code
             return [Log("twin.bad_input", {"conn": c.id, "session": c.session, "code": code,
                                            "reason": reason, "why": "audio_video_resume"})] + \
@@ -327,8 +346,10 @@ class Sessions:
         c.phase = Phase.ENDED
         fields: dict = {"conn": c.id, "how": how, "session": c.session,
                         "age_ms": round((now - c.opened_at) * 1000, 1),
-                        "idle_ms": round((now - c.last_data_at) * 1000, 1)}
+                        "idle_ms": round((now - c.last_data_at) * 1000, 1), "modalities": c.media.names()}
         s = self.sessions.get(c.session) if c.session else None
+        if s is not None:
+            fields["session_modalities"] = s.media.names()
         if s is not None and s.conn == c.id:
             s.conn = None
             s.ended_at = now
@@ -459,7 +480,35 @@ class Sessions:
         c.resumed = True
         s.compressed = setup.get("contextWindowCompression") is not None
         self.turns.configure(s.id, setup)
-        return [Timer(SetupDone(c.id), now + draw(self.prm.resume_setup_s, self.rng))]
+        return self._av_resume(c, s, handle, now) + [Timer(SetupDone(c.id), now + draw(self.prm.resume_setup_s, self.rng))]
+
+    def _av_resume(self, c: Conn, s: Session, handle: str, now: float) -> list:
+        """002: a session that ever carried audio and video is resumed (the resume itself works); it
+        fails later unless the client took a mitigation that av_resume_helped_by lists (the report:
+        none helped). Logs which mitigations the twin saw, so a variant shows it really took one."""
+        if self.prm.av_resume_ok_utterances is None or not s.media.audio_and_video:
+            return []
+        seen = self._mitigations_seen(s, handle, now)
+        helped = [m for m in seen if m in self.prm.av_resume_helped_by]
+        c.av_doomed = not helped
+        c.turns_at_resume = self.turns.user_turns(s.id)
+        return [Log("twin.av_resume", {"conn": c.id, "session": s.id, "mitigations": seen, "helped_by": helped,
+                                       "fails_after": self.prm.av_resume_ok_utterances if c.av_doomed else None})]
+
+    @staticmethod
+    def _mitigations_seen(s: Session, handle: str, now: float) -> list[str]:
+        """Which of lab.twin.params.AV_MITIGATIONS the client took before this resume."""
+        seen = []
+        last_video, ended = s.media.last_video_at, s.ended_at if s.ended_at is not None else now
+        if last_video is None or ended - last_video >= VIDEO_STOPPED_S:
+            seen.append("video_stopped")
+        if s.media.stream_ended:
+            seen.append("audio_stream_end")
+        if now - ended >= DELAYED_S:
+            seen.append("delayed")
+        if handle == s.latest_handle:
+            seen.append("latest_handle")
+        return seen
 
     def _on_setup_done(self, c: Conn, now: float) -> list:
         """setupComplete; the caller then hands the frames held during setup to the turns."""
@@ -498,6 +547,7 @@ class Sessions:
                     Log("twin.handle", {"conn": c.id, "session": s.id, "resumable": False})]
         h = self._new_handle()
         s.handles.add(h)
+        s.latest_handle = h
         self.handles[h] = s.id
         frame = wire.resumption_update(h, c.msg_index if c.transparent else None)
         return [self.wire.send(c.id, frame, now),
@@ -563,7 +613,7 @@ class Sessions:
         if s.compressed:
             return None
         av, audio = self.prm.session_max_av_s, self.prm.session_max_audio_s
-        if self.turns.used_audio_and_video(s.id):
+        if s.media.audio_and_video:
             return s.started_at + av if av is not None else (s.started_at + audio if audio is not None else None)
         if av is not None and (audio is None or av < audio):
             # video may still come: look again every second once the audio+video cap has passed
@@ -578,7 +628,7 @@ class Sessions:
         due = self._session_cap_at(s, now)
         if due is None:
             return []
-        av = self.turns.used_audio_and_video(s.id)
+        av = s.media.audio_and_video
         cap = self.prm.session_max_av_s if av else self.prm.session_max_audio_s
         if cap is None or now + 1e-6 < s.started_at + cap:
             return [Timer(SessionCap(c.id), due)]

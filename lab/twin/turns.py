@@ -118,8 +118,7 @@ class Playback:
     queue: list = field(default_factory=list)
     input_transcription: bool = False
     output_transcription: bool = False
-    had_audio: bool = False
-    had_video: bool = False
+    turns_begun: int = 0        # user turns begun: utterances (speech or a manual window) and texts
     last_audio_at: float = 0.0
     flush_armed: bool = False
     activity: ActivityConfig = field(default_factory=ActivityConfig)
@@ -211,9 +210,8 @@ class Turns:
         p.queue.clear()
         return speaking
 
-    def used_audio_and_video(self, sid: str) -> bool:
-        p = self.play(sid)
-        return p.had_audio and p.had_video
+    def user_turns(self, sid: str) -> int:
+        return self.play(sid).turns_begun
 
     # ---- events -------------------------------------------------------------------------------
     def deliver(self, sid: str, conn: int, kind: str, body: dict, now: float) -> list:
@@ -235,17 +233,9 @@ class Turns:
         self.play(sid).model.configure(body)
         return []
 
-    def _note_media(self, p: Playback, mime: str) -> None:
-        if mime.startswith("audio/"):
-            p.had_audio = True
-        elif mime.startswith("image/") or mime.startswith("video/"):
-            p.had_video = True
-
     def _on_client_content(self, sid: str, conn: int, body: dict, now: float) -> list:
         cc = wire.client_content(body)
-        p = self.play(sid)
-        for mime in cc.mimes:
-            self._note_media(p, mime)
+        p = self.play(sid)     # which modalities it carried is the session room's record (lab.twin.modalities)
         if not cc.turns:
             # `turns: [], turnComplete: true` closes a user turn sent earlier with turnComplete false
             # (LiveKit's typed-message path on 3.x models): the model answers that pending turn.
@@ -279,9 +269,7 @@ class Turns:
             acts += self._window_open(sid, conn, now)
         for blob in ri.blobs:
             if "video" in blob.where and not blob.mime.startswith("audio/"):
-                p.had_video = True
-                continue
-            self._note_media(p, blob.mime)
+                continue        # frames are recorded by the session room; the scripted model does not look
             if blob.mime.startswith("audio/"):
                 acts += self._on_audio(sid, conn, blob.data, blob.audio_rate, now)
         if ri.text is not None:
@@ -364,6 +352,7 @@ class Turns:
 
     def _new_utterance(self, p: Playback, now: float) -> None:
         p.utt += 1
+        p.turns_begun += 1
         p.voice_at = p.voiced_at = now
         p.started = p.ending = False
         p.heard_ms = 0.0
@@ -467,6 +456,7 @@ class Turns:
         p = self.play(sid)
         acts: list = []
         if source != "speech":
+            p.turns_begun += 1          # a spoken line was counted when its utterance began
             p.usage.heard_text(len(text))
         if interrupt:
             acts += self._interrupt(sid, conn, now)

@@ -335,6 +335,9 @@ def test_audio_and_video_history_fails_with_1007_after_resume():
                 handle = live.handles[0]
             await asyncio.sleep(0.3)
             async with Live(client, cfg(handle)) as live:                      # the resume itself works
+                await live.s.send_realtime_input(text=STATUS)
+                assert Live.said(await live.turn())                             # the first turn after it too
+                await live.s.send_realtime_input(text=STATUS)                   # 002: a later one fails
                 await live.s.send_realtime_input(audio=types.Blob(data=pcm16(0.1, False),
                                                                   mime_type="audio/pcm;rate=16000"))
                 with pytest.raises(errors.APIError) as ei:

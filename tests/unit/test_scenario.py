@@ -31,13 +31,14 @@ def test_catalogue_is_valid_and_covers_the_study():
     names = scenario.names()
     for required in ("control", "control-speech", "b1-silent-loss", "b2-path-return", "b2-speaking", "r1-idle-abort-immediate",
                      "r1-idle-abort-delayed", "r1-clean-close", "r1-abort-speaking", "r2-freeze",
-                     "s2-recovery", "s2-recovery-no-note", "s2-control"):
+                     "s2-recovery", "s2-recovery-no-note", "s2-control", "v1-av-goaway", "v2-av-drop",
+                     "v0-audio-goaway"):
         assert required in names
     for n in names:
         s = scenario.load(n)
-        # a seed study's finding (000 resume, 001 stop), or the fidelity notes' third-party figure
-        # (the twin's own faults)
-        assert s.source.startswith(("000", "001", "fidelity §")), f"{n} cites no finding"
+        # a seed study's finding (000 resume, 001 stop), a seed report (002 audio+video resume), or
+        # the fidelity notes' third-party figure (the twin's own faults)
+        assert s.source.startswith(("000", "001", "002", "fidelity §")), f"{n} cites no finding"
         assert s.expect, f"{n} states no expectation"
 
 

@@ -449,21 +449,6 @@ def _blob(kind, data, mime):
     return {"realtime_input": {kind: {"data": base64.urlsafe_b64encode(data).decode(), "mime_type": mime}}}
 
 
-def test_audio_and_video_history_fails_first_input_after_resume():
-    sim = Sim()
-    h = new_session(sim)
-    sim.send(1, _blob("audio", bytes(640), "audio/pcm;rate=16000"))
-    sim.send(1, _blob("video", b"\xff\xd8\xff\xe0jpeg", "image/jpeg"))
-    sim.after(3)
-    sim.end(1, "close_frame")
-    sim.after(2)
-    sim.setup(2, handle=h)
-    sim.after(1)
-    assert 2 not in sim.closed
-    sim.send(2, _blob("audio", bytes(640), "audio/pcm;rate=16000"))
-    assert sim.closed[2][1:] == (1007, "Request contains an invalid argument.")
-
-
 def test_audio_only_history_resumes_fine():
     sim = Sim()
     h = new_session(sim)

@@ -30,7 +30,7 @@ def test_measured_values_cite_their_seed():
     assert prof["freeze_close_s"] == 480 and prof["ping_interval"] is None
     assert bounds(prof["reissue_delay_s"]) == (0.469, 0.822) and "001" in prof.source("reissue_delay_s")
     assert prof["setup_error_close_s"] == 0.044 and "assumption" not in prof.source("freeze_close_reason")
-    assert "002" in prof.source("av_resume_fail")
+    assert "002" in prof.source("av_resume_ok_utterances")
     assert prof["transparent_supported"] is False
 
 
