@@ -60,19 +60,31 @@ def _run(argv: list[str], timeout: float | None = None, **kw) -> subprocess.Comp
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def image_path(env: dict[str, str] | None = None, dot_env: Path = DOT_ENV) -> str:
+def compose_setting(name: str, env: dict[str, str] | None = None, dot_env: Path | None = None) -> str | None:
+    """A variable as compose resolves it: from the environment, else from .env, else None."""
+    env = os.environ if env is None else env
+    if name in env:
+        return env[name]
+    dot_env = DOT_ENV if dot_env is None else dot_env
+    if dot_env.exists():
+        for line in dot_env.read_text().splitlines():
+            if line.startswith(name + "="):
+                return line.split("=", 1)[1].strip().strip("'\"")
+    return None
+
+
+def image_path(env: dict[str, str] | None = None, dot_env: Path | None = None) -> str:
     """`public` or `offline`: LAB_IMAGE_BASE from the environment, else from .env, else public
     (compose.yaml's own default)."""
-    env = os.environ if env is None else env
-    value = env.get("LAB_IMAGE_BASE")
-    if value is None and dot_env.exists():
-        for line in dot_env.read_text().splitlines():
-            if line.startswith("LAB_IMAGE_BASE="):
-                value = line.split("=", 1)[1].strip().strip("'\"")
-    value = value or "public"
+    value = compose_setting("LAB_IMAGE_BASE", env, dot_env) or "public"
     if value not in ("public", "offline"):
         raise CapabilityError(f"LAB_IMAGE_BASE must be public or offline, not {value!r}")
     return value
+
+
+def base_image() -> str:
+    """The image the build starts from: LAB_BASE_IMAGE, else the image path's own base."""
+    return compose_setting("LAB_BASE_IMAGE") or (BASE_IMAGE if image_path() == "offline" else PUBLIC_BASE_IMAGE)
 
 
 def docker_missing() -> str | None:
@@ -112,8 +124,8 @@ def _images_ready() -> bool:
     its base image, or nothing when this is not root (the build pulls it; docker-setup.sh, which
     would probe the registry first, needs root)."""
     if image_path() == "offline":
-        return _image_present(BASE_IMAGE) and _wheels_fresh()
-    return os.geteuid() != 0 or _image_present(PUBLIC_BASE_IMAGE)
+        return _image_present(base_image()) and _wheels_fresh()
+    return os.geteuid() != 0 or _image_present(base_image())
 
 
 def _wheels_fresh() -> bool:
@@ -323,7 +335,12 @@ class ComposeTopology(Topology):
         except json.JSONDecodeError:
             raise CapabilityError(f"compose topology: cannot probe the kernel in {image}: "
                                   f"{(r.stderr.strip().splitlines() or ['no output'])[-1]}") from None
-        return Capabilities(**{k: v for k, v in found.items() if k in Capabilities.__dataclass_fields__})
+        caps = Capabilities(**{k: v for k, v in found.items() if k in Capabilities.__dataclass_fields__})
+        if not caps.net_admin:
+            raise CapabilityError(f"compose topology: the client container ({image}) got no CAP_NET_ADMIN, which "
+                                  "the faults need (this Docker refuses --cap-add NET_ADMIN); on a Linux host "
+                                  "with root, --topology netns works")
+        return caps
 
     # -- plumbing
     def _env(self, run_dir: Path | None = None) -> dict[str, str]:
@@ -331,6 +348,10 @@ class ComposeTopology(Topology):
         env = dict(os.environ)
         env.update({"RUN_ID": run_dir.name, "CAPTURES_DIR": str(run_dir.parent),
                     "COMPOSE_BAKE": env.get("COMPOSE_BAKE", "false")})
+        # the image path this module checked is the one compose builds (LAB_IMAGE_BASE=offline in the
+        # environment alone, as CI sets it, must not build on the public base image)
+        env.setdefault("LAB_IMAGE_BASE", image_path())
+        env.setdefault("LAB_BASE_IMAGE", base_image())
         env.update(self.extra_env)
         return env
 

@@ -86,13 +86,17 @@ def test_kernel_caps_are_the_client_images_own(monkeypatch):
 
     def run(argv, **kw):
         seen["argv"] = argv
-        return subprocess.CompletedProcess(argv, 0, '{"root": true, "iptables": true, "nfqueue": true, '
-                                                    '"kinds": {"blackhole": []}}', "")
+        return subprocess.CompletedProcess(argv, 0, '{"root": true, "net_admin": %s, "iptables": true, '
+                                                    '"nfqueue": true, "kinds": {"blackhole": []}}' % net_admin, "")
+    net_admin = "true"
     monkeypatch.setattr(compose, "_run", run)
     caps = ComposeTopology.kernel_caps()
     assert caps.iptables and caps.nfqueue and not caps.netem
     assert seen["argv"][:8] == ["docker", "run", "--rm", "--network", "none", "--cap-add", "NET_ADMIN",
                                 "livelab-client:t"]
+    net_admin = "false"
+    with pytest.raises(CapabilityError, match="got no CAP_NET_ADMIN.*--topology netns works$"):
+        ComposeTopology.kernel_caps()
     monkeypatch.setattr(compose, "_run", lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", "no image"))
     with pytest.raises(CapabilityError, match="cannot probe the kernel in livelab-client:t: no image"):
         ComposeTopology.kernel_caps()
@@ -111,3 +115,18 @@ def test_a_user_gets_the_run_folder_back_at_down(monkeypatch, tmp_path):
     monkeypatch.setattr(compose.os, "geteuid", lambda: 0)
     t.give_back_run_dir()
     assert len(calls) == 1, "root needs nothing handed back"
+
+
+def test_offline_from_the_environment_alone_builds_on_the_offline_base(monkeypatch, tmp_path):
+    """CI sets LAB_IMAGE_BASE=offline and nothing else: compose must get the debootstrap base too."""
+    monkeypatch.setattr(compose, "DOT_ENV", tmp_path / ".env")          # no .env
+    monkeypatch.setattr(compose, "image_path", lambda: "offline")
+    monkeypatch.delenv("LAB_BASE_IMAGE", raising=False)
+    env = ComposeTopology("r1", run_dir=tmp_path / "b" / "r1", setup=False)._env()
+    assert env["LAB_IMAGE_BASE"] == "offline" and env["LAB_BASE_IMAGE"] == compose.BASE_IMAGE
+    monkeypatch.setattr(compose, "image_path", lambda: "public")
+    env = ComposeTopology("r1", run_dir=tmp_path / "b" / "r1", setup=False)._env()
+    assert env["LAB_BASE_IMAGE"] == compose.PUBLIC_BASE_IMAGE
+    monkeypatch.setenv("LAB_BASE_IMAGE", "mirror.example/python:3.11-slim")
+    env = ComposeTopology("r1", run_dir=tmp_path / "b" / "r1", setup=False)._env()
+    assert env["LAB_BASE_IMAGE"] == "mirror.example/python:3.11-slim", "a user's own base wins"
