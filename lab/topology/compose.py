@@ -97,10 +97,11 @@ def docker_missing() -> str | None:
         return "`docker info` did not answer within 20 s"
     if r.returncode == 0:
         return None
-    err = (r.stderr.strip().splitlines() or ["no output"])[-1]
-    if "permission denied" in err.lower():
+    # docker info may print more after its error (warnings, "errors pretty printing info")
+    if "permission denied" in r.stderr.lower():
         return f"no permission on the Docker socket (add {os.environ.get('USER', 'this user')} to the docker group)"
-    return f"no Docker daemon answers ({err.strip()})"
+    lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()] or ["no output"]
+    return f"no Docker daemon answers ({next((ln for ln in lines if 'connect' in ln.lower()), lines[-1])})"
 
 
 def docker_ready() -> bool:

@@ -45,7 +45,7 @@ def _docker_info(monkeypatch, rc: int, stderr: str):
 
 def test_docker_missing_names_the_socket_permission(monkeypatch):
     _docker_info(monkeypatch, 1, "permission denied while trying to connect to the Docker daemon socket at "
-                                 "unix:///var/run/docker.sock")
+                                 "unix:///var/run/docker.sock\nerrors pretty printing info")
     monkeypatch.setenv("USER", "ana")
     assert compose.docker_missing() == "no permission on the Docker socket (add ana to the docker group)"
 
