@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 LAB := .venv/bin/lab
 PYTEST := .venv/bin/pytest
-TOPOLOGY ?= netns
+TOPOLOGY ?= auto
 CLIENT ?=
 CLIENT_CMD ?=
 N ?= 1
@@ -21,7 +21,7 @@ RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
-	@echo "  variables: TOPOLOGY=netns|compose  CLIENT=probe|recovery|naive|guard|livekit|pipecat|adk  CLIENT_CMD='python my_agent.py'  N=runs  DURATION=seconds"
+	@echo "  variables: TOPOLOGY=auto|netns|compose  CLIENT=probe|recovery|naive|guard|livekit|pipecat|adk  CLIENT_CMD='python my_agent.py'  N=runs  DURATION=seconds"
 	@echo "             SPEECH=1 (lab-stop: the spoken set too)  STOP_OUT=folder (lab-stop's batch)"
 	@echo "             ENDPOINT=twin|live (live needs GEMINI_API_KEY)  BUDGET=sessions  SCENARIO=name (lab-run)"
 

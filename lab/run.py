@@ -28,13 +28,13 @@ from lab.clients.frameworks import FRAMEWORKS
 from lab.events import read_events
 from lab.report.verdict import verdict_passed   # reads old verdicts (`passed`) too; loads no matplotlib
 from lab.errors import CapabilityError, LabError
-from lab.topology import TOPOLOGIES
+from lab.topology import AUTO, TOPOLOGIES
+from lab.topology import choose as choose_topology
 from lab.topology import get as get_topology
 from lab.topology.compose import APP_DIR, app_command, app_mount_file
 from lab.topology.hostnames import ENDPOINT_NAMES, ENDPOINT_PORT
 from lab.topology.services import Capture, Proxy, Twin
 from netem import faults as netem_faults
-from netem import kernel as netem_kernel
 
 TWIN_KEY = "lab-twin-key"          # the fake key the twin is configured with; never a real one
 SPEECH_TOOLS = ("espeak-ng",)      # what `input: speech` needs on the client node (lab/speech.py)
@@ -71,18 +71,19 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
         raise LabError(f"unknown endpoint {endpoint!r}; use twin or live")
     if client_cmd is not None:
         _check_client_cmd(client_cmd, endpoint, topology)
-    # every fault kind a scenario uses, asked of netem's registry (what the kernel must offer); the
-    # containers share the host's kernel, so the same check holds in every topology
+    client_tools = frozenset(SPEECH_TOOLS if any(s.input == "speech" for s in scns) else ())
+    topo_cls = get_topology(topology)
+    topo_cls.preflight(client_tools=client_tools, uplink=endpoint == "live")
+    # every fault kind a scenario uses, asked of netem's registry (what the kernel must offer), as
+    # the topology's client node sees it (the host, or the client image for compose)
     kinds = sorted({st.fault["kind"] for s in scns for st in s.timeline if st.fault})
     if kinds:
-        caps = netem_kernel.probe()
+        caps = topo_cls.kernel_caps()
         for kind in kinds:
             missing = netem_faults.unmet(kind, caps)
             if missing:
-                raise CapabilityError(f"a scenario uses the {kind} fault, which this kernel cannot run: "
-                                      + "; ".join(missing))
-    client_tools = frozenset(SPEECH_TOOLS if any(s.input == "speech" for s in scns) else ())
-    get_topology(topology).preflight(client_tools=client_tools, uplink=endpoint == "live")
+                raise CapabilityError(f"a scenario uses the {kind} fault, which the {topology} topology's "
+                                      "client node cannot run: " + "; ".join(missing))
     return scns
 
 
@@ -320,7 +321,8 @@ def add_parser(sub) -> None:
     p.add_argument("--client-cmd", default=None, metavar="CMD",
                    help="run your own unmodified app as the client (stdin: the user's lines; "
                         "$LAB_BACKEND_URL: the backend); judged as --client or the scenario's client")
-    p.add_argument("--topology", default="netns", choices=sorted(TOPOLOGIES))
+    p.add_argument("--topology", default=AUTO, choices=[AUTO, *sorted(TOPOLOGIES)],
+                   help="auto (default): netns where network namespaces can be made, else compose")
     p.add_argument("--endpoint", default="twin", choices=["twin", "live"])
     p.add_argument("--base-url", default=None, help="live mode: point at any endpoint (the twin, in tests)")
     p.add_argument("--ca", default=None, help="live mode: CA file the client trusts (default: the system's)")
@@ -348,7 +350,8 @@ def _cmd_run(args) -> int:
     if args.endpoint == "live":
         from lab.live.budget import Budget    # here: lab.live's soak imports this module
         budget = Budget.for_batch(args.budget)
-    batch = run_batch(names, n=args.n, client=args.client, topology=args.topology, endpoint=args.endpoint,
+    topology = choose_topology(args.topology)
+    batch = run_batch(names, n=args.n, client=args.client, topology=topology, endpoint=args.endpoint,
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
                       ca=args.ca, client_cmd=args.client_cmd)

