@@ -107,6 +107,9 @@ EVENT_KINDS: dict[str, EventKind] = {
     "twin.refuse": _k("twin", "conn session code reason why close_in_ms release_in_ms"),
     "twin.bad_input": _k("twin", "conn session code reason why"),
     "twin.accept": _k("twin", "conn session resume setup_ms"),
+    # transparent resumption (lab.twin.transparent): verdict owed (with the count a resume must
+    # resend), ok, or the wrong replay (resent_consumed, gap, duplicate, new_input_first)
+    "twin.replay": _k("twin", "conn session verdict owed index"),
     "twin.handle": _k("twin", "conn session handle_len handle_sha"),
     "twin.freeze_close": _k("twin", "conn session idle_ms"),
     "twin.goaway": _k("twin", "conn time_left"),

@@ -21,6 +21,7 @@ from typing import Any, Callable, Protocol
 
 from lab.events import redact_handle
 from lab.twin import wire
+from lab.twin.transparent import WRONG_REPLAYS, Replays
 from lab.twin.actions import Log, Send, Timer, TimerKey, TwinBug, UnknownConnection, UnknownSession, UnknownTimer
 from lab.twin.params import draw
 
@@ -86,6 +87,11 @@ class SessionParams:
     session_max_av_s: float | None
     session_cap_code: int
     session_cap_reason: str
+    # transparent resumption (lab.twin.transparent) and how long a handle stays valid
+    replay_check: str
+    replay_reject_code: int
+    replay_reject_reason: str
+    handle_expiry_s: float | None
 
 
 # the server faults this room honours (lab.twin.core owns the switches; this room reads the set)
@@ -198,6 +204,8 @@ class Sessions:
         self.conns: dict[int, Conn] = {}
         self._ended: set[int] = set()
         self._session_seq = 0
+        self.replays = Replays()                        # what transparent resumes must resend
+        self.handle_issued_at: dict[str, float] = {}    # for handle_expiry_s
         self._timers: dict[type, Callable[[Conn, float], list]] = {
             FreezeCheck: self._on_freeze, SetupDone: self._on_setup_done, HandleUpdate: self._on_handle_timer,
             GoAway: self._on_goaway, GoAwayClose: self._on_goaway_close, CapGoAway: self._on_cap_goaway,
@@ -313,6 +321,24 @@ class Sessions:
                 self.close(c, code, reason, now, "audio_video_resume")
         return None
 
+    def replay_arrived(self, c: Conn, kind: str, body: dict, now: float) -> tuple[list, bool]:
+        """A message on a transparent connection, judged against what its resume owes (seed 004
+        §5): (the actions, whether the message is refused). A twin.replay record when it settles
+        the replay; with replay_check `close` a wrong replay is closed 1007 and goes no further."""
+        judged = self.replays.message(c.id, kind, body) if c.transparent else None
+        if judged is None:
+            return [], False
+        acts: list = [Log("twin.replay", {"conn": c.id, "session": c.session, **judged})]
+        if judged["verdict"] in WRONG_REPLAYS and self.prm.replay_check == "close":
+            code, reason = self.prm.replay_reject_code, self.prm.replay_reject_reason
+            return acts + self.close(c, code, reason, now, "wrong_replay"), True
+        return acts, False
+
+    def _expired(self, handle: str, now: float) -> bool:
+        ttl = self.prm.handle_expiry_s
+        at = self.handle_issued_at.get(handle)
+        return ttl is not None and at is not None and now - at > ttl
+
     def take_pending(self, c: Conn) -> list[tuple[str, dict]]:
         pending, c.pending = c.pending, []
         return pending
@@ -321,6 +347,7 @@ class Sessions:
         c = self.conn(conn_id)
         del self.conns[conn_id]
         self._ended.add(conn_id)
+        self.replays.ended(conn_id)
         server_initiated = c.phase is Phase.CLOSING
         if server_initiated and c.close_why:
             how = "server_timeout" if c.close_why == "freeze" else f"server_{c.close_why}"
@@ -397,6 +424,8 @@ class Sessions:
         self.turns.begin(s.id, setup)
         s.conn = c.id
         c.session = s.id
+        if c.transparent:
+            self.replays.started(c.id, s.id)
         return acts + [Timer(SetupDone(c.id), now + draw(self.prm.new_setup_s, self.rng))]
 
     def _setup_refusal(self, c: Conn, setup: dict, sr: dict) -> tuple[int, str, str] | None:
@@ -436,6 +465,8 @@ class Sessions:
             s.dead = True       # the ~480 s close came, with no socket left to carry it
         if s is None:
             why, code = "unknown_handle", self.prm.unknown_handle_code
+        elif self._expired(handle, now):
+            why, code = "handle_expired", self.prm.unknown_handle_code   # assumption: refused as unknown
         elif s.dead:
             why = "session_dead"
         elif s.conn is not None:
@@ -459,7 +490,11 @@ class Sessions:
         c.resumed = True
         s.compressed = setup.get("contextWindowCompression") is not None
         self.turns.configure(s.id, setup)
-        return [Timer(SetupDone(c.id), now + draw(self.prm.resume_setup_s, self.rng))]
+        acts: list = []
+        owed = self.replays.resumed(c.id, s.id, handle) if c.transparent else None
+        if owed is not None:
+            acts.append(Log("twin.replay", {"conn": c.id, "session": s.id, "verdict": "owed", "owed": owed}))
+        return acts + [Timer(SetupDone(c.id), now + draw(self.prm.resume_setup_s, self.rng))]
 
     def _on_setup_done(self, c: Conn, now: float) -> list:
         """setupComplete; the caller then hands the frames held during setup to the turns."""
@@ -499,6 +534,9 @@ class Sessions:
         h = self._new_handle()
         s.handles.add(h)
         self.handles[h] = s.id
+        self.handle_issued_at[h] = now
+        if c.transparent:
+            self.replays.handle_issued(c.id, h, c.msg_index)
         frame = wire.resumption_update(h, c.msg_index if c.transparent else None)
         return [self.wire.send(c.id, frame, now),
                 Log("twin.handle", {"conn": c.id, "session": s.id, **redact_handle(h)})]
