@@ -75,6 +75,11 @@ EVENT_KINDS: dict[str, EventKind] = {
     "fallback.failed": _k("client", "conn"),
     "session.restored": _k("client", "conn note turns superseded"),
     "session.note": _k("client", "conn text sent"),
+    # the session-manager client (lab.clients.session_manager, seed 004)
+    "session.replay": _k("client", "conn messages", "the buffer resent first on a new connection"),
+    "session.consumed": _k("client", "conn index kept", "an update's lastConsumedClientMessageIndex pruned the buffer"),
+    "session.plain": _k("client", "reason", "transparent refused: plain resumption from here on"),
+    "session.stopped": _k("client", "conn reason", "the manager stopped; later sends and receives raise this reason"),
     "tool.call": _k("client", "conn id name args"),
     "tool.response": _k("client", "conn id name status job sent replay"),
     "tool.withheld": _k("client", "conn id name"),

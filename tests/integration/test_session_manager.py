@@ -223,3 +223,40 @@ def test_the_twin_closes_a_wrong_resend_1007(order, verdict):
             assert ei.value.rcvd.code == 1007
             assert replay_verdicts(twin)[-2:] == [("owed", 2), (verdict, 2)]
     run(go())
+
+
+# ---- the lab client around it ----------------------------------------------------------------------
+
+def test_the_lab_client_books_survives_an_abort_and_tells_the_truth(tmp_path):
+    from lab.backend import Backend                 # the lab client's own pieces (the rest of the file
+    from lab.clients import get                     # needs only the library and the twin)
+    from lab.clients.base import ClientContext, Endpoint
+    from lab.events import EventLog
+
+    async def go():
+        async with twin_server(idle_release_s=0.5) as twin:
+            log = EventLog(tmp_path / "events.jsonl")
+            be = Backend(log, commit_after_s=1.0)
+            ep = Endpoint(base_url=twin.base_url, api_key="test", ca_path=twin.ca_path, model=MODEL)
+            cl = get("session-manager")(ClientContext(endpoint=ep, log=log, backend=be,
+                                                      params={"backoff_first_s": 0.2}))
+            try:
+                await cl.start()
+                assert cl.flow()[0] == "127.0.0.1"
+                await cl.say("Book me the 3pm slot tomorrow, please.", 0)
+                await log.wait_for("tool.call", timeout=5)
+                await cl.action("abort")
+                await log.wait_for("resume.result", timeout=10, ok=True)
+                await log.wait_for("backend.commit", timeout=10)
+                await asyncio.sleep(1.0)
+                asked_ms = log.now_ms()
+                await cl.say("Did you book it?", 1)
+                ans = await log.wait_for("model.text", timeout=10, after_ms=asked_ms)
+                assert "booked" in ans["text"] and "not" not in ans["text"], ans["text"]
+                assert be.bookings() == 1
+                assert [v for v, _ in replay_verdicts(twin) if v not in ("owed", "ok")] == []
+            finally:
+                await cl.stop()
+                await be.aclose()
+                log.close()
+    run(go())
