@@ -68,7 +68,7 @@ class Backoff:
 class _Buffer:
     """The sent messages the server has not reported consumed, numbered on the current connection.
 
-    buffer[j] is index `pruned + j + 1` of the connection; `written` of them went out on it."""
+    items[j] is index `pruned + j + 1` of the connection; indices up to `sent` went out on it."""
 
     def __init__(self) -> None:
         self.items: list[tuple[str, dict]] = []
@@ -229,10 +229,12 @@ class SessionManager:
         self._messages.put_nowait(msg)
 
     def _closed_with(self, session: Any, code: int | None, reason: str) -> None:
+        if session is not self.session:
+            return          # a connection the manager itself left (after a goAway, on close)
         self._emit("closed", code=code, reason=reason)
         if code in RECONNECT_CODES:
             self._lost(session, f"closed {code}")
-        elif session is self.session:
+        else:
             self._stop(f"the connection closed {code}: {reason}".strip())
 
     def _lost(self, session: Any, why: str) -> None:
