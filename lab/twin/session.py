@@ -3,7 +3,9 @@
 A session has at most one connection; every handle ever issued maps to its session (the latest
 state). A resume is refused while the server still holds the old connection (000 finding 3), for
 `idle_release_s` after an idle drop (000 round 1), and for good once the server itself closed it
-(000 round 2). A connection's phase is a `Phase`; its timers are the frozen dataclasses below,
+(000 round 2); a handle older than `handle_expiry_s` is refused like an unknown one. On a
+transparent connection each message is judged against what its resume owes (lab.twin.transparent,
+seed 004). A connection's phase is a `Phase`; its timers are the frozen dataclasses below,
 each dispatched by type. An id this room never issued raises UnknownConnection / UnknownSession.
 
 Knows nothing of sockets, clocks (`now` comes in), JSON, or what the model says: it hands a
@@ -21,9 +23,9 @@ from typing import Any, Callable, Protocol
 
 from lab.events import redact_handle
 from lab.twin import wire
-from lab.twin.transparent import WRONG_REPLAYS, Replays
 from lab.twin.actions import Log, Send, Timer, TimerKey, TwinBug, UnknownConnection, UnknownSession, UnknownTimer
 from lab.twin.params import draw
+from lab.twin.transparent import WRONG_REPLAYS, Replays
 
 
 class Phase(Enum):
