@@ -152,6 +152,20 @@ def test_on_the_developer_api_the_manager_falls_back_to_plain_resumption():
     run(go())
 
 
+def test_a_server_that_closes_transparent_1007_gets_plain_resumption_too():
+    async def go():
+        async with twin_server(profile="developer-api") as twin:     # the SDK (Vertex mode) lets it through
+            events: list = []
+            sm = manager(twin, events, vertex=True)
+            await sm.start()
+            assert sm.mode == "plain" and sm.fallback_reason.startswith("the server refused transparent: 1007")
+            assert [e["why"] for e in twin_events(twin, "twin.refuse")] == ["transparent"]
+            await sm.send_realtime_input(text="hello")
+            assert await turn(sm)
+            await sm.close()
+    run(go())
+
+
 def test_any_other_close_stops_the_manager_and_later_calls_raise_the_reason():
     async def go():
         async with twin_server(freeze_close_s=1.0) as twin:     # the server's own 1011 close
