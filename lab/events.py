@@ -78,6 +78,11 @@ EVENT_KINDS: dict[str, EventKind] = {
     "fallback.failed": _k("client", "conn"),
     "session.restored": _k("client", "conn note turns superseded"),
     "session.note": _k("client", "conn text sent"),
+    # the session-manager client (lab.clients.session_manager, seed 004)
+    "session.replay": _k("client", "conn messages", "the buffer resent first on a new connection"),
+    "session.consumed": _k("client", "conn index kept", "an update's lastConsumedClientMessageIndex pruned the buffer"),
+    "session.plain": _k("client", "reason", "transparent refused: plain resumption from here on"),
+    "session.stopped": _k("client", "conn reason", "the manager stopped; later sends and receives raise this reason"),
     "tool.call": _k("client", "conn id name args"),
     "tool.response": _k("client", "conn id name status job sent replay"),
     "tool.withheld": _k("client", "conn id name"),
@@ -112,6 +117,9 @@ EVENT_KINDS: dict[str, EventKind] = {
     "twin.refuse": _k("twin", "conn session code reason why close_in_ms release_in_ms"),
     "twin.bad_input": _k("twin", "conn session code reason why"),
     "twin.accept": _k("twin", "conn session resume setup_ms"),
+    # transparent resumption (lab.twin.transparent): verdict owed (with the count a resume must
+    # resend), ok, or the wrong replay (resent_consumed, gap, duplicate, new_input_first)
+    "twin.replay": _k("twin", "conn session verdict owed index"),
     "twin.handle": _k("twin", "conn session handle_len handle_sha"),
     "twin.freeze_close": _k("twin", "conn session idle_ms"),
     "twin.goaway": _k("twin", "conn time_left"),

@@ -139,6 +139,15 @@ def _stop_failures(exp, m):
     return exp, got or "none", m["stop_failures"] is not None and got in wanted, note
 
 
+def _replay_ok(exp, m):
+    wrong, seen = m["wrong_replays"], m["transparent_resumes"]
+    if seen is None:
+        return bool(exp), None, False, "no twin.jsonl"
+    got = seen > 0 and not wrong
+    note = f"{seen} transparent resume(s), {m['replayed_messages']} message(s) owed; wrong: {', '.join(wrong) or 'none'}"
+    return bool(exp), got, got == bool(exp), note
+
+
 def _flag(metric: str):
     def judge(exp, m):
         return bool(exp), m[metric], m[metric] == bool(exp), None
@@ -169,6 +178,10 @@ NAMED: dict[str, Expectation] = {e.name: e for e in (
     _define("stop_failures", "stop_failures booked_after_stop bookings false_claims",
         "how the app failed the user after the stop (001): booked_after_stop, double_booking, false_claim",
         "none, a list of those words, or {one_of: [lists]}", _stop_failures_valid, _stop_failures),
+    _define("replay_ok", "transparent_resumes replayed_messages wrong_replays",
+        "at least one transparent resume, and the twin found every resend right: from the first unconsumed "
+        "message, in order, each once, before new input (seed 004; none lost or duplicated)", "true or false",
+        _is_bool, _replay_ok),
     _define("reissued_call", "tool_calls_reissued", "the model issued the tool call again under a new id",
         "true or false", _is_bool, _reissued),
 )}

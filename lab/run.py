@@ -184,6 +184,9 @@ def run_one(spec: RunSpec, out=print) -> dict:
             # the twin does not transcribe speech: the Nth utterance stands for line N of the script, and
             # the orchestrator (which knows the scenario) tells the twin the lines, never the client
             script = ("--set", "script=" + json.dumps(scn.script))
+            # the twin the scenario asks for (validated with the scenario): its profile and overrides
+            script += ("--profile", scn.twin.get("profile", "developer-api"),
+                       *(a for k, v in scn.twin.get("set", {}).items() for a in ("--set", f"{k}={json.dumps(v)}")))
             twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl",
                         t0=t0, seed=seed, port=port, extra=sans + script)
             services.append(twin.start())

@@ -21,13 +21,15 @@ from netem.errors import NetemError
 from lab import actions, anchors, expectations
 from lab import clients as client_registry
 from lab.errors import LabError, ScenarioError
+from lab.twin.profile import load_profile
 
 END_MODES = {"duration", "answered"}
 TOP_KEYS = {"name", "title", "source", "shows", "client", "client_params", "backend", "endpoint",
-            "input", "duration", "script", "timeline", "end", "expect"}
+            "input", "duration", "script", "timeline", "end", "expect", "twin"}
 STEP_KEYS = {"id", "at", "plus", "say", "fault", "heal", "action", "note", "unless_client", "only_client"}
 BACKEND_KEYS = {"commit_after_s", "dedup"}
 ENDPOINT_KEYS = {"via"}
+TWIN_KEYS = {"profile", "set"}      # the twin's profile (lab/twin/profiles) and parameter overrides
 ALL_CLIENTS = "all"     # client_params / expect for every client
 # A fault's `target` is the lab's concept (the client's open connection, or the whole endpoint); the
 # agent turns it into addresses. Validation hands the fault a placeholder of the same shape.
@@ -113,6 +115,7 @@ class Scenario:
     input: str = "text"
     expect: dict[str, dict] = field(default_factory=dict)
     path: str = ""
+    twin: dict = field(default_factory=dict)     # {profile, set}: the twin this scenario needs
 
     def params_for(self, client: str) -> dict:
         merged = dict(self.client_params.get("all", {}))
@@ -127,7 +130,7 @@ class Scenario:
     def to_json(self) -> dict:
         return {"name": self.name, "title": self.title, "source": self.source, "client": self.client,
                 "duration": self.duration, "end": self.end, "input": self.input, "script": self.script,
-                "endpoint": self.endpoint, "backend": self.backend,
+                "endpoint": self.endpoint, "backend": self.backend, "twin": self.twin,
                 "timeline": [s.describe() for s in self.timeline]}
 
 
@@ -248,13 +251,29 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
     if not isinstance(endpoint, dict) or endpoint.get("via", "direct") not in ("direct", "proxy"):
         raise err(raw, "endpoint", "endpoint.via must be direct or proxy")
     _refuse_unknown(err, endpoint, ENDPOINT_KEYS, "endpoint key")
+    twin = _twin(err, raw)
 
     return Scenario(
         name=str(raw["name"]), title=str(raw.get("title", raw["name"])), source=str(raw.get("source", "")),
         shows=str(raw.get("shows", "")).strip(), client=client, script=list(script), timeline=steps,
         duration=float(duration), end=end, client_params={k: dict(v) for k, v in cp.items()},
         backend={"commit_after_s": 4.0, **backend}, endpoint=dict(endpoint), input=inp,
-        expect={k: dict(v) for k, v in exp.items()}, path=path)
+        expect={k: dict(v) for k, v in exp.items()}, path=path, twin=twin)
+
+
+def _twin(err, raw: dict) -> dict:
+    """`twin: {profile: vertex, set: {name: value}}`, checked as the twin will load it (an unknown
+    profile or parameter, or a value of the wrong shape, is one line here, before anything starts)."""
+    twin = raw.get("twin", {}) or {}
+    if not isinstance(twin, dict) or not isinstance(twin.get("set", {}) or {}, dict):
+        raise err(raw, "twin", "twin takes profile (a profile name) and set (a mapping of twin parameters)")
+    _refuse_unknown(err, twin, TWIN_KEYS, "twin key")
+    out = {"profile": str(twin.get("profile") or "developer-api"), "set": dict(twin.get("set") or {})}
+    try:
+        load_profile(out["profile"], out["set"])
+    except LabError as e:
+        raise err(raw, "twin", f"twin: {e}") from None
+    return out
 
 
 def _step(err, raw: dict, node: Any, script: list[str], ids: set[str]) -> Step:

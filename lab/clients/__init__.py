@@ -20,6 +20,7 @@ _BUILTIN = {
     "naive": ("lab.clients.naive", "NaiveClient"),
     "recovery-sequential": ("lab.clients.sequential", "SequentialRecoveryClient"),
     "guard": ("lab.clients.guard", "GuardClient"),
+    "session-manager": ("lab.clients.managed", "SessionManagerClient"),
 }
 
 _REQUIRED = ("start", "say", "action", "flow", "stop")

@@ -417,6 +417,13 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     else:
         m["twin"] = None
         m["resume_mitigations"] = None
+    # transparent resumption (seed 004), as the twin judged each resume's resend (lab.twin.transparent)
+    replays = [e for e in (twin or []) if e.kind == "twin.replay"]
+    m["transparent_resumes"] = sum(1 for e in replays if e.get("verdict") == "owed") if twin else None
+    m["replayed_messages"] = sum(int(e.get("owed") or 0) for e in replays if e.get("verdict") == "owed") \
+        if twin else None
+    m["wrong_replays"] = [e.get("verdict") for e in replays if e.get("verdict") not in ("owed", "ok")] \
+        if twin else None
     return m
 
 

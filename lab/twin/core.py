@@ -137,13 +137,16 @@ class TwinCore:
     def _deliver(self, c: Conn, kind: str, body: dict, now: float) -> list[Action]:
         if c.session is None:
             return []
+        judged, refused_replay = self.sessions.replay_arrived(c, kind, body, now)
+        if refused_replay:
+            return judged
         refused = self.sessions.input_arrived(c, kind, body, now)
         if refused is not None:
-            return refused
+            return judged + refused
         try:
-            return self.turns.deliver(c.session, c.id, kind, body, now)
+            return judged + self.turns.deliver(c.session, c.id, kind, body, now)
         except wire.BadInput as e:
-            return self.sessions.bad(c, e.reason, now)
+            return judged + self.sessions.bad(c, e.reason, now)
 
     def _drain(self, conn_id: int, now: float) -> list[Action]:
         """The frames a client sent while its setup was in flight, once it is live."""

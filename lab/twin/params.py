@@ -254,6 +254,10 @@ DECLARED: dict[str, Spec] = {
     "transparent_reject_code": CLOSE_CODE,
     "transparent_reject_reason": Text(),
     "setup_error_close_s": SECONDS,
+    "replay_check": Choice(options=("log", "close")),
+    "replay_reject_code": CLOSE_CODE,
+    "replay_reject_reason": Text(),
+    "handle_expiry_s": Number(lo=0, nullable=True),
     "reject_text_only": Flag(),
     # the server ending connections itself
     "freeze_close_s": Number(lo=0, nullable=True),

@@ -3,7 +3,9 @@
 A session has at most one connection; every handle ever issued maps to its session (the latest
 state). A resume is refused while the server still holds the old connection (000 finding 3), for
 `idle_release_s` after an idle drop (000 round 1), and for good once the server itself closed it
-(000 round 2). A connection's phase is a `Phase`; its timers are the frozen dataclasses below,
+(000 round 2); a handle older than `handle_expiry_s` is refused like an unknown one. On a
+transparent connection each message is judged against what its resume owes (lab.twin.transparent,
+seed 004). A connection's phase is a `Phase`; its timers are the frozen dataclasses below,
 each dispatched by type. An id this room never issued raises UnknownConnection / UnknownSession.
 
 Knows nothing of sockets, clocks (`now` comes in), JSON, or what the model says: it hands a
@@ -24,6 +26,7 @@ from lab.twin import wire
 from lab.twin.actions import Log, Send, Timer, TimerKey, TwinBug, UnknownConnection, UnknownSession, UnknownTimer
 from lab.twin.modalities import Carried, media_of
 from lab.twin.params import draw
+from lab.twin.transparent import WRONG_REPLAYS, Replays
 
 
 class Phase(Enum):
@@ -88,6 +91,11 @@ class SessionParams:
     session_max_av_s: float | None
     session_cap_code: int
     session_cap_reason: str
+    # transparent resumption (lab.twin.transparent) and how long a handle stays valid
+    replay_check: str
+    replay_reject_code: int
+    replay_reject_reason: str
+    handle_expiry_s: float | None
 
 
 # the server faults this room honours (lab.twin.core owns the switches; this room reads the set)
@@ -211,6 +219,8 @@ class Sessions:
         self.conns: dict[int, Conn] = {}
         self._ended: set[int] = set()
         self._session_seq = 0
+        self.replays = Replays()                        # what transparent resumes must resend
+        self.handle_issued_at: dict[str, float] = {}    # for handle_expiry_s
         self._timers: dict[type, Callable[[Conn, float], list]] = {
             FreezeCheck: self._on_freeze, SetupDone: self._on_setup_done, HandleUpdate: self._on_handle_timer,
             GoAway: self._on_goaway, GoAwayClose: self._on_goaway_close, CapGoAway: self._on_cap_goaway,
@@ -332,6 +342,24 @@ class Sessions:
                 self.close(c, code, reason, now, "audio_video_resume")
         return None
 
+    def replay_arrived(self, c: Conn, kind: str, body: dict, now: float) -> tuple[list, bool]:
+        """A message on a transparent connection, judged against what its resume owes (seed 004
+        §5): (the actions, whether the message is refused). A twin.replay record when it settles
+        the replay; with replay_check `close` a wrong replay is closed 1007 and goes no further."""
+        judged = self.replays.message(c.id, kind, body) if c.transparent else None
+        if judged is None:
+            return [], False
+        acts: list = [Log("twin.replay", {"conn": c.id, "session": c.session, **judged})]
+        if judged["verdict"] in WRONG_REPLAYS and self.prm.replay_check == "close":
+            code, reason = self.prm.replay_reject_code, self.prm.replay_reject_reason
+            return acts + self.close(c, code, reason, now, "wrong_replay"), True
+        return acts, False
+
+    def _expired(self, handle: str, now: float) -> bool:
+        ttl = self.prm.handle_expiry_s
+        at = self.handle_issued_at.get(handle)
+        return ttl is not None and at is not None and now - at > ttl
+
     def take_pending(self, c: Conn) -> list[tuple[str, dict]]:
         pending, c.pending = c.pending, []
         return pending
@@ -340,6 +368,7 @@ class Sessions:
         c = self.conn(conn_id)
         del self.conns[conn_id]
         self._ended.add(conn_id)
+        self.replays.ended(conn_id)
         server_initiated = c.phase is Phase.CLOSING
         if server_initiated and c.close_why:
             how = "server_timeout" if c.close_why == "freeze" else f"server_{c.close_why}"
@@ -418,6 +447,8 @@ class Sessions:
         self.turns.begin(s.id, setup)
         s.conn = c.id
         c.session = s.id
+        if c.transparent:
+            self.replays.started(c.id, s.id)
         return acts + [Timer(SetupDone(c.id), now + draw(self.prm.new_setup_s, self.rng))]
 
     def _setup_refusal(self, c: Conn, setup: dict, sr: dict) -> tuple[int, str, str] | None:
@@ -457,6 +488,8 @@ class Sessions:
             s.dead = True       # the ~480 s close came, with no socket left to carry it
         if s is None:
             why, code = "unknown_handle", self.prm.unknown_handle_code
+        elif self._expired(handle, now):
+            why, code = "handle_expired", self.prm.unknown_handle_code   # assumption: refused as unknown
         elif s.dead:
             why = "session_dead"
         elif s.conn is not None:
@@ -480,7 +513,11 @@ class Sessions:
         c.resumed = True
         s.compressed = setup.get("contextWindowCompression") is not None
         self.turns.configure(s.id, setup)
-        return self._av_resume(c, s, handle, now) + [Timer(SetupDone(c.id), now + draw(self.prm.resume_setup_s, self.rng))]
+        acts: list = self._av_resume(c, s, handle, now)
+        owed = self.replays.resumed(c.id, s.id, handle) if c.transparent else None
+        if owed is not None:
+            acts.append(Log("twin.replay", {"conn": c.id, "session": s.id, "verdict": "owed", "owed": owed}))
+        return acts + [Timer(SetupDone(c.id), now + draw(self.prm.resume_setup_s, self.rng))]
 
     def _av_resume(self, c: Conn, s: Session, handle: str, now: float) -> list:
         """002: a session that ever carried audio and video is resumed (the resume itself works); it
@@ -549,6 +586,9 @@ class Sessions:
         s.handles.add(h)
         s.latest_handle = h
         self.handles[h] = s.id
+        self.handle_issued_at[h] = now
+        if c.transparent:
+            self.replays.handle_issued(c.id, h, c.msg_index)
         frame = wire.resumption_update(h, c.msg_index if c.transparent else None)
         return [self.wire.send(c.id, frame, now),
                 Log("twin.handle", {"conn": c.id, "session": s.id, **redact_handle(h)})]

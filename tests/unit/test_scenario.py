@@ -32,13 +32,13 @@ def test_catalogue_is_valid_and_covers_the_study():
     for required in ("control", "control-speech", "b1-silent-loss", "b2-path-return", "b2-speaking", "r1-idle-abort-immediate",
                      "r1-idle-abort-delayed", "r1-clean-close", "r1-abort-speaking", "r2-freeze",
                      "s2-recovery", "s2-recovery-no-note", "s2-control", "v1-av-goaway", "v2-av-drop",
-                     "v0-audio-goaway"):
+                     "v0-audio-goaway", "t1-goaway", "t2-abort-speaking", "t3-silent-loss", "t4-handle-expiry"):
         assert required in names
     for n in names:
         s = scenario.load(n)
-        # a seed study's finding (000 resume, 001 stop), a seed report (002 audio+video resume), or
-        # the fidelity notes' third-party figure (the twin's own faults)
-        assert s.source.startswith(("000", "001", "002", "fidelity §")), f"{n} cites no finding"
+        # a seed study's finding (000 resume, 001 stop), a seed report (002 audio+video resume), the
+        # guide a client implements (004 SessionManager), or the fidelity notes' third-party figure
+        assert s.source.startswith(("000", "001", "002", "004", "fidelity §")), f"{n} cites no finding"
         assert s.expect, f"{n} states no expectation"
 
 
@@ -193,3 +193,15 @@ def test_cli_refuses_a_misspelt_expectation_before_anything_runs(tmp_path):
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("lab: ") and "bookingz" in out.stderr
     assert not (tmp_path / "batch").exists() and not (tmp_path / "captures").exists()
+
+
+def test_a_scenario_names_the_twin_it_needs_and_a_bad_one_is_one_line(tmp_path):
+    base = {"name": "x", "script": ["hi"], "timeline": [{"at": "start", "say": 0}]}
+    s = scenario.parse({**base, "twin": {"profile": "vertex", "set": {"handle_expiry_s": 5}}})
+    assert s.twin == {"profile": "vertex", "set": {"handle_expiry_s": 5}}
+    assert scenario.parse(base).twin == {"profile": "developer-api", "set": {}}
+    for bad, words in (({"profile": "nope"}, "nope"), ({"set": {"handle_expiry_s": "soon"}}, "handle_expiry_s"),
+                       ({"set": {"no_such": 1}}, "no_such"), ({"profil": "vertex"}, "profil")):
+        with pytest.raises(ScenarioError) as ei:
+            scenario.parse({**base, "twin": bad})
+        assert words in str(ei.value) and "\n" not in str(ei.value)
