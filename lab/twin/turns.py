@@ -258,6 +258,14 @@ class Turns:
                   and not any("system note" in x.lower() for _, x in texts))
         if simple:
             line = " ".join(x for _, x in texts)
+            if (cc.turn_complete and line.strip() == "." and p.model.history
+                    and p.model.history[-1][0] == "user"):
+                # a "." user turn closing a user turn sent earlier with turnComplete false: the
+                # generation nudge of LiveKit's plugin before 1.8.3 (generate_reply() appends it;
+                # its typed-message path). Assumption: the model answers the pending turn, as it
+                # does for the empty turn above; a "." with nothing pending is a turn of its own.
+                _, text = p.model.history.pop()
+                return self._user_text(sid, conn, text, now, source="client_content")
             if not cc.turn_complete:
                 p.model.history.append(("user", line))
                 return []
