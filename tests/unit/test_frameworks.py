@@ -104,3 +104,24 @@ def test_a_result_never_sent_is_missing_and_one_to_a_stranger_is_unknown():
     assert (m["tool_results_missing"], m["tool_results_unknown"], m["replies_per_tool_result"]) == (1, 1, 0)
     assert tool_result_metrics([], []) ["replies_per_tool_result"] is None
     assert set(tool_result_metrics([], None).values()) == {None}
+
+
+def _twin_line(sim, conn, text, complete):
+    sim.send(conn, {"client_content": {"turns": [{"role": "user", "parts": [{"text": text}]}],
+                                       "turnComplete": complete}})
+
+
+def test_twin_reads_a_dot_turn_as_closing_the_pending_line():
+    # LiveKit's plugin before 1.8.3 sends a typed line turnComplete false, then generate_reply()'s "."
+    from tests.unit.test_twin_core import Sim, new_session
+
+    sim = Sim()
+    new_session(sim)
+    _twin_line(sim, 1, "Book me the 3pm slot tomorrow, please.", False)
+    _twin_line(sim, 1, ".", True)
+    sim.after(3)
+    assert [u["intent"] for u in sim.logs_of("twin.user")] == ["BOOK"]
+    assert sim.logs_of("twin.tool_call")
+    # nothing pending: a "." is a turn of its own (the PR's nudge after a replayed result)
+    _twin_line(sim, 1, ".", True)
+    assert [u["intent"] for u in sim.logs_of("twin.user")] == ["BOOK", "OTHER"]
