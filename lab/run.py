@@ -319,7 +319,8 @@ def add_parser(sub) -> None:
     p.add_argument("--all", action="store_true", help="every scenario in the catalogue")
     p.add_argument("-n", type=int, default=1, help="runs per scenario")
     p.add_argument("--client", default=None,
-                   help=f"probe, recovery, naive, a framework ({', '.join(FRAMEWORKS)}), or module:Class")
+                   help=f"probe, recovery, naive, a framework ({', '.join(FRAMEWORKS)}; NAME@RELEASE[+BUILD] for "
+                        "another release, e.g. livekit@1.8.0+pr003), or module:Class")
     p.add_argument("--client-cmd", default=None, metavar="CMD",
                    help="run your own unmodified app as the client (stdin: the user's lines; "
                         "$LAB_BACKEND_URL: the backend); judged as --client or the scenario's client")

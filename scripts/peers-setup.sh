@@ -13,8 +13,8 @@
 #   +BUILD also applies our patch for that build to the installed package (livekit@1.8.0+pr003:
 #   tests/fixtures/livekit-003-pr.patch, livekit/agents PR #6481 as its description says, seed 003) and
 #   names the venv .venv-NAME-RELEASE-BUILD. The list of builds is lab/clients/frameworks (Framework.builds).
-# Exit: 0 ready; 75 the package index cannot be reached (no network: callers may skip); 1 any other
-# failure. A failure prints one line "peers-setup: <peer>: ..." on stderr; pip's log stays in the venv.
+# Exit: 0 ready; 75 the package index cannot be reached (no network: callers may skip); 2 a release the
+# index does not have, or a NAME@RELEASE[+BUILD] that cannot be; 1 any other failure. A failure prints one line "peers-setup: <peer>: ..." on stderr; pip's log stays in the venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,6 +66,8 @@ setup_peer() {
       return 75
     fi
     echo "peers-setup: $name: pip install $* failed: $(grep -E '^ERROR' "$log" | tail -n1 || tail -n1 "$log"); see $log" >&2
+    # no such release on the index: bad input (exit 2), told apart from a broken install
+    if grep -q 'No matching distribution found' "$log"; then return 2; fi
     return 1
   fi
   if [ -n "$patchfile" ]; then
