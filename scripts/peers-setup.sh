@@ -10,9 +10,9 @@
 # Usage: scripts/peers-setup.sh [livekit|pipecat|adk|all|NAME@RELEASE[+BUILD]]   (default all)
 #   NAME@RELEASE (livekit@1.8.9, pipecat@1.14.0, adk@2.13.0) builds .venv-NAME-RELEASE with that release of
 #   the framework's packages (for livekit: livekit-agents and livekit-plugins-google at the same release);
-#   +BUILD also applies our patch for that build to the installed package (livekit@1.8.0+pr003:
-#   tests/fixtures/livekit-003-pr.patch, livekit/agents PR #6481 as its description says, seed 003) and
-#   names the venv .venv-NAME-RELEASE-BUILD. The list of builds is lab/clients/frameworks (Framework.builds).
+#   +BUILD also applies our patch tests/fixtures/NAME-BUILD.patch to the installed package (livekit@1.8.0+pr003:
+#   tests/fixtures/livekit-pr003.patch, livekit/agents PR #6481 as its description says, seed 003) and
+#   names the venv .venv-NAME-RELEASE-BUILD (lab/clients/frameworks reads the same names).
 # Exit: 0 ready; 75 the package index cannot be reached (no network: callers may skip); 2 a release the
 # index does not have, or a NAME@RELEASE[+BUILD] that cannot be; 1 any other failure. A failure prints one line "peers-setup: <peer>: ..." on stderr; pip's log stays in the venv.
 set -euo pipefail
@@ -100,12 +100,14 @@ case "$which" in
     if ! [[ "$release" =~ ^[0-9][0-9A-Za-z.]*$ ]] || ! [[ "$build" =~ ^[a-z0-9]*$ ]]; then
       echo "peers-setup: $which: write NAME@RELEASE[+BUILD], e.g. livekit@1.8.9 or livekit@1.8.0+pr003" >&2; exit 2
     fi
-    patchfile=""
-    case "$name+$build" in
-      livekit+|pipecat+|adk+) ;;
-      livekit+pr003) patchfile=tests/fixtures/livekit-003-pr.patch ;;
-      *) echo "peers-setup: $which: no such framework build (builds: livekit@RELEASE+pr003)" >&2; exit 2 ;;
+    case "$name" in
+      livekit|pipecat|adk) ;;
+      *) echo "peers-setup: $which: no framework $name (livekit, pipecat, adk)" >&2; exit 2 ;;
     esac
+    patchfile=${build:+tests/fixtures/$name-$build.patch}
+    if [ -n "$patchfile" ] && [ ! -f "$patchfile" ]; then
+      echo "peers-setup: $which: no build $build of $name (no $patchfile)" >&2; exit 2
+    fi
     dir=".venv-$name-$release${build:+-$build}"
     case "$name" in
       livekit) setup_peer "$which" "$dir" "$LIVEKIT_CHECK" "$patchfile" "livekit-agents==$release" "livekit-plugins-google==$release" ;;

@@ -15,9 +15,7 @@ On cue from the scenario (seed 003; the lab passes the parameters as --params JS
 lab/clients/frameworks): with update_tools_in_tool, book_slot behaves like a tool that changes the
 agent's tools when it succeeds: once the booking is made it calls update_tools() (which restarts
 the plugin's websocket, livekit/agents#6479), then returns result_after_update_s later, so its
-result reaches the plugin while the restart is under way. results_per_restart > 1 holds results
-until that many are done and hands them over in one restart, one update_chat_ctx each (as
-AgentSession does, once per tool round).
+result reaches the plugin while the restart is under way.
 """
 from __future__ import annotations
 
@@ -42,10 +40,8 @@ async def main() -> None:
     from livekit.agents import llm
     from livekit.plugins import google as lk_google
 
-    from livekit.plugins.google import __version__ as plugin_version
-
-    cue = app_params(sys.argv)
-    log(f"livekit-agents {livekit.agents.__version__} livekit-plugins-google {plugin_version}"
+    cue = app_params(sys.argv)      # {} when run by hand without --params: no cue, plain booking
+    log(f"livekit-agents {livekit.agents.__version__} livekit-plugins-google {lk_google.__version__}"
         + (f" params {json.dumps(cue, sort_keys=True)}" if cue else ""))
     model = lk_google.realtime.RealtimeModel(model=MODEL, api_key=os.environ["GOOGLE_API_KEY"],
                                              output_audio_transcription=types.AudioTranscriptionConfig())
@@ -73,30 +69,23 @@ async def main() -> None:
     await sess.update_tools(list(tool_sets[0]))
     chat = llm.ChatContext.empty()
     tasks: set[asyncio.Task] = set()
-    held: list = []      # finished results not yet handed over (results_per_restart)
     restarts = 0
 
     async def answer_tool(fc) -> None:
         nonlocal restarts
         args = json.loads(fc.arguments or "{}")
         result = await asyncio.to_thread(book, args.get("slot"), fc.call_id)
-        held.append(llm.FunctionCallOutput(call_id=fc.call_id, name=fc.name, output=json.dumps(result),
-                                           is_error=False))
+        out = llm.FunctionCallOutput(call_id=fc.call_id, name=fc.name, output=json.dumps(result), is_error=False)
         chat.insert(fc)
-        if len(held) < int(cue.get("results_per_restart", 1)):
-            return
-        done = held[:]
-        held.clear()
         if cue.get("update_tools_in_tool"):
             # a different tool set each time, so every call restarts the websocket
             restarts += 1
             await sess.update_tools(list(tool_sets[restarts % 2]))
             log(f"update_tools at {time.time():.3f}: restart asked")
             await asyncio.sleep(float(cue.get("result_after_update_s", 0.0)))
-        for out in done:
-            chat.insert(out)
-            await sess.update_chat_ctx(chat)
-            log(f"tool result {out.call_id} handed over at {time.time():.3f}")
+        chat.insert(out)
+        await sess.update_chat_ctx(chat)
+        log(f"tool result {out.call_id} handed over at {time.time():.3f}")
 
     async def consume(ev) -> None:
         said: list[str] = []

@@ -7,7 +7,7 @@ reads twin.jsonl by call id. The venvs are skipped only when the package index c
 - livekit-plugins-google 1.8.0 (the code PR #6481 was written against), k2: the tool's result lands
   while the plugin reconnects; the twin never receives a response for that call id and the model
   never speaks again (the hang of livekit#6479);
-- the same release with our patch of the PR's approach (tests/fixtures/livekit-003-pr.patch), k1:
+- the same release with our patch of the PR's approach (tests/fixtures/livekit-pr003.patch), k1:
   the result held over the restart reaches the resumed session, followed by the "." nudge, a user
   turn the scenario never said (review finding 3).
 """

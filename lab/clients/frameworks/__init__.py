@@ -8,8 +8,9 @@ record, the backend and the packets (command.py's docstring says what that can a
 
 A client name may carry a version and a build: `livekit@1.8.9` runs that release of the framework's
 package from `.venv-livekit-1.8.9`, `livekit@1.8.0+pr003` (`.venv-livekit-1.8.0-pr003`) the same release with a patch of ours
-applied (a `Framework.builds` entry: tests/fixtures/livekit-003-pr.patch is the approach of
-livekit/agents PR #6481, seed 003, written from the PR's description). The plain name stays the
+applied: a build B of framework N is the patch tests/fixtures/N-B.patch, the only list of builds
+(scripts/peers-setup.sh finds it by the same name; tests/fixtures/livekit-pr003.patch is the approach
+of livekit/agents PR #6481, seed 003, written from the PR's description). The plain name stays the
 pinned venv. `scripts/peers-setup.sh livekit@1.8.0+pr003` builds the same name.
 
     resolve("livekit@1.8.9")          a Build, or None for a name that is no framework
@@ -30,6 +31,8 @@ from typing import Any
 from lab.errors import LabError
 
 SETUP = "scripts/peers-setup.sh"
+REPO = Path(__file__).resolve().parents[3]
+FIXTURES = "tests/fixtures"       # where a build's patch lives
 # a release as pip spells one (1.8.9, 1.14.0, 2.0.0rc1); a build tag is a word
 _SPEC = re.compile(r"^(?P<name>[a-z]+)(?:@(?P<version>[0-9][0-9A-Za-z.]*)(?:\+(?P<build>[a-z0-9]+))?)?$")
 
@@ -42,7 +45,13 @@ class Framework:
     app: str            # the framework-side app, relative to the repo
     # the client_params its app reads (name -> default); the app gets them as --params JSON
     params: dict[str, Any] = field(default_factory=dict)
-    builds: dict[str, str] = field(default_factory=dict)    # build tag -> patch, relative to the repo
+
+    def patch(self, build: str) -> str:
+        """A build's patch, relative to the repo (tests/fixtures/<name>-<build>.patch)."""
+        return f"{FIXTURES}/{self.name}-{build}.patch"
+
+    def builds(self) -> list[str]:
+        return sorted(p.name[len(self.name) + 1:-len(".patch")] for p in (REPO / FIXTURES).glob(f"{self.name}-*.patch"))
 
     def declared_params(self) -> dict[str, Any]:
         return dict(self.params)
@@ -98,7 +107,7 @@ class Build:
     def describe(self) -> dict[str, Any]:
         """What run.json records of the framework: its package, release and build."""
         return {"framework": self.name, "package": self.framework.package, "version": self.version,
-                "build": self.build, "patch": self.framework.builds.get(self.build) if self.build else None,
+                "build": self.build, "patch": self.framework.patch(self.build) if self.build else None,
                 "venv": self.venv}
 
     def command(self, repo: Path, params: dict[str, Any] | None = None) -> str:
@@ -115,12 +124,10 @@ class Build:
 LIVEKIT_PARAMS = {
     "update_tools_in_tool": False,   # the tool calls update_tools() just before it returns
     "result_after_update_s": 0.0,    # ... and returns this long after update_tools() (the PR's repro: 0.5)
-    "results_per_restart": 1,        # hold this many results and hand them over in one restart (defect 3)
 }
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
-    Framework("livekit", "livekit-plugins-google", "1.8.9", "lab/peers/livekit_app.py", LIVEKIT_PARAMS,
-              builds={"pr003": "tests/fixtures/livekit-003-pr.patch"}),
+    Framework("livekit", "livekit-plugins-google", "1.8.9", "lab/peers/livekit_app.py", LIVEKIT_PARAMS),
     Framework("pipecat", "pipecat-ai", "1.14.0", "lab/peers/pipecat_app.py"),
     Framework("adk", "google-adk", "2.13.0", "lab/peers/adk_app.py"),
 )}
@@ -128,12 +135,6 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
 
 def names() -> list[str]:
     return list(FRAMEWORKS)
-
-
-def is_framework(spec: str | None) -> bool:
-    """Whether a --client name names a framework (with or without a version); no error for others."""
-    m = _SPEC.match(spec or "")
-    return bool(m) and m["name"] in FRAMEWORKS
 
 
 def resolve(spec: str | None) -> Build | None:
@@ -148,7 +149,7 @@ def resolve(spec: str | None) -> Build | None:
     fw = FRAMEWORKS[m["name"]]
     if m["version"] is None:
         return Build(fw, fw.pinned)
-    if m["build"] and m["build"] not in fw.builds:
-        known = ", ".join(f"+{b}" for b in fw.builds) or "none"
+    if m["build"] and m["build"] not in fw.builds():
+        known = ", ".join(f"+{b}" for b in fw.builds()) or "none"
         raise LabError(f"client {spec!r}: {fw.name} has no build {m['build']!r} (known: {known})")
     return Build(fw, m["version"], m["build"], pinned=False)
