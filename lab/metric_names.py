@@ -89,6 +89,12 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("tool_calls_reissued", "the first call issued again under a new id"),
     _m("tool_dedups", "calls the backend answered from an existing job"),
     _m("pending_call_answered_after_resume", "a call pending at the loss answered on the resumed session"),
+    # tool results by call id, as the twin received them (lab.report.tool_results; seed 003, pipecat#5465)
+    _m("tool_results_missing", "call ids the twin issued that no tool response answered"),
+    _m("tool_results_repeated", "call ids the twin received more than one response for"),
+    _m("tool_results_unknown", "tool responses for an id the receiving session never issued"),
+    _m("replies_per_tool_result", "most model lines between one tool response and the next user line"),
+    _m("unscripted_user_turns", "user turns the twin heard beyond the scenario's lines"),
     _m("handle_updates", "resumption handle updates per connection", scalar=False),
     _m("max_handle_updates_per_conn", "most handle updates on one connection"),
     # what the user was told

@@ -24,7 +24,7 @@ from pathlib import Path
 from lab import scenario as scenario_mod
 from lab.clients import get as get_client
 from lab.clients.command import parse_command
-from lab.clients.frameworks import FRAMEWORKS
+from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
 from lab.events import read_events
 from lab.report.verdict import verdict_passed   # reads old verdicts (`passed`) too; loads no matplotlib
 from lab.errors import CapabilityError, LabError
@@ -60,11 +60,12 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
     scns = [scenario_mod.load(s) for s in scenarios]
     for s in scns:
         name = client or s.client
-        if name in FRAMEWORKS:
+        build = resolve_framework(name)     # livekit, livekit@1.8.9, livekit@1.8.9+pr003
+        if build is not None:
             if topology != "netns":    # its venv is on the host; the client image holds none
                 raise LabError(f"client {name!r} runs in the netns topology only (its venv is not in the client image)")
-            FRAMEWORKS[name].check(REPO)
-            _check_client_cmd(FRAMEWORKS[name].command(REPO), endpoint, topology)
+            build.check(REPO)
+            _check_client_cmd(build.command(REPO), endpoint, topology)
         else:
             get_client(name)
     if endpoint not in ("twin", "live"):
@@ -114,7 +115,9 @@ class RunSpec:
     tests, may start an endpoint once the topology is up and return (base_url, ca)."""
 
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
-                 keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None, app_dir=None):
+                 keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None,
+                 framework=None, app_dir=None):
+        self.framework = framework             # a framework client's Build.describe(), for run.json
         self.client_cmd = client_cmd           # a user's app as the client, judged as `client`
         self.app_dir = Path(app_dir or os.getcwd())   # where its command line's relative paths start
         self.budget_ledger = budget_ledger     # live: the agent charges each connection against it
@@ -137,6 +140,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
         meta["client_cmd"] = spec.client_cmd
         if spec.client not in FRAMEWORKS:   # a user's app: judged by the client it stands in for
             meta.update(client="command", judged_as=spec.client)
+    if spec.framework is not None:      # which release (and build) of the framework ran
+        meta["framework"] = spec.framework
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
     # the scenario as run, next to its results: provenance, and a path the agent can read in any
     # topology (a container sees the run folder, not the host's source tree)
@@ -279,17 +284,22 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     verdicts = []
     for scn in scns:
         cl = client or scn.client
-        # a framework client is an app run like --client-cmd, in its own venv (lab/clients/frameworks)
-        cmd = client_cmd or (FRAMEWORKS[cl].command(REPO) if cl in FRAMEWORKS else None)
+        # a framework client is an app run like --client-cmd, in its own venv (lab/clients/frameworks);
+        # it is judged (params, expect) by its plain name, whatever release runs
+        build = None if client_cmd else resolve_framework(cl)
+        label = build.label if build else cl
+        if build is not None:
+            cl = build.name
+        cmd = client_cmd or (build.command(REPO, scn.params_for(cl)) if build else None)
         for i in range(1, n + 1):
-            run_dir = batch / f"{scn.name}-{'cmd' if client_cmd else cl}-{i:02d}"
+            run_dir = batch / f"{scn.name}-{'cmd' if client_cmd else label}-{i:02d}"
             # the run's ledger: reserved before anything starts, charged per connection by the agent
             ledger = budget.start_run(run_dir.name) if budget is not None else None
-            who = f"command, judged as {cl}" if client_cmd else cl
+            who = f"command, judged as {cl}" if client_cmd else label
             out(f"== {scn.name} ({who}, {topology}, {endpoint}) run {i}/{n} -> {run_dir}")
             v = run_one(RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key,
                                 keylog_live, ca=ca, endpoint_hook=endpoint_hook, budget_ledger=ledger,
-                                client_cmd=cmd), out=out)
+                                client_cmd=cmd, framework=build.describe() if build else None), out=out)
             why = _client_start_error(run_dir) if cmd else None
             if why:    # the app never ran: a verdict would judge nothing, and every next run fails alike
                 raise LabError(why)
@@ -320,7 +330,8 @@ def add_parser(sub) -> None:
     p.add_argument("--all", action="store_true", help="every scenario in the catalogue")
     p.add_argument("-n", type=int, default=1, help="runs per scenario")
     p.add_argument("--client", default=None,
-                   help=f"probe, recovery, naive, a framework ({', '.join(FRAMEWORKS)}), or module:Class")
+                   help=f"probe, recovery, naive, a framework ({', '.join(FRAMEWORKS)}; NAME@RELEASE[+BUILD] for "
+                        "another release, e.g. livekit@1.8.0+pr003), or module:Class")
     p.add_argument("--client-cmd", default=None, metavar="CMD",
                    help="run your own unmodified app as the client (stdin: the user's lines; "
                         "$LAB_BACKEND_URL: the backend); judged as --client or the scenario's client")

@@ -20,6 +20,7 @@ from netem.errors import NetemError
 
 from lab import actions, anchors, expectations
 from lab import clients as client_registry
+from lab.clients import frameworks
 from lab.errors import LabError, ScenarioError
 from lab.twin.profile import load_profile
 
@@ -351,12 +352,12 @@ def _fault(err, node: dict, f: Any) -> dict:
 
 
 def _known_clients() -> str:
-    return ", ".join(client_registry.names()) + ", or a module path pkg.mod:Class"
+    return ", ".join(client_registry.names() + frameworks.names()) + ", or a module path pkg.mod:Class"
 
 
 def _client_name_ok(name: str) -> bool:
     mod, sep, cls = name.partition(":")
-    return name in client_registry.names() or bool(sep and mod and cls)
+    return name in client_registry.names() or name in frameworks.FRAMEWORKS or bool(sep and mod and cls)
 
 
 def _per_client(err, raw: dict, key: str, what: str) -> dict:
@@ -375,6 +376,9 @@ def _declared_params(err, cp: dict, who: str) -> set[str]:
     names = client_registry.names() if who == ALL_CLIENTS else [who]
     declared: set[str] = set()
     for n in names:
+        if n in frameworks.FRAMEWORKS:      # an app in its own venv: the parameters its app reads
+            declared |= set(frameworks.FRAMEWORKS[n].declared_params())
+            continue
         try:
             cls = client_registry.get(n)
         except LabError as e:

@@ -7,9 +7,14 @@
 # The peer scripts under tests/peers/ use only the stdlib and these packages, so neither venv needs
 # the project itself. Idempotent: a venv whose stamp matches its pins is skipped at once.
 #
-# Usage: scripts/peers-setup.sh [livekit|pipecat|adk|all]   (default all)
-# Exit: 0 ready; 75 the package index cannot be reached (no network: callers may skip); 1 any other
-# failure. A failure prints one line "peers-setup: <peer>: ..." on stderr; pip's log stays in the venv.
+# Usage: scripts/peers-setup.sh [livekit|pipecat|adk|all|NAME@RELEASE[+BUILD]]   (default all)
+#   NAME@RELEASE (livekit@1.8.9, pipecat@1.14.0, adk@2.13.0) builds .venv-NAME-RELEASE with that release of
+#   the framework's packages (for livekit: livekit-agents and livekit-plugins-google at the same release);
+#   +BUILD also applies our patch tests/fixtures/NAME-BUILD.patch to the installed package (livekit@1.8.0+pr003:
+#   tests/fixtures/livekit-pr003.patch, livekit/agents PR #6481 as its description says, seed 003) and
+#   names the venv .venv-NAME-RELEASE-BUILD (lab/clients/frameworks reads the same names).
+# Exit: 0 ready; 75 the package index cannot be reached (no network: callers may skip); 2 a release the
+# index does not have, or a NAME@RELEASE[+BUILD] that cannot be; 1 any other failure. A failure prints one line "peers-setup: <peer>: ..." on stderr; pip's log stays in the venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,10 +34,15 @@ network_error() {
   grep -qE 'NewConnectionError|Failed to establish a new connection|Network is unreachable|Temporary failure in name resolution|Name or service not known|ConnectTimeout|Max retries exceeded|ProxyError|Connection refused' "$1"
 }
 
+# setup_peer NAME DIR CHECK PATCH PKG...   (PATCH: "" or a patch applied, -p1, to the venv's site-packages)
 setup_peer() {
-  local name=$1 check=$2; shift 2
-  local dir=".venv-$name" stamp=".venv-$name/.peer-installed" want t0 log
+  local name=$1 dir=$2 check=$3 patchfile=$4; shift 4
+  local stamp="$dir/.peer-installed" want t0 log site
   want="$(printf '%s\n' "$PY" "$@")"
+  if [ -n "$patchfile" ]; then
+    [ -f "$patchfile" ] || { echo "peers-setup: $name: the build's patch $patchfile is missing" >&2; return 1; }
+    want="$want"$'\n'"patch $(sha256sum "$patchfile" | cut -c1-16)"
+  fi
   t0=$(now)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$dir/bin/python" ]; then
     echo "peers-setup: $name ready in $dir (warm, $(since "$t0") s)"
@@ -56,7 +66,21 @@ setup_peer() {
       return 75
     fi
     echo "peers-setup: $name: pip install $* failed: $(grep -E '^ERROR' "$log" | tail -n1 || tail -n1 "$log"); see $log" >&2
+    # no such release on the index: bad input (exit 2), told apart from a broken install
+    if grep -q 'No matching distribution found' "$log"; then return 2; fi
     return 1
+  fi
+  if [ -n "$patchfile" ]; then
+    site=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    # the release as published under the patch (an older patch may be applied already)
+    if ! "$dir/bin/pip" install --force-reinstall --no-deps "$@" >>"$log" 2>&1; then
+      echo "peers-setup: $name: reinstalling $* before the patch failed; see $log" >&2
+      return 1
+    fi
+    if ! patch -p1 --forward --batch -d "$site" <"$patchfile" >>"$log" 2>&1; then
+      echo "peers-setup: $name: $patchfile does not apply to the installed release: $(tail -n1 "$log"); see $log" >&2
+      return 1
+    fi
   fi
   if ! "$dir/bin/python" -c "$check" >>"$log" 2>&1; then
     echo "peers-setup: $name: installed but does not import: $(tail -n1 "$log"); see $log" >&2
@@ -69,19 +93,41 @@ setup_peer() {
 which=${1:-all}
 case "$which" in
   livekit|pipecat|adk|all) ;;
-  *) echo "usage: scripts/peers-setup.sh [livekit|pipecat|adk|all]" >&2; exit 2 ;;
+  *@*)
+    # one framework at one release, perhaps patched: NAME@RELEASE[+BUILD]
+    name=${which%%@*}; rest=${which#*@}; release=${rest%%+*}; build=""
+    [ "$rest" != "$release" ] && build=${rest#*+}
+    if ! [[ "$release" =~ ^[0-9][0-9A-Za-z.]*$ ]] || ! [[ "$build" =~ ^[a-z0-9]*$ ]]; then
+      echo "peers-setup: $which: write NAME@RELEASE[+BUILD], e.g. livekit@1.8.9 or livekit@1.8.0+pr003" >&2; exit 2
+    fi
+    case "$name" in
+      livekit|pipecat|adk) ;;
+      *) echo "peers-setup: $which: no framework $name (livekit, pipecat, adk)" >&2; exit 2 ;;
+    esac
+    patchfile=${build:+tests/fixtures/$name-$build.patch}
+    if [ -n "$patchfile" ] && [ ! -f "$patchfile" ]; then
+      echo "peers-setup: $which: no build $build of $name (no $patchfile)" >&2; exit 2
+    fi
+    dir=".venv-$name-$release${build:+-$build}"
+    case "$name" in
+      livekit) setup_peer "$which" "$dir" "$LIVEKIT_CHECK" "$patchfile" "livekit-agents==$release" "livekit-plugins-google==$release" ;;
+      pipecat) setup_peer "$which" "$dir" "$PIPECAT_CHECK" "" "pipecat-ai[google]==$release" ;;
+      adk) setup_peer "$which" "$dir" "${ADK_CHECK%%; assert*}" "" "google-adk==$release" ;;
+    esac
+    exit $? ;;
+  *) echo "usage: scripts/peers-setup.sh [livekit|pipecat|adk|all|NAME@RELEASE[+BUILD]]" >&2; exit 2 ;;
 esac
 rc=0
 if [ "$which" = all ] || [ "$which" = livekit ]; then
-  setup_peer livekit "$LIVEKIT_CHECK" "${LIVEKIT_PKGS[@]}" || rc=$?
+  setup_peer livekit .venv-livekit "$LIVEKIT_CHECK" "" "${LIVEKIT_PKGS[@]}" || rc=$?
 fi
 if [ "$which" = all ] || [ "$which" = pipecat ]; then
-  r=0; setup_peer pipecat "$PIPECAT_CHECK" "${PIPECAT_PKGS[@]}" || r=$?
+  r=0; setup_peer pipecat .venv-pipecat "$PIPECAT_CHECK" "" "${PIPECAT_PKGS[@]}" || r=$?
   # the first failure decides the exit, but a network failure (75) wins so callers can skip
   if [ "$rc" = 0 ] || [ "$r" = 75 ]; then rc=$r; fi
 fi
 if [ "$which" = all ] || [ "$which" = adk ]; then
-  r=0; setup_peer adk "$ADK_CHECK" "${ADK_PKGS[@]}" || r=$?
+  r=0; setup_peer adk .venv-adk "$ADK_CHECK" "" "${ADK_PKGS[@]}" || r=$?
   if [ "$rc" = 0 ] || [ "$r" = 75 ]; then rc=$r; fi
 fi
 exit "$rc"

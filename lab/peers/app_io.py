@@ -6,6 +6,8 @@ These apps run in the frameworks' own venvs, without the project, as black-box c
     book(slot, call_id)    the lab's backend API ($LAB_BACKEND_URL, POST /book): waits for the commit
     logger(name)           print to stderr (client.log in the run folder), prefixed with the app's name
     user_lines(log)        async iterator over the user's lines on stdin, one per line, until EOF
+    app_params(argv)       the scenario's client_params for this app: `--params JSON` (the lab passes
+                           every parameter the framework declares, lab/clients/frameworks); {} without
 """
 from __future__ import annotations
 
@@ -24,6 +26,18 @@ def book(slot: str, call_id: str) -> dict:
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=BOOK_TIMEOUT_S) as resp:
         return json.loads(resp.read())
+
+
+def app_params(argv: list[str]) -> dict:
+    if "--params" not in argv:
+        return {}
+    i = argv.index("--params")
+    if i + 1 >= len(argv):
+        raise SystemExit("--params needs a JSON object")
+    given = json.loads(argv[i + 1])
+    if not isinstance(given, dict):
+        raise SystemExit(f"--params must be a JSON object, got {argv[i + 1]!r}")
+    return given
 
 
 def logger(name: str) -> Callable[..., None]:

@@ -6,10 +6,16 @@ writes one, run black-box by lab/clients/command.py: no base URL (the plugin's g
 dials generativelanguage.googleapis.com, which the lab maps to the twin, trusting it through
 $SSL_CERT_FILE), the key from $GOOGLE_API_KEY, the user's lines from stdin, one per line. The
 plugin's RealtimeSession is driven headless (no LiveKit server, no room): each line goes in as
-generate_reply(instructions=line); a book_slot call is answered the way AgentSession answers one,
+a user message in the chat context, then generate_reply(); a book_slot call is answered the way AgentSession answers one,
 as a FunctionCallOutput in the chat context, after the lab's backend ($LAB_BACKEND_URL, POST /book)
 took the booking. Reconnects, resumption handles and the replay of unsent results are the plugin's
 own: that is what a scenario measures.
+
+On cue from the scenario (seed 003; the lab passes the parameters as --params JSON, declared in
+lab/clients/frameworks): with update_tools_in_tool, book_slot behaves like a tool that changes the
+agent's tools when it succeeds: once the booking is made it calls update_tools() (which restarts
+the plugin's websocket, livekit/agents#6479), then returns result_after_update_s later, so its
+result reaches the plugin while the restart is under way.
 """
 from __future__ import annotations
 
@@ -18,9 +24,10 @@ import json
 import logging
 import os
 import sys
+import time
 
 import app_io
-from app_io import book, user_lines
+from app_io import app_params, book, user_lines
 from livekit_io import drain_generation
 
 MODEL = os.environ.get("APP_MODEL", "gemini-3.8-live")
@@ -33,7 +40,9 @@ async def main() -> None:
     from livekit.agents import llm
     from livekit.plugins import google as lk_google
 
-    log(f"livekit-agents {livekit.agents.__version__}")
+    cue = app_params(sys.argv)      # {} when run by hand without --params: no cue, plain booking
+    log(f"livekit-agents {livekit.agents.__version__} livekit-plugins-google {lk_google.__version__}"
+        + (f" params {json.dumps(cue, sort_keys=True)}" if cue else ""))
     model = lk_google.realtime.RealtimeModel(model=MODEL, api_key=os.environ["GOOGLE_API_KEY"],
                                              output_audio_transcription=types.AudioTranscriptionConfig())
 
@@ -46,17 +55,37 @@ async def main() -> None:
         """
         return {"slot": slot}      # answered in answer_tool, which knows the call id
 
+    @llm.function_tool
+    async def check_booking(slot: str) -> dict:
+        """Look up whether the given slot is booked.
+
+        Args:
+            slot: the slot to look up
+        """
+        return {"slot": slot}      # the tool the agent gains after a booking; the twin never calls it
+
+    tool_sets = ([book_slot], [book_slot, check_booking])
     sess = model.session()
-    await sess.update_tools([book_slot])
+    await sess.update_tools(list(tool_sets[0]))
     chat = llm.ChatContext.empty()
     tasks: set[asyncio.Task] = set()
+    restarts = 0
 
     async def answer_tool(fc) -> None:
+        nonlocal restarts
         args = json.loads(fc.arguments or "{}")
         result = await asyncio.to_thread(book, args.get("slot"), fc.call_id)
-        chat.insert([fc, llm.FunctionCallOutput(call_id=fc.call_id, name=fc.name, output=json.dumps(result),
-                                                is_error=False)])
+        out = llm.FunctionCallOutput(call_id=fc.call_id, name=fc.name, output=json.dumps(result), is_error=False)
+        chat.insert(fc)
+        if cue.get("update_tools_in_tool"):
+            # a different tool set each time, so every call restarts the websocket
+            restarts += 1
+            await sess.update_tools(list(tool_sets[restarts % 2]))
+            log(f"update_tools at {time.time():.3f}: restart asked")
+            await asyncio.sleep(float(cue.get("result_after_update_s", 0.0)))
+        chat.insert(out)
         await sess.update_chat_ctx(chat)
+        log(f"tool result {out.call_id} handed over at {time.time():.3f}")
 
     async def consume(ev) -> None:
         said: list[str] = []
@@ -77,8 +106,13 @@ async def main() -> None:
                                     "recoverable" if getattr(ev, "recoverable", True) else "fatal"))
 
     async for text in user_lines(log):
+        # a typed user message as AgentSession sends one to a realtime model: into the chat
+        # context, then generate_reply() (the same call on every release; generate_reply's
+        # `instructions` changed meaning across releases)
+        chat.add_message(role="user", content=text)
+        await sess.update_chat_ctx(chat)
         try:
-            await sess.generate_reply(instructions=text)
+            await sess.generate_reply()
         except Exception as e:      # the plugin gives up waiting for a generation after 5 s
             log("generate_reply:", type(e).__name__, str(e)[:200])
     await asyncio.Event().wait()        # stdin closed: keep the session until the lab stops us

@@ -39,6 +39,7 @@ from typing import Any, Iterable
 from lab import actions, anchors, metric_names
 from lab.events import Event
 from lab.report import claims
+from lab.report.tool_results import tool_result_metrics
 
 # The metric names, each with its description and origin, are defined in lab.metric_names (below
 # this module and lab.expectations alike); compute() returns exactly those names.
@@ -400,6 +401,7 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     m["server_closes"] = {str(k): v for k, v in Counter(
         c["code"] for c in conns if c["by"] == "server" and c["code"] is not None).items()}
 
+    m.update(tool_result_metrics(events, twin))
     if twin:
         tw = sorted(twin, key=lambda e: e.ms)
         m["twin"] = {

@@ -132,6 +132,7 @@ class Playback:
     window: bool = False        # a manual activityStart..activityEnd window is open
     window_voiced: bool = False
     usage: Usage | None = None
+    line_pending: bool = False  # the last user turn came with turnComplete false and is unanswered
 
     def drop_turn(self) -> None:
         self.gen += 1
@@ -248,8 +249,17 @@ class Turns:
                   and not any("system note" in x.lower() for _, x in texts))
         if simple:
             line = " ".join(x for _, x in texts)
+            if cc.turn_complete and line.strip() == "." and p.line_pending:
+                # a "." user turn closing a user turn sent earlier with turnComplete false: the
+                # generation nudge of LiveKit's plugin before 1.8.3 (generate_reply() appends it;
+                # its typed-message path). Assumption: the model answers the pending turn, as it
+                # does for the empty turn above; a "." with nothing pending is a turn of its own.
+                p.line_pending = False
+                _, text = p.model.history.pop()
+                return self._user_text(sid, conn, text, now, source="client_content")
             if not cc.turn_complete:
                 p.model.history.append(("user", line))
+                p.line_pending = True
                 return []
             return self._user_text(sid, conn, line, now, source="client_content")
         p.usage.heard_text(sum(len(x) for _, x in texts))
@@ -454,6 +464,7 @@ class Turns:
     # ---- the user's turn ------------------------------------------------------------------------
     def _user_text(self, sid: str, conn: int, text: str, now: float, source: str, interrupt: bool = True) -> list:
         p = self.play(sid)
+        p.line_pending = False      # a user turn is being answered: nothing is left pending
         acts: list = []
         if source != "speech":
             p.turns_begun += 1          # a spoken line was counted when its utterance began

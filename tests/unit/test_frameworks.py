@@ -1,0 +1,126 @@
+"""Framework client names with a release and a build, the app's parameters, and tool results by
+call id (seed 003): the parsing and the pure parts, no venv and no network."""
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import scenario
+from lab.clients.frameworks import FRAMEWORKS, resolve
+from lab.errors import LabError, ScenarioError
+from lab.events import Event
+from lab.report.tool_results import tool_result_metrics
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_plain_name_is_the_pinned_venv():
+    b = resolve("livekit")
+    assert (b.name, b.version, b.build, b.venv, b.label) == ("livekit", "1.8.9", None, ".venv-livekit", "livekit")
+    assert b.setup == "scripts/peers-setup.sh livekit"
+
+
+def test_release_and_build_pick_their_own_venv():
+    b = resolve("livekit@1.8.0")
+    assert (b.version, b.build, b.venv, b.label) == ("1.8.0", None, ".venv-livekit-1.8.0", "livekit-1.8.0")
+    p = resolve("livekit@1.8.0+pr003")
+    assert (p.build, p.venv, p.spec) == ("pr003", ".venv-livekit-1.8.0-pr003", "livekit@1.8.0+pr003")
+    assert p.describe()["patch"] == "tests/fixtures/livekit-pr003.patch"
+    assert (REPO / p.describe()["patch"]).is_file()
+    assert resolve("pipecat@1.13.2").venv == ".venv-pipecat-1.13.2"
+
+
+@pytest.mark.parametrize("bad, says", [("livekit@", "NAME@RELEASE"), ("livekit@latest", "NAME@RELEASE"),
+                                       ("livekit@1.8.0+nope", "no build 'nope'"), ("pipecat@1.0+pr003", "no build")])
+def test_bad_release_or_build_is_one_line(bad, says):
+    with pytest.raises(LabError) as e:
+        resolve(bad)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_other_names_are_no_framework():
+    assert resolve("probe") is None and resolve("pkg.mod:Class") is None and resolve(None) is None
+
+
+def test_missing_venv_names_the_setup_command(tmp_path):
+    with pytest.raises(LabError, match=r"\.venv-livekit-1\.2\.3.*scripts/peers-setup\.sh livekit@1\.2\.3"):
+        resolve("livekit@1.2.3").check(tmp_path)
+
+
+def test_command_tells_the_app_only_its_declared_params(tmp_path):
+    argv = shlex.split(resolve("livekit").command(tmp_path, {"update_tools_in_tool": True, "resume_for_s": 10}))
+    told = json.loads(argv[argv.index("--params") + 1])
+    assert told == {**FRAMEWORKS["livekit"].declared_params(), "update_tools_in_tool": True}
+    assert "--params" not in resolve("pipecat").command(tmp_path, {"resume_for_s": 10})
+
+
+def test_app_reads_its_params_from_argv():
+    code = ("import sys; sys.path.insert(0, 'lab/peers'); import app_io; "
+            "print(app_io.app_params(sys.argv))")
+    out = subprocess.run([sys.executable, "-c", code, "--params", '{"a": 1}'], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "{'a': 1}"
+    bad = subprocess.run([sys.executable, "-c", code, "--params", "[1]"], cwd=REPO, capture_output=True, text=True)
+    assert bad.returncode != 0 and "JSON object" in bad.stderr
+
+
+def _scn(tmp_path, body):
+    p = tmp_path / "s.yaml"
+    p.write_text("name: s\nduration: 10\nscript: [\"Book me the 3pm slot tomorrow, please.\"]\n"
+                 "timeline:\n  - {at: setup_complete, say: 0}\n" + body)
+    return scenario.load(str(p))
+
+
+def test_scenario_may_give_a_framework_its_declared_params(tmp_path):
+    s = _scn(tmp_path, "client: livekit\nclient_params:\n  livekit: {update_tools_in_tool: true}\n"
+                       "expect:\n  livekit: {tool_results_missing: 0}\n")
+    assert s.params_for("livekit") == {"update_tools_in_tool": True}
+    with pytest.raises(ScenarioError, match="unknown client parameter 'update_tool_in_tool'"):
+        _scn(tmp_path, "client_params:\n  livekit: {update_tool_in_tool: true}\n")
+
+
+def _e(kind, ms, **data):
+    return Event(kind, 0.0, ms, "twin" if kind.startswith("twin.") else "agent", data)
+
+
+def test_tool_results_by_call_id():
+    said = [_e("user.say", 100)]
+    twin = [_e("twin.user", 110), _e("twin.tool_call", 200, id="c1"),
+            _e("twin.tool_response", 900, id="c1", known=True), _e("twin.say", 950),
+            _e("twin.tool_response", 960, id="c1", known=True), _e("twin.user", 970), _e("twin.say", 1200)]
+    m = tool_result_metrics(said, twin)
+    assert m == {"tool_results_missing": 0, "tool_results_repeated": 1, "tool_results_unknown": 0,
+                 "replies_per_tool_result": 2, "unscripted_user_turns": 1}
+
+
+def test_a_result_never_sent_is_missing_and_one_to_a_stranger_is_unknown():
+    twin = [_e("twin.tool_call", 200, id="c1"), _e("twin.tool_call", 300, id="c2"),
+            _e("twin.tool_response", 900, id="c2", known=False)]
+    m = tool_result_metrics([], twin)
+    assert (m["tool_results_missing"], m["tool_results_unknown"], m["replies_per_tool_result"]) == (1, 1, 0)
+    assert tool_result_metrics([], []) ["replies_per_tool_result"] is None
+    assert set(tool_result_metrics([], None).values()) == {None}
+
+
+def _twin_line(sim, conn, text, complete):
+    sim.send(conn, {"client_content": {"turns": [{"role": "user", "parts": [{"text": text}]}],
+                                       "turnComplete": complete}})
+
+
+def test_twin_reads_a_dot_turn_as_closing_the_pending_line():
+    # LiveKit's plugin before 1.8.3 sends a typed line turnComplete false, then generate_reply()'s "."
+    from tests.unit.test_twin_core import Sim, new_session
+
+    sim = Sim()
+    new_session(sim)
+    _twin_line(sim, 1, "Book me the 3pm slot tomorrow, please.", False)
+    _twin_line(sim, 1, ".", True)
+    sim.after(3)
+    assert [u["intent"] for u in sim.logs_of("twin.user")] == ["BOOK"]
+    assert sim.logs_of("twin.tool_call")
+    # nothing pending: a "." is a turn of its own (the PR's nudge after a replayed result)
+    _twin_line(sim, 1, ".", True)
+    assert [u["intent"] for u in sim.logs_of("twin.user")] == ["BOOK", "OTHER"]
