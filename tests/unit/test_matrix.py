@@ -151,3 +151,16 @@ def test_the_nightly_publishes_the_matrix_after_a_clean_scan():
     assert scan < upload and "steps.scan.outcome == 'success'" in steps[upload]["if"]
     assert f"{out}/matrix.md" in steps[upload]["with"]["path"]
     assert not any("GEMINI_API_KEY" in (s.get("env") or {}) for s in steps)     # the twin: no key
+
+
+def test_the_kubernetes_fan_in_writes_the_matrix_over_its_index_folders(tmp_path):
+    from lab.deploy import fan_in
+    from lab.deploy.shards import DONE_MARKER, shard_name
+    for i in (0, 1):
+        shard = tmp_path / shard_name(i)
+        write_run(shard / "control-probe-01", answered=bool(i))     # the same run name in both indexes
+        (shard / DONE_MARKER).write_text('{"exit": 0}\n')
+    assert fan_in.main([str(tmp_path), "--shards", "2", "--timeout", "1", "--matrix"]) == 0
+    (cell,) = json.loads((tmp_path / "matrix.json").read_text())["cells"]
+    assert sorted(r["run"] for r in cell["per_run"]) == ["shard-0/control-probe-01", "shard-1/control-probe-01"]
+    assert cell["rules"]["owed_results_delivered"]["fail"] == 1
