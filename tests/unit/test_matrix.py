@@ -164,3 +164,12 @@ def test_the_kubernetes_fan_in_writes_the_matrix_over_its_index_folders(tmp_path
     (cell,) = json.loads((tmp_path / "matrix.json").read_text())["cells"]
     assert sorted(r["run"] for r in cell["per_run"]) == ["shard-0/control-probe-01", "shard-1/control-probe-01"]
     assert cell["rules"]["owed_results_delivered"]["fail"] == 1
+
+
+def test_a_missing_framework_venv_is_one_line_before_anything_runs(tmp_path, monkeypatch, capsys):
+    import lab.run
+    monkeypatch.setattr(lab.run, "REPO", tmp_path)          # a checkout where no venv was built
+    out = tmp_path / "batch"
+    assert cli.main(["matrix", "--scenarios", "control", "--clients", "probe,livekit", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "needs its venv .venv-livekit" in line and not out.exists()
