@@ -32,6 +32,11 @@ PASS, FAIL, NA = "pass", "fail", "n/a"
 # three are the client's doing (a close frame, a RST, a FIN); server_* and tcp_timeout are the server's.
 CLIENT_ENDS = ("close_frame", "rst", "eof")
 
+# How long after the path returns a client's close may take to reach the server: on a path that was
+# dead for 30 s the close frame waits behind TCP's retransmission backoff (B2 here: ~24 s after the
+# heal for the probe, which closed 3 s after it). 30 s is an assumption: b2-path-return's own close_wait_s.
+CLOSE_WINDOW_S = 30.0
+
 # the twin's reason for refusing a resume right after an idle drop (lab/twin/session.py): released
 # idle_release_s after the last data frame (000 §2: refused at once, accepted ~1.5 s later, 12/12)
 IDLE_REFUSAL = "idle_release"
@@ -83,6 +88,11 @@ class Record:
     def __post_init__(self) -> None:
         self.events = sorted(self.events, key=lambda e: e.ms)
         self.twin = sorted(self.twin, key=lambda e: e.ms) if self.twin is not None else None
+        # the run's teardown: the agent heals at exit, then stops the client (a black-box app gets
+        # SIGTERM). A connection ending from then on was ended by the lab, not by the client, so it
+        # counts as still open at the end (else a killed app would pass "get a close to the server")
+        ends = [e.ms for e in self.events if (e.kind == "fault.clear" and e.get("at_exit")) or e.kind == "run.end"]
+        self.teardown_ms = min(ends, default=None)
         for e in self.twin or []:
             c = e.get("conn")
             if e.kind == "twin.setup":
@@ -94,8 +104,9 @@ class Record:
                 elif e.kind == "twin.refuse":
                     tc.refused, tc.refused_ms = e.get("why"), e.ms
                 elif e.kind == "twin.conn.end":
-                    tc.end_ms, tc.how = e.ms, e.get("how")
                     tc.session = tc.session or e.get("session")
+                    if self.teardown_ms is None or e.ms < self.teardown_ms:
+                        tc.end_ms, tc.how = e.ms, e.get("how")
 
     def twin_kind(self, kind: str) -> list[Event]:
         return [e for e in self.twin or [] if e.kind == kind]
@@ -242,6 +253,9 @@ def _close(r: Record) -> Outcome:
         return _na("the twin held no connection at the loss")
     if lost.end_ms is not None and lost.end_ms <= back:
         return _na(f"the connection had ended ({lost.how}) before the path came back")
+    if lost.end_ms is None and r.end_ms - back < CLOSE_WINDOW_S * 1000:
+        return _na(f"the run ended {(r.end_ms - back) / 1000:.0f} s after the path came back, before a close "
+                   f"could be expected ({CLOSE_WINDOW_S:g} s)")
     if lost.end_ms is None:
         return Outcome(FAIL, f"the old connection was still open at the server {(r.end_ms - back) / 1000:.0f} s after "
                              "the path came back")

@@ -119,7 +119,7 @@ def b2(close_at=45000, how="close_frame", answered=True):
             *conn(2, 4000, resume=True, refuse=4500), *conn(5, 45100, 45600, "s1", resume=True)]
     if answered:
         twin.append(response(45700))
-    return record(twin, events=[ev("fault.clear", 32000, name="f1")], end=60000)
+    return record(twin, events=[ev("fault.clear", 32000, name="f1")], end=70000)
 
 
 def test_b2_the_close_after_the_path_returns_unlocks_and_the_old_id_is_answered():
@@ -133,6 +133,17 @@ def test_b2_the_close_after_the_path_returns_unlocks_and_the_old_id_is_answered(
 def test_b2_the_old_connection_left_open_fails_the_close_rule():
     assert rules.RULES["close_reaches_server"].judge(b2(close_at=None)).status == FAIL
     assert rules.RULES["close_reaches_server"].judge(b2(how="server_timeout")).status == FAIL
+
+
+def test_b2_an_app_the_lab_stopped_did_not_close_the_old_connection_itself():
+    """A black-box app in B2 that never reacts: its socket ends only when the agent stops it at exit."""
+    twin = [*conn(1, 50, 100, "s1", end=33150, how="eof"), call(1000)]
+    teardown = [ev("fault.clear", 32000, name="all"), ev("fault.clear", 33000, name="all", at_exit=True)]
+    out = rules.RULES["close_reaches_server"].judge(record(twin, events=teardown, end=70000))
+    assert out.status == FAIL and "still open" in out.observed
+    # a run the lab ended 1 s after the heal gave the client no time to close: nothing to judge
+    cut = rules.RULES["close_reaches_server"].judge(record(twin, events=teardown, end=33200))
+    assert cut.status == NA and "ended 1 s after" in cut.observed
 
 
 def test_b2_the_old_id_never_answered_after_the_resume_fails_ledger_and_owed():
