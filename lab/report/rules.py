@@ -337,19 +337,23 @@ def _transparent(r: Record) -> Outcome:
 
 @_needs_twin
 def _goaway(r: Record) -> Outcome:
-    goaways = [e.ms for e in r.twin_kind("twin.goaway")]
-    server_ends = [c.end_ms for c in r.conns.values() if c.accept_ms is not None and c.end_ms is not None
-                   and c.how not in CLIENT_ENDS]
-    marks = sorted(goaways + server_ends)
+    # the server's own ends of a live session (server_*: its goAway close, the silent connection's
+    # close, the session cap); tcp_timeout is its TCP giving up on a dead path, the loss's doing
+    marks = sorted([(e.ms, e.get("conn"), "goAway") for e in r.twin_kind("twin.goaway")]
+                   + [(c.end_ms, c.conn, "the server's close") for c in r.conns.values()
+                      if c.accept_ms is not None and c.end_ms is not None and str(c.how).startswith("server_")],
+                   key=lambda x: x[0])
     if not marks:
         return _na("no goAway and no server close of a live session")
-    at = marks[0]
-    back = [c for c in r.conns.values() if c.opened_ms > at and c.accept_ms is not None]
-    what = "goAway" if goaways and goaways[0] == at else "the server's close"
-    if not back:
+    at, gone, what = marks[0]
+    # on a session again: another connection the twin accepted that was live after the mark (one the
+    # client had already moved to counts, as the recovery client's new session does)
+    live = [c for c in r.conns.values() if c.conn != gone and c.accept_ms is not None
+            and (c.end_ms is None or c.end_ms > at)]
+    if not live:
         return Outcome(FAIL, f"no session after {what} ({(r.end_ms - at) / 1000:.0f} s to the end of the run)")
-    first = min(back, key=lambda c: c.accept_ms)
-    gap = first.accept_ms - at
+    first = min(live, key=lambda c: c.accept_ms)
+    gap = max(0.0, first.accept_ms - at)
     return Outcome(PASS, f"on a session again ({'resumed' if first.resume else 'new'}) {_ms(gap)} after {what}", gap)
 
 

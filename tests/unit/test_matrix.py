@@ -81,6 +81,9 @@ def test_lab_report_on_several_shards_writes_one_summary_and_the_matrix(tmp_path
     assert (out / "matrix.json").is_file()
     # each shard's own folder is untouched but for the verdicts
     assert not (a / "summary.md").exists() and (a / "control-probe-01" / "verdict.json").is_file()
+    # one matrix batch alone: lab report rebuilds its matrix beside its summary
+    assert cli.main(["report", str(a), "--no-timeline"]) == 0
+    assert (a / "summary.md").is_file() and (a / "matrix.md").is_file()
 
 
 def test_lab_matrix_report_rebuilds_and_several_folders_need_out(tmp_path, capsys):

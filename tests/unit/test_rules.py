@@ -200,6 +200,16 @@ def test_after_the_goaway_close_the_client_must_be_on_a_session_again(back, want
         assert out.figure == 60200.0
 
 
+def test_a_session_the_client_had_already_moved_to_survives_the_servers_close():
+    """B1, long: the recovery client is on a new session when the server closes the frozen one at 480 s."""
+    twin = [*conn(1, 50, 100, "s1", end=480000, how="server_timeout"), call(1000), *conn(3, 3000, 3300, "s2")]
+    out = rules.RULES["no_reliance_on_goaway"].judge(record(twin, end=600000))
+    assert out.status == PASS and out.figure == 0.0
+    # the server's TCP giving up on the dead path is the loss's doing, not the server's own close
+    gave_up = [*conn(1, 50, 100, "s1", end=119000, how="tcp_timeout"), call(1000)]
+    assert rules.RULES["no_reliance_on_goaway"].judge(record(gave_up, end=200000)).status == NA
+
+
 @pytest.mark.parametrize("dedup, commits, want", [(False, 2, FAIL), (False, 1, PASS), (True, 1, NA)])
 def test_a_reissued_booking_must_commit_once(dedup, commits, want):
     twin = [*conn(1, 50, 100, "s1"), call(1000), call(3000, cid="c-2", slot="tomorrow at 3 p.m.")]
