@@ -291,6 +291,8 @@ def _fallback(r: Record) -> Outcome:
 def _status_note(r: Record) -> Outcome:
     if r.loss_ms is None:
         return _na("no loss")
+    if r.accepted(r.loss_ms, resume=True):
+        return _na("a resume was accepted: the conversation went on in its own session")
     new = r.accepted(r.loss_ms, resume=False)
     if not new:
         return _na("no new session after the loss")
@@ -298,12 +300,18 @@ def _status_note(r: Record) -> Outcome:
     requests = [e for e in r.kind("backend.request") if e.ms <= s.accept_ms]
     if not requests:
         return _na("no side effect before the new session")
-    notes = [e for e in r.twin_kind("twin.restore") if e.get("session") == s.session and e.get("note") is not None]
-    reissued = [e for e in r.twin_kind("twin.tool_call") if e.get("session") == s.session]
-    tail = "; the model re-issued the call there" if reissued else ""
-    if notes:
-        return Outcome(PASS, f"the new session was restored with a status note ({notes[0].get('note')}){tail}")
-    return Outcome(FAIL, "the new session got no status of the side effect" + tail)
+    note = next((e for e in r.twin_kind("twin.restore") if e.get("session") == s.session and e.get("note") is not None),
+                None)
+    # 000 §4: without the note the model re-issued the call; a note that comes only after it did was late
+    reissued = next((e for e in r.twin_kind("twin.tool_call") if e.get("session") == s.session), None)
+    if note is None:
+        return Outcome(FAIL, "the new session got no status of the side effect"
+                       + ("; the model re-issued the call there" if reissued else ""))
+    if reissued is not None and reissued.ms < note.ms:
+        return Outcome(FAIL, f"the status note ({note.get('note')}) came {_ms(note.ms - reissued.ms)} after the model "
+                             "had re-issued the call in the new session")
+    return Outcome(PASS, f"the new session was restored with a status note ({note.get('note')}) "
+                         f"{_ms(note.ms - s.accept_ms)} after its setup")
 
 
 @_needs_twin
@@ -387,8 +395,11 @@ def _spurious(r: Record) -> Outcome:
         return _na("the user said nothing")
     turns = r.twin_kind("twin.user")
     extra = len(turns) - len(said)
+    how = ", ".join(f"{n} by {src}" for src, n in sorted(
+        {str(e.get("source")): sum(1 for x in turns if x.get("source") == e.get("source")) for e in turns}.items()))
     status = FAIL if extra > 0 else PASS
-    return Outcome(status, f"{len(turns)} user turn(s) reached the twin for {len(said)} line(s) said", float(max(extra, 0)))
+    return Outcome(status, f"{len(turns)} user turn(s) reached the twin ({how}) for {len(said)} line(s) said",
+                   float(max(extra, 0)))
 
 
 @dataclass(frozen=True)

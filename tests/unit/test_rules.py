@@ -105,6 +105,21 @@ def test_recovery_falls_back_and_the_new_session_needs_the_backend_status(note, 
     assert got["status_from_backend"].status == want
 
 
+def test_a_note_after_the_model_reissued_the_call_is_late():
+    twin = [*b1_probe()[:-3], *conn(3, 6000, 6300, "s2"), call(6500, cid="c-2", session="s2"),
+            ev("twin.restore", 8000, conn=3, session="s2", turns=1, note="booked")]
+    out = rules.RULES["status_from_backend"].judge(record(twin))
+    assert out.status == FAIL and "after the model had re-issued" in out.observed
+
+
+def test_a_new_session_left_for_an_accepted_resume_needs_no_status_note():
+    """R1 recovery: the new session opened in parallel is dropped once the retry resumes the old one."""
+    twin = [*conn(1, 50, 100, "s1", end=2000, how="rst"), call(1000),
+            *conn(2, 2010, resume=True, refuse=2500, why="idle_release"), *conn(3, 2020, 2300, "s2"),
+            *conn(4, 3600, 4100, "s1", resume=True)]
+    assert rules.RULES["status_from_backend"].judge(record(twin)).status == NA
+
+
 def test_a_fallback_later_than_the_cutoff_fails():
     twin = [*b1_probe(), *conn(4, 20000, 20300, "s2")]
     assert rules.RULES["resume_cutoff_fallback"].judge(record(twin)).status == FAIL
