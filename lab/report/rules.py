@@ -83,7 +83,8 @@ class Record:
     twin: list[Event] | None
     meta: dict[str, Any]
     metrics: dict[str, Any]
-    conns: dict[Any, TwinConn] = field(default_factory=dict)
+    conns: dict[Any, TwinConn] = field(default_factory=dict)      # the twin's connections, by its id
+    teardown_ms: float | None = None                              # when the lab began ending the run
 
     def __post_init__(self) -> None:
         self.events = sorted(self.events, key=lambda e: e.ms)
