@@ -17,13 +17,14 @@ RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),
            $(if $(CLIENT_CMD),--client-cmd "$(CLIENT_CMD)")
 
 .DEFAULT_GOAL := help
-.PHONY: help setup peers-setup test test-unit test-netns test-peers test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-stop lab-all bench soak down clean
+.PHONY: help setup peers-setup test test-unit test-netns test-peers test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-stop lab-matrix lab-all bench soak down clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo "  variables: TOPOLOGY=auto|netns|compose  CLIENT=probe|recovery|naive|guard|livekit|pipecat|adk  CLIENT_CMD='python my_agent.py'  N=runs  DURATION=seconds"
 	@echo "             SPEECH=1 (lab-stop: the spoken set too)  STOP_OUT=folder (lab-stop's batch)"
 	@echo "             ENDPOINT=twin|live (live needs GEMINI_API_KEY)  BUDGET=sessions  SCENARIO=name (lab-run)"
+	@echo "             MATRIX_SCENARIOS=sets or names  MATRIX_CLIENTS=a,b,c  MATRIX_OUT=folder (lab-matrix)"
 
 setup: ## install system tools (root) and the project venv; idempotent
 	@scripts/setup.sh
@@ -74,6 +75,16 @@ lab-stop: setup ## the stop study: A-F for probe and guard, then stop.md (SPEECH
 	  $(LAB) run $(STOP_TEXT) $(if $(SPEECH),$(STOP_SPEECH)) --client $$c --out "$$out" --topology $(TOPOLOGY) \
 	    --endpoint $(ENDPOINT) -n $(N) $(if $(BUDGET),--budget $(BUDGET)); done; \
 	$(LAB) report "$$out" --no-timeline
+
+# the conformance matrix (issue 11): scenario sets (resume, stop, lifecycle; default: all three) x
+# clients, N runs each; DURATION caps the scenarios that run their whole duration (B1's 900 s)
+MATRIX_SCENARIOS ?= default
+MATRIX_CLIENTS ?= probe,recovery,naive,livekit,pipecat,adk
+MATRIX_OUT ?= captures/$(shell date -u +%Y%m%d-%H%M%S)-matrix
+
+lab-matrix: setup peers-setup ## the conformance matrix: scenarios x clients, then matrix.md and matrix.json
+	$(LAB) matrix --scenarios $(MATRIX_SCENARIOS) --clients $(MATRIX_CLIENTS) -n $(N) --topology $(TOPOLOGY) \
+	  --out "$(MATRIX_OUT)" $(if $(DURATION),--duration $(DURATION))
 
 lab-run: setup ## one scenario by name: make lab-run SCENARIO=r2-freeze
 	@test -n "$(SCENARIO)" || { echo "make lab-run: set SCENARIO= (see: .venv/bin/lab list)" >&2; exit 2; }

@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = [
     "lab.proxy",        # lab proxy serve
     "lab.bench.cli",    # lab bench twin|faults|recovery
     "lab.soak",         # lab soak
+    "lab.matrix",       # lab matrix
     "lab.live.cli",     # lab scan, lab drift
     "netem.cli",        # lab netem probe|apply|clear
 ]

@@ -13,6 +13,11 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
+# files whose tests run in another file's worker: the matrix slice starts the framework clients as
+# the framework tests do, and two framework runs at once on a 2-core machine only slow each other
+SHARED_GROUP = {"tests/integration/test_matrix.py": "tests/integration/test_frameworks.py"}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         # `make test` runs with pytest-xdist --dist loadgroup: a file's tests stay in one worker (its
@@ -20,6 +25,7 @@ def pytest_collection_modifyitems(config, items):
         # (they set up and build the same images)
         path = str(item.path)
         group = "docker" if f"{os.sep}e2e{os.sep}" in path else item.nodeid.split("::", 1)[0]
+        group = SHARED_GROUP.get(group, group)
         item.add_marker(pytest.mark.xdist_group(group))
         if "netns" in item.keywords and not (_is_root() and shutil.which("ip") and shutil.which("iptables")):
             item.add_marker(pytest.mark.skip(reason="needs root, iproute2 and iptables"))

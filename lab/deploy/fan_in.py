@@ -1,6 +1,6 @@
 """The fan-in: once every shard is done, merge each run's capture and report all shards as one batch.
 
-    python -m lab.deploy.fan_in /captures --shards 4 [--timeout S]
+    python -m lab.deploy.fan_in /captures --shards 4 [--timeout S] [--matrix]
 
 Runs in the report image (deploy/kubernetes/Dockerfile.report: the client image plus tshark and
 matplotlib), so the client image the shards run stays without them: a shard leaves the sidecar's raw
@@ -8,7 +8,8 @@ captures (raw-eth.pcap, raw-nflog.pcap), events.jsonl, twin.jsonl and its verdic
 each run's capture.pcapng (the raw files with a marker per event; without TLS secrets, which stayed
 in the shard's private temp folder) and then runs `lab report` over all shards: verdicts with
 timeline.png, and one summary.md. Exit status: `lab report`'s, 2 when the shards are not all done in
-time (one line naming how many are).
+time (one line naming how many are). `--matrix` also writes matrix.md/json over all shards (`lab
+matrix --report`: the conformance rules of lab/report/rules.py, run by run).
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("root", type=Path, help="the batch folder holding shard-<i>/ folders")
     p.add_argument("--shards", type=int, required=True, help="how many shards to wait for")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for them")
+    p.add_argument("--matrix", action="store_true", help="also write matrix.md/json (lab matrix --report)")
     args = p.parse_args(argv)
     try:
         if args.shards < 1:
@@ -62,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for pcap in merge_captures(args.root):
         print(f"fan-in: merged {pcap}")
-    return cli.main(["report", str(args.root)])
+    rc = cli.main(["report", str(args.root)])
+    if args.matrix:
+        rc = max(rc, cli.main(["matrix", "--report", str(args.root)]))
+    return rc
 
 
 if __name__ == "__main__":

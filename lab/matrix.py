@@ -1,0 +1,158 @@
+"""`lab matrix`: catalogue scenarios x clients, N runs each, then the conformance matrix.
+
+    lab matrix [--scenarios default|NAME...] [--clients probe,livekit,...] [-n N] [--duration S]
+               [--out DIR] [--topology netns|compose]
+    lab matrix --report DIR [DIR...] [--out DIR]     rebuild matrix.md/json from result folders
+
+Every run is `lab run`'s (lab.run.run_batch: preflight, run folder, agent, capture, verdict), one
+batch per (scenario, client) into one batch folder, so the cells are ordinary run folders that `lab
+report` reads too. Everything is checked before the first run: every scenario name, every client
+name, each framework's venv, what the topology can do (lab.run.preflight, once per client); a bad
+name is one line and exit 2 with nothing started. The clients' package versions are measured in
+their own venvs before the runs and written to versions.json. After the runs (and after a run
+that stopped the matrix half-way, for what ran) the matrix is written by lab/report/matrix.py.
+
+`--duration S` caps the scenarios that run their whole duration (`end: duration`, e.g. B1's 900 s);
+a scenario that ends when the user's question is answered keeps its own duration, its upper bound.
+Exit status: 0 when the matrix was written (its cells are findings, failing ones included), 2 for
+bad input, the error's code when a run could not start.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lab import run as run_mod
+from lab import scenario as scenario_mod
+from lab.clients.frameworks import FRAMEWORKS
+from lab.errors import LabError
+from lab.report import matrix as matrix_report
+from lab.report.shards import merge_summary
+from lab.topology import TOPOLOGIES
+
+# The named scenario sets: the studies' scenarios (text input; the spoken variants are the same
+# findings at several times the run time) and the server's lifecycle.
+SETS: dict[str, tuple[str, ...]] = {
+    "resume": ("control", "r1-idle-abort-immediate", "r1-idle-abort-delayed", "r1-clean-close", "r1-abort-speaking",
+               "r2-freeze", "b1-silent-loss", "b2-path-return", "s2-recovery"),          # seed 000
+    "stop": ("stop-a-pending", "stop-b-pending-late", "stop-c-blocking", "stop-d-after-commit", "stop-e-silent",
+             "stop-f-early"),                                                               # seed 001
+    "lifecycle": ("l1-goaway", "l2-slow-pongs", "l3-stall"),                                # fidelity §5
+}
+SETS["default"] = SETS["resume"] + SETS["stop"] + SETS["lifecycle"]
+DEFAULT_CLIENTS = ("probe", "recovery", "naive", "livekit", "pipecat", "adk")
+
+# What each client's cell is the version of: the lab's own clients run the SDK in the project's
+# venv; a framework runs its own packages (and the SDK they pin) in its venv.
+SDK_PACKAGES = ("google-genai", "websockets")
+FRAMEWORK_PACKAGES: dict[str, tuple[str, ...]] = {
+    "livekit": ("livekit-agents", "livekit-plugins-google") + SDK_PACKAGES,
+    "pipecat": ("pipecat-ai",) + SDK_PACKAGES,
+    "adk": ("google-adk",) + SDK_PACKAGES,
+}
+_VERSIONS_PY = ("import importlib.metadata as m, json, sys\n"
+                "def v(p):\n try: return m.version(p)\n except m.PackageNotFoundError: return None\n"
+                "print(json.dumps({p: v(p) for p in sys.argv[1:]}))")
+
+
+def expand_scenarios(names: list[str]) -> list[str]:
+    """Scenario names with the named sets expanded, each once, in order."""
+    out: list[str] = []
+    for n in names:
+        for s in SETS.get(n, (n,)):
+            if s not in out:
+                out.append(s)
+    return out
+
+
+def split_names(values: list[str]) -> list[str]:
+    """`--clients probe,livekit adk` -> ['probe', 'livekit', 'adk']."""
+    return [x for v in values for x in v.split(",") if x.strip()]
+
+
+def client_versions(client: str, repo: Path | None = None) -> dict[str, str | None]:
+    """The client's packages and their versions, asked of the python that runs it."""
+    if client in FRAMEWORKS:
+        python, pkgs = str(FRAMEWORKS[client].python(repo or run_mod.REPO)), FRAMEWORK_PACKAGES[client]
+    else:
+        python, pkgs = sys.executable, SDK_PACKAGES
+    p = subprocess.run([python, "-c", _VERSIONS_PY, *pkgs], capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    if p.returncode != 0:
+        raise LabError(f"client {client!r}: could not read its package versions: "
+                       f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return json.loads(p.stdout)
+
+
+def _duration(scn: scenario_mod.Scenario, cap: float | None) -> float | None:
+    return min(cap, scn.duration) if cap is not None and scn.end == "duration" else None
+
+
+def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: float | None = None,
+               out_dir: Path | None = None, topology: str = "netns", out=print) -> Path:
+    """Run every scenario x client n times into one batch folder; write the matrix; return the folder."""
+    if n < 1:
+        raise LabError("-n must be at least 1")
+    if duration is not None and duration <= 0:
+        raise LabError("--duration must be positive")
+    if not scenarios or not clients:
+        raise LabError("name at least one scenario and one client")
+    scns = {c: run_mod.preflight(scenarios, c, topology, "twin") for c in clients}   # every name, before any run
+    versions = {c: client_versions(c) for c in clients}
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    batch = Path(out_dir) if out_dir else Path.cwd() / "captures" / f"{stamp}-matrix"
+    batch.mkdir(parents=True, exist_ok=True)
+    (batch / matrix_report.VERSIONS_FILE).write_text(json.dumps(
+        {"measured": datetime.now(timezone.utc).isoformat(timespec="seconds"), "clients": versions}, indent=2) + "\n")
+    out(f"== matrix: {len(scenarios)} scenarios x {len(clients)} clients x {n} -> {batch}")
+    try:
+        for client in clients:
+            for scn in scns[client]:
+                run_mod.run_batch([str(scn.path)], n=n, client=client, topology=topology, out_dir=batch,
+                                  duration=_duration(scn, duration), out=out)
+    finally:
+        if any(batch.glob("*/run.json")):
+            md, _ = matrix_report.write([batch], batch)
+            out(f"== matrix: {md}")
+    return batch
+
+
+def report(roots: list[Path], out_dir: Path | None) -> Path:
+    """Rebuild matrix.md/json (and, over several shards, one summary.md) from result folders."""
+    if len(roots) > 1 and out_dir is None:
+        raise LabError("several result folders: name --out for the merged matrix")
+    dest = Path(out_dir) if out_dir else Path(roots[0])
+    md, _ = matrix_report.write(roots, dest)
+    if len(roots) > 1:
+        merge_summary(roots, dest)
+    return md
+
+
+# ---- CLI -------------------------------------------------------------------------------------------
+def add_parser(sub) -> None:
+    p = sub.add_parser("matrix", help="scenarios x clients, N runs each, then matrix.md/json (the conformance rules)")
+    p.add_argument("--scenarios", nargs="+", default=["default"],
+                   help=f"scenario names or sets ({', '.join(SETS)}); default: default")
+    p.add_argument("--clients", nargs="+", default=[",".join(DEFAULT_CLIENTS)],
+                   help=f"client names, comma or space separated (default {','.join(DEFAULT_CLIENTS)})")
+    p.add_argument("-n", type=int, default=1, help="runs per cell")
+    p.add_argument("--duration", type=float, default=None,
+                   help="cap (s) for scenarios that run their whole duration (end: duration)")
+    p.add_argument("--out", type=Path, default=None, help="batch folder (default captures/<time>-matrix)")
+    p.add_argument("--topology", default="netns", choices=sorted(TOPOLOGIES))
+    p.add_argument("--report", nargs="+", type=Path, default=None, metavar="DIR",
+                   help="rebuild the matrix from these result folders (shards merge) without running")
+    p.set_defaults(func=_cmd_matrix)
+
+
+def _cmd_matrix(args) -> int:
+    if args.report:
+        print(f"matrix: {report(args.report, args.out)}")
+        return 0
+    batch = run_matrix(expand_scenarios(args.scenarios), split_names(args.clients), n=args.n,
+                       duration=args.duration, out_dir=args.out, topology=args.topology)
+    print(f"== results: {batch} (matrix.md, matrix.json, summary.md)")
+    return 0

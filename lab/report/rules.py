@@ -1,0 +1,447 @@
+"""The conformance rules: what a client must do, as named checks over one run's record.
+
+Each rule comes from a study's "what a client must do" list (seed 000, §"What a client must do",
+items 1-9; seed 001, §"What it means for an app") or from the review of seed 003 (livekit/agents
+PR #6481), and is a pure function of the run's record that returns PASS, FAIL or NA with what was
+observed. Defined here once; `lab matrix` (lab/report/matrix.py) tabulates them per scenario and
+client.
+
+    outcome = RULES["owed_results_delivered"].judge(record)    # Outcome(status, observed, figure)
+    outcomes = judge_all(record)                                # every rule, in RULES order
+
+Every rule reads what the lab sees itself, so it judges a black-box client (a framework, a
+`--client-cmd` app) exactly as the lab's own: the twin's record (`twin.jsonl`: connections, setups,
+refusals, accepts, goAways, tool calls and responses by call id and session, restores, user turns),
+the backend's events, the agent's loss and heal events, and the run's metrics
+(lab/report/metrics.py). Where the record cannot show the thing (no twin record in a live run, the
+lab's own backend deduplicated before the client could), the rule says NA with the reason instead
+of guessing. Thresholds that no record measured say "assumption".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from lab import actions
+from lab.backend import business_key
+from lab.events import Event
+
+PASS, FAIL, NA = "pass", "fail", "n/a"
+
+# How a connection ended, as the twin records it (twin.conn.end `how`, lab/twin/server.py): these
+# three are the client's doing (a close frame, a RST, a FIN); server_* and tcp_timeout are the server's.
+CLIENT_ENDS = ("close_frame", "rst", "eof")
+
+# How long after the path returns a client's close may take to reach the server: on a path that was
+# dead for 30 s the close frame waits behind TCP's retransmission backoff (B2 here: ~24 s after the
+# heal for the probe, which closed 3 s after it). 30 s is an assumption: b2-path-return's own close_wait_s.
+CLOSE_WINDOW_S = 30.0
+
+# the twin's reason for refusing a resume right after an idle drop (lab/twin/session.py): released
+# idle_release_s after the last data frame (000 §2: refused at once, accepted ~1.5 s later, 12/12)
+IDLE_REFUSAL = "idle_release"
+
+# 000 §4: the reference pattern fell back to a new session 6.1-7.1 s after the loss (4 s of resume
+# window). The must-do list gives no number; 15 s is an assumption: "short" next to the study's
+# 15 minutes of refusals, and room for a 10 s resume schedule's first retry.
+FALLBACK_WITHIN_S = 15.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str                     # PASS, FAIL or NA
+    observed: str                   # what the record showed, in words
+    figure: float | None = None     # the observed figure the rule turns on (ms), when it has one
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "observed": self.observed, "figure": self.figure}
+
+
+def _na(why: str) -> Outcome:
+    return Outcome(NA, why)
+
+
+# ---- the record a rule reads ----------------------------------------------------------------------
+@dataclass
+class TwinConn:
+    """One connection as the twin saw it."""
+    conn: Any
+    opened_ms: float
+    resume: bool = False
+    session: str | None = None
+    accept_ms: float | None = None
+    refused: str | None = None          # the twin.refuse `why`
+    refused_ms: float | None = None
+    end_ms: float | None = None
+    how: str | None = None
+
+
+@dataclass
+class Record:
+    """One run's record as the rules read it: the lab's events, the twin's, run.json and metrics."""
+    events: list[Event]
+    twin: list[Event] | None
+    meta: dict[str, Any]
+    metrics: dict[str, Any]
+    conns: dict[Any, TwinConn] = field(default_factory=dict)      # the twin's connections, by its id
+    teardown_ms: float | None = None                              # when the lab began ending the run
+
+    def __post_init__(self) -> None:
+        self.events = sorted(self.events, key=lambda e: e.ms)
+        self.twin = sorted(self.twin, key=lambda e: e.ms) if self.twin is not None else None
+        # the run's teardown: the agent heals at exit, then stops the client (a black-box app gets
+        # SIGTERM). A connection ending from then on was ended by the lab, not by the client, so it
+        # counts as still open at the end (else a killed app would pass "get a close to the server")
+        ends = [e.ms for e in self.events if (e.kind == "fault.clear" and e.get("at_exit")) or e.kind == "run.end"]
+        self.teardown_ms = min(ends, default=None)
+        for e in self.twin or []:
+            c = e.get("conn")
+            if e.kind == "twin.setup":
+                self.conns[c] = TwinConn(c, e.ms, resume=bool(e.get("resume")))
+            elif c in self.conns:
+                tc = self.conns[c]
+                if e.kind == "twin.accept":
+                    tc.accept_ms, tc.session = e.ms, e.get("session")
+                elif e.kind == "twin.refuse":
+                    tc.refused, tc.refused_ms = e.get("why"), e.ms
+                elif e.kind == "twin.conn.end":
+                    tc.session = tc.session or e.get("session")
+                    if self.teardown_ms is None or e.ms < self.teardown_ms:
+                        tc.end_ms, tc.how = e.ms, e.get("how")
+
+    def twin_kind(self, kind: str) -> list[Event]:
+        return [e for e in self.twin or [] if e.kind == kind]
+
+    def kind(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e.kind == kind]
+
+    @property
+    def loss_ms(self) -> float | None:
+        return self.metrics.get("loss_ms")
+
+    @property
+    def end_ms(self) -> float:
+        last = [e.ms for e in self.events] + [e.ms for e in self.twin or []]
+        return max(last, default=0.0)
+
+    def accepted(self, after: float, resume: bool | None = None, session: str | None = None) -> list[TwinConn]:
+        """Connections the twin accepted after `after` (resumes, new sessions, or both)."""
+        return sorted((c for c in self.conns.values() if c.accept_ms is not None and c.accept_ms > after
+                       and (resume is None or c.resume == resume) and (session is None or c.session == session)),
+                      key=lambda c: c.accept_ms)
+
+    def lost_conn(self) -> TwinConn | None:
+        """The connection the twin held at the loss: accepted before it and not ended by then."""
+        if self.loss_ms is None:
+            return None
+        held = [c for c in self.conns.values() if c.accept_ms is not None and c.accept_ms <= self.loss_ms
+                and (c.end_ms is None or c.end_ms > self.loss_ms)]
+        return max(held, key=lambda c: c.accept_ms) if held else None
+
+    def pending_at_loss(self) -> list[Event]:
+        """Tool calls the twin issued before the loss and had no response for by then."""
+        if self.loss_ms is None:
+            return []
+        answered = {e.get("id") for e in self.twin_kind("twin.tool_response") if e.ms <= self.loss_ms}
+        return [e for e in self.twin_kind("twin.tool_call") if e.ms <= self.loss_ms and e.get("id") not in answered]
+
+
+def _silent_to_client(m: dict[str, Any]) -> bool:
+    """The loss cut the path and the client did not cause it (a fault, a proxy freeze): only its own
+    detection can tell it (000 §3). A client action (abort, close) is a loss the client knows of."""
+    kind = str(m.get("loss_kind") or "")
+    if not m.get("loss_cuts_path"):
+        return False
+    if kind.startswith("action:"):
+        a = actions.ACTIONS.get(kind.split(":", 1)[1])
+        return a is not None and a.by != actions.CLIENT
+    return True
+
+
+def _path_back_ms(r: Record) -> float | None:
+    """When the agent healed the loss's fault during the run (not at exit); None: never."""
+    return next((e.ms for e in r.kind("fault.clear") if r.loss_ms is not None and e.ms > r.loss_ms
+                 and not e.get("at_exit")), None)
+
+
+def _needs_twin(fn: Callable[[Record], Outcome]) -> Callable[[Record], Outcome]:
+    def judge(r: Record) -> Outcome:
+        if r.twin is None:
+            return _na("not observable: no twin record (a live run)")
+        return fn(r)
+    return judge
+
+
+def _ms(v: float) -> str:
+    return f"{v:.0f} ms"
+
+
+# ---- the rules ------------------------------------------------------------------------------------
+@_needs_twin
+def _ledger(r: Record) -> Outcome:
+    if r.loss_ms is None:
+        return _na("no loss")
+    pending = r.pending_at_loss()
+    if not pending:
+        return _na("no tool call pending at the loss")
+    judged, missing, took = 0, [], []
+    for call in pending:
+        resumed = r.accepted(r.loss_ms, resume=True, session=call.get("session"))
+        if not resumed:
+            continue
+        judged += 1
+        acc = resumed[0].accept_ms
+        resp = [e for e in r.twin_kind("twin.tool_response") if e.get("id") == call.get("id") and e.ms >= acc
+                and e.get("session") == call.get("session")]
+        if resp:
+            took.append(resp[0].ms - acc)
+        else:
+            missing.append(str(call.get("id")))
+    if not judged:
+        return _na("no resume of the call's session was accepted after the loss")
+    if missing:
+        return Outcome(FAIL, f"the old call id {', '.join(missing)} was never answered on the resumed session")
+    return Outcome(PASS, f"the old call id answered on the resumed session {_ms(took[0])} after its accept", took[0])
+
+
+@_needs_twin
+def _retry(r: Record) -> Outcome:
+    refused = sorted((c for c in r.conns.values() if c.resume and c.refused and c.refused != "transparent"),
+                     key=lambda c: c.opened_ms)
+    if not refused:
+        return _na("no resume was refused")
+    # 000 §2 is about the refusal right after an idle drop, which the twin records as `idle_release`
+    # (a later attempt is accepted); a refusal while the server still holds the old connection stays a
+    # refusal however often it is retried (000 §3), and R4/R5 judge what the client does about it
+    first = next((c for c in refused if c.refused == IDLE_REFUSAL), None)
+    if first is None:
+        return _na(f"every refusal was for a session the server still held ({refused[0].refused}): "
+                   "a retry alone cannot help")
+    at = first.end_ms if first.end_ms is not None else first.refused_ms
+    later = sorted((c for c in r.conns.values() if c.resume and c.opened_ms > at), key=lambda c: c.opened_ms)
+    if not later:
+        return Outcome(FAIL, "no resume attempt after the refusal right after the drop")
+    gap = later[0].opened_ms - at
+    ok = "accepted" if later[0].accept_ms is not None else "refused too"
+    return Outcome(PASS, f"tried again {_ms(gap)} after the refusal right after the drop ({ok})", gap)
+
+
+@_needs_twin
+def _detection(r: Record) -> Outcome:
+    m = r.metrics
+    if r.loss_ms is None:
+        return _na("no loss")
+    if not _silent_to_client(m):
+        return _na(f"the loss ({m.get('loss_kind')}) did not need the client's own detection")
+    after = sorted((c for c in r.conns.values() if c.opened_ms > r.loss_ms), key=lambda c: c.opened_ms)
+    own = f"; its own loss.detected {_ms(m['detection_ms'])} after the loss" if m.get("detection_ms") is not None else ""
+    if not after:
+        return Outcome(FAIL, f"no new connection in the {(r.end_ms - r.loss_ms) / 1000:.0f} s after the loss" + own)
+    gap = after[0].opened_ms - r.loss_ms
+    what = "a resume" if after[0].resume else "a new session"
+    return Outcome(PASS, f"{what} reached the twin {_ms(gap)} after the loss" + own, gap)
+
+
+@_needs_twin
+def _close(r: Record) -> Outcome:
+    if r.loss_ms is None or not r.metrics.get("loss_cuts_path"):
+        return _na("no loss that cut the path")
+    back = _path_back_ms(r)
+    if back is None:
+        return _na("the path did not come back during the run")
+    lost = r.lost_conn()
+    if lost is None:
+        return _na("the twin held no connection at the loss")
+    if lost.end_ms is not None and lost.end_ms <= back:
+        return _na(f"the connection had ended ({lost.how}) before the path came back")
+    if lost.end_ms is None and r.end_ms - back < CLOSE_WINDOW_S * 1000:
+        return _na(f"the run ended {(r.end_ms - back) / 1000:.0f} s after the path came back, before a close "
+                   f"could be expected ({CLOSE_WINDOW_S:g} s)")
+    if lost.end_ms is None:
+        return Outcome(FAIL, f"the old connection was still open at the server {(r.end_ms - back) / 1000:.0f} s after "
+                             "the path came back")
+    if lost.how not in CLIENT_ENDS:
+        return Outcome(FAIL, f"the old connection ended by the server ({lost.how}), not by the client")
+    gap = lost.end_ms - back
+    return Outcome(PASS, f"the old connection ended ({lost.how}) {_ms(gap)} after the path came back", gap)
+
+
+@_needs_twin
+def _fallback(r: Record) -> Outcome:
+    m = r.metrics
+    if r.loss_ms is None or not m.get("loss_cuts_path"):
+        return _na("no loss that cut the path")
+    if r.accepted(r.loss_ms, resume=True):
+        return _na("a resume was accepted: no fallback needed")
+    new = r.accepted(r.loss_ms, resume=False)
+    if new:
+        gap = new[0].accept_ms - r.loss_ms
+        tries = sum(1 for c in r.conns.values() if c.resume and r.loss_ms < c.opened_ms < new[0].opened_ms)
+        status = PASS if gap <= FALLBACK_WITHIN_S * 1000 else FAIL
+        return Outcome(status, f"a new session {_ms(gap)} after the loss, after {tries} resume attempt(s)"
+                               + ("" if status == PASS else f" (later than {FALLBACK_WITHIN_S:g} s)"), gap)
+    left = r.end_ms - r.loss_ms
+    if left < FALLBACK_WITHIN_S * 1000:
+        return _na(f"the run ended {left / 1000:.0f} s after the loss, before the {FALLBACK_WITHIN_S:g} s cut-off")
+    tries = sum(1 for c in r.conns.values() if c.resume and c.opened_ms > r.loss_ms)
+    return Outcome(FAIL, f"no new session in the {left / 1000:.0f} s after the loss ({tries} resume attempt(s), "
+                         "none accepted)")
+
+
+@_needs_twin
+def _status_note(r: Record) -> Outcome:
+    if r.loss_ms is None:
+        return _na("no loss")
+    if r.accepted(r.loss_ms, resume=True):
+        return _na("a resume was accepted: the conversation went on in its own session")
+    new = r.accepted(r.loss_ms, resume=False)
+    if not new:
+        return _na("no new session after the loss")
+    s = new[0]
+    requests = [e for e in r.kind("backend.request") if e.ms <= s.accept_ms]
+    if not requests:
+        return _na("no side effect before the new session")
+    note = next((e for e in r.twin_kind("twin.restore") if e.get("session") == s.session and e.get("note") is not None),
+                None)
+    # 000 §4: without the note the model re-issued the call; a note that comes only after it did was late
+    reissued = next((e for e in r.twin_kind("twin.tool_call") if e.get("session") == s.session), None)
+    if note is None:
+        return Outcome(FAIL, "the new session got no status of the side effect"
+                       + ("; the model re-issued the call there" if reissued else ""))
+    if reissued is not None and reissued.ms < note.ms:
+        return Outcome(FAIL, f"the status note ({note.get('note')}) came {_ms(note.ms - reissued.ms)} after the model "
+                             "had re-issued the call in the new session")
+    return Outcome(PASS, f"the new session was restored with a status note ({note.get('note')}) "
+                         f"{_ms(note.ms - s.accept_ms)} after its setup")
+
+
+@_needs_twin
+def _dedupe(r: Record) -> Outcome:
+    by_key: dict[str, set] = {}
+    for e in r.twin_kind("twin.tool_call"):
+        slot = (e.get("args") or {}).get("slot") if isinstance(e.get("args"), dict) else None
+        if slot is not None:
+            by_key.setdefault(business_key(slot), set()).add(e.get("id"))
+    repeated = {k: ids for k, ids in by_key.items() if len(ids) > 1}
+    if not repeated:
+        return _na("no booking was asked for twice")
+    key, ids = next(iter(repeated.items()))
+    commits = [e for e in r.kind("backend.commit") if str(e.get("business_key")) == key]
+    scn = r.meta.get("scenario") if isinstance(r.meta.get("scenario"), dict) else {}
+    if bool((scn.get("backend") or {}).get("dedup", True)) and r.kind("tool.dedup"):
+        return _na(f"not observable: {len(ids)} calls for {key!r}, deduplicated by the lab's backend itself")
+    status = PASS if len(commits) <= 1 else FAIL
+    return Outcome(status, f"{len(ids)} calls for {key!r}, {len(commits)} booking(s)", float(len(commits)))
+
+
+@_needs_twin
+def _transparent(r: Record) -> Outcome:
+    if not r.conns:
+        return _na("the twin saw no setup")
+    asked = [c for c in r.conns.values() if c.refused == "transparent"]
+    if asked or r.metrics.get("transparent_requested"):
+        return Outcome(FAIL, f"{max(len(asked), 1)} setup(s) asked for transparent resumption (refused 1007)")
+    return Outcome(PASS, f"none of {len(r.conns)} setup(s) asked for transparent resumption")
+
+
+@_needs_twin
+def _goaway(r: Record) -> Outcome:
+    # the server's own ends of a live session (server_*: its goAway close, the silent connection's
+    # close, the session cap); tcp_timeout is its TCP giving up on a dead path, the loss's doing
+    marks = sorted([(e.ms, e.get("conn"), "goAway") for e in r.twin_kind("twin.goaway")]
+                   + [(c.end_ms, c.conn, "the server's close") for c in r.conns.values()
+                      if c.accept_ms is not None and c.end_ms is not None and str(c.how).startswith("server_")],
+                   key=lambda x: x[0])
+    if not marks:
+        return _na("no goAway and no server close of a live session")
+    at, gone, what = marks[0]
+    # on a session again: another connection the twin accepted that was live after the mark (one the
+    # client had already moved to counts, as the recovery client's new session does)
+    live = [c for c in r.conns.values() if c.conn != gone and c.accept_ms is not None
+            and (c.end_ms is None or c.end_ms > at)]
+    if not live:
+        return Outcome(FAIL, f"no session after {what} ({(r.end_ms - at) / 1000:.0f} s to the end of the run)")
+    first = min(live, key=lambda c: c.accept_ms)
+    gap = max(0.0, first.accept_ms - at)
+    return Outcome(PASS, f"on a session again ({'resumed' if first.resume else 'new'}) {_ms(gap)} after {what}", gap)
+
+
+@_needs_twin
+def _owed(r: Record) -> Outcome:
+    calls = r.twin_kind("twin.tool_call")
+    if not calls:
+        return _na("no tool call")
+    responses = r.twin_kind("twin.tool_response")
+    pending = {e.get("id") for e in r.pending_at_loss()}
+    # a call pending at the loss is owed only if its session came back (000 §4: the fallback never
+    # answers the old id, as there is no session left to answer it on)
+    owed = [c for c in calls if c.get("id") not in pending
+            or r.accepted(r.loss_ms, resume=True, session=c.get("session"))]
+    issued = {(c.get("session"), c.get("id")) for c in calls}
+    misdirected = [e for e in responses if e.get("known") is False or (e.get("session"), e.get("id")) not in issued]
+    lost = [c for c in owed if not any(e.get("id") == c.get("id") and e.get("session") == c.get("session")
+                                       for e in responses)]
+    if not owed and not misdirected:
+        return _na("no result owed: the calls were pending at the loss and their session never came back")
+    parts = [f"{len(owed) - len(lost)} of {len(owed)} owed result(s) reached the call's session"]
+    if misdirected:
+        parts.append(f"{len(misdirected)} sent to a session that never issued the call")
+    return Outcome(FAIL if lost or misdirected else PASS, "; ".join(parts), float(len(lost) + len(misdirected)))
+
+
+@_needs_twin
+def _spurious(r: Record) -> Outcome:
+    said = [e for e in r.kind("user.say")]
+    if not said:
+        return _na("the user said nothing")
+    turns = r.twin_kind("twin.user")
+    extra = len(turns) - len(said)
+    how = ", ".join(f"{n} by {src}" for src, n in sorted(
+        {str(e.get("source")): sum(1 for x in turns if x.get("source") == e.get("source")) for e in turns}.items()))
+    status = FAIL if extra > 0 else PASS
+    return Outcome(status, f"{len(turns)} user turn(s) reached the twin ({how}) for {len(said)} line(s) said",
+                   float(max(extra, 0)))
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    source: str             # the record it comes from: seed file and section
+    about: str
+    judge: Callable[[Record], Outcome]
+
+
+RULES: dict[str, Rule] = {r.name: r for r in (
+    Rule("ledger_old_id_after_resume", "000 §What a client must do, 1",
+         "after an accepted resume, the result for the call id pending at the loss reaches the resumed session",
+         _ledger),
+    Rule("retry_refused_resume", "000 §What a client must do, 2",
+         "a resume refused right after an idle drop is tried again (that 1011 is not a dead handle)", _retry),
+    Rule("own_loss_detection", "000 §What a client must do, 3",
+         "after a loss nobody told the client of, it reconnects on its own (seen at the twin)", _detection),
+    Rule("close_reaches_server", "000 §What a client must do, 4",
+         "when the path comes back, the client ends the old connection so the server sees it (what unlocks the "
+         "session)", _close),
+    Rule("resume_cutoff_fallback", "000 §What a client must do, 5",
+         f"with no resume accepted, a new session within {FALLBACK_WITHIN_S:g} s of the loss (bound: assumption)",
+         _fallback),
+    Rule("status_from_backend", "000 §What a client must do, 6",
+         "the new session is told each side effect's status (a System note), not only the transcript", _status_note),
+    Rule("dedupe_by_business_key", "000 §What a client must do, 7; 001 §What it means for an app",
+         "a booking asked for twice (a re-issued call, a new id) commits once", _dedupe),
+    Rule("no_transparent_mode", "000 §What a client must do, 8; §Other findings",
+         "no setup asks for transparent resumption (the Developer API closes it 1007)", _transparent),
+    Rule("no_reliance_on_goaway", "000 §What a client must do, 9; fidelity §5 (goAway)",
+         "after a goAway or the server's own close the client is on a session again", _goaway),
+    Rule("owed_results_delivered", "000 §Results 1 and §What a client must do, 1; 003 review (lost and overwritten "
+         "results)", "every tool result owed reaches the session that issued the call; none goes to a session "
+         "that never issued it", _owed),
+    Rule("no_spurious_reply", "003 review (the '.' nudge after the replay)",
+         "the twin receives no user turn the user did not say (an injected nudge makes the model answer twice)",
+         _spurious),
+)}
+
+
+def judge_all(record: Record) -> dict[str, Outcome]:
+    """Every rule's outcome for one run, in RULES order."""
+    return {name: rule.judge(record) for name, rule in RULES.items()}
