@@ -50,7 +50,7 @@ async def _one(i: int, url: str, ctx, rounds: int, audio: bool, go: asyncio.Even
         async with sem:
             ws = await connect(url, ssl=ctx, ping_interval=None, compression=None, open_timeout=30,
                                max_size=None, additional_headers={"x-goog-api-key": "bench"})
-            await ws.send(json.dumps({"setup": {"model": "models/bench", "sessionResumption": {}}}))
+            await ws.send(json.dumps({"setup": {"model": "models/gemini-3.8-live", "generationConfig": {"responseModalities": ["AUDIO"]}, "sessionResumption": {}}}))
             first = json.loads(await ws.recv())
             if "setupComplete" not in first:
                 raise RuntimeError(f"first frame {list(first)}")
