@@ -7,6 +7,7 @@ Prints the base URL and the CA path (the PEM a client must trust) and serves unt
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import sys
 
@@ -82,7 +83,8 @@ def _serve(args) -> int:
     if not 0 <= args.port <= 65535:
         raise LabError(f"bad --port {args.port}")
     args.control = _host_port(args.control) if args.control else None
-    return asyncio.run(_run(args))
+    import uvloop   # libuv's loop: the twin's throughput with hundreds of streaming sessions (lab bench twin)
+    return uvloop.run(_run(args))
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -102,6 +104,10 @@ async def _run(args) -> int:
         await twin.start()
     except OSError as e:
         raise LabError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
+    # what is loaded by now lives as long as the twin: out of the collector's sight, so a full
+    # collection does not walk it again with hundreds of sessions open (160 ms pauses measured
+    # with 200 streaming, lab bench twin)
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -133,7 +133,9 @@ class BadInput(Exception):
         self.reason = reason
 
 
+@functools.lru_cache(maxsize=1024)
 def camel(key: str) -> str:
+    """snake_case -> camelCase (cached: the same few dozen keys arrive in every frame)."""
     if "_" not in key:
         return key
     head, *rest = key.split("_")
