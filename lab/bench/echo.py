@@ -12,9 +12,7 @@ turnComplete). It has no sessions, turns, VAD, timers or log.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
-import signal
 import ssl
 import sys
 
@@ -25,7 +23,7 @@ from websockets.exceptions import ConnectionClosed
 
 from lab.twin import wire
 from lab.twin.model import tone
-from lab.twin.server import make_certs
+from lab.twin.server import make_certs, stop_signal
 
 REPLY_CHUNK_S = 0.31    # the twin's audio_chunk_ms (developer-api profile, from the records)
 SETUP_REPLY = (orjson.dumps(wire.setup_complete()), orjson.dumps(wire.resumption_update("baseline")))
@@ -60,12 +58,9 @@ async def _serve(cert_dir: str) -> None:
     async with serve(_handler, "127.0.0.1", 0, ssl=ctx, ping_interval=None, compression=None,
                      max_size=64 * 1024 * 1024, max_queue=64, server_header=None) as server:
         port = server.sockets[0].getsockname()[1]
+        stop = stop_signal()
         print(f"base_url https://127.0.0.1:{port}", flush=True)
         print(f"ca_path {ca}", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         await stop.wait()
 
 
