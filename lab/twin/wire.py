@@ -212,8 +212,9 @@ def parse_client_frame(data: bytes | str, max_bytes: int | None = None) -> tuple
 
 
 def _loads(data: bytes | str) -> Any:
-    """json.loads, at orjson's speed where both agree: what orjson refuses (NaN, UTF-16, integers
-    past 64 bits, lone surrogates) goes to json.loads, so what is accepted and refused is unchanged."""
+    """json.loads at orjson's speed. What orjson refuses (NaN, Infinity, UTF-16, lone surrogates)
+    goes to json.loads, so what is accepted and refused is unchanged. One difference: an integer past
+    64 bits comes back a float (as the real server's proto JSON reads a Struct's numbers: doubles)."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
