@@ -112,7 +112,7 @@ class Row:
     @property
     def us_per_frame(self) -> float:
         """The server's CPU per client frame (questions and mic chunks): its cost, whatever share of
-        a contended CPU it got."""
+        a contended CPU it got. /proc counts CPU in clock ticks (10 ms), so a small level reads coarse."""
         frames = len(self.tally.lats_ms) + self.tally.mic_chunks
         return self.server_cpu_s / frames * 1e6 if frames else math.nan
 
@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="concurrent sessions per level, comma-separated (default 1,50,200; idle 1000)")
     ap.add_argument("--duration", type=float, default=15.0, help="seconds of traffic per level (default 15)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the bare-websockets baseline runs")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="let server and load share every CPU (on a busy machine one pinned CPU may be the smaller share)")
     ap.add_argument("--profile", default="developer-api")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args(argv or [])
@@ -220,11 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.duration > 0:
         raise LabError(f"bad --duration {args.duration}: seconds > 0")
     gc.freeze()   # the load's own collector pauses would count as the server's latency
-    cpus = sorted(os.sched_getaffinity(0))
+    all_cpus = os.sched_getaffinity(0)
+    cpus = sorted(all_cpus)[:1] if args.no_pin else sorted(all_cpus)   # one CPU listed: nothing is pinned
     if len(cpus) > 1:
         os.sched_setaffinity(0, {cpus[1]})
     where = (f"server pinned to CPU {cpus[0]}, load to CPU {cpus[1]}" if len(cpus) > 1
-             else "one CPU: server and load share it")
+             else "not pinned: server and load share the CPUs")
     print(f"twin bench: profile {args.profile}, TLS on loopback, a fresh server process per level ({where}; "
           f"the machine is shared, so other work lands on both); {args.duration:g} s per level", flush=True)
     print("latency = a question's send -> the first frame of its reply; KiB/sess = server VmRSS growth / sessions; "
@@ -253,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"server cpu per client frame {_ratio(t.us_per_frame, b.us_per_frame)}", flush=True)
                 rows += level
     finally:
-        os.sched_setaffinity(0, set(cpus))
+        os.sched_setaffinity(0, all_cpus)
     print("summary")
     print(HEADER)
     for r in rows:
