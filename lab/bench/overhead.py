@@ -31,6 +31,7 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.events import read_events
+from lab.report.verdict import verdict_passed
 from lab.run import PHASES_FILE, RunSpec, preflight, run_one
 
 FLOORS_S = {"netns": 1.0, "compose": 6.0}
@@ -68,14 +69,15 @@ def _figures(run_dir: Path) -> dict[str, float]:
 def _one(scn, client: str, topology: str, out_dir: Path, i: int, duration: float | None, progress) -> dict:
     run_dir = out_dir / f"{scn.name}-{topology}-{i:02d}"
     lines: list[str] = []
-    run_one(RunSpec(scn, client or scn.client, topology, "twin", run_dir, duration, None, "gemini-3.8-live"),
-            out=lines.append)
+    verdict = run_one(RunSpec(scn, client or scn.client, topology, "twin", run_dir, duration, None,
+                              "gemini-3.8-live"), out=lines.append)
     try:
         fig = _figures(run_dir)
     except LabError as e:
         raise LabError(f"{e}; its last lines: {' | '.join(lines[-3:])}")
     progress(f"{topology} run {i}: overhead {fig['overhead']:.2f} s (" +
-             ", ".join(f"{k} {fig[k]:.2f}" for k in PHASES) + f"), scenario {fig['scenario']:.2f} s")
+             ", ".join(f"{k} {fig[k]:.2f}" for k in PHASES) + f"), scenario {fig['scenario']:.2f} s, "
+             f"verdict {'PASS' if verdict_passed(verdict) else 'FAIL'}")
     return fig
 
 
