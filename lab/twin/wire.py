@@ -179,7 +179,9 @@ def b64decode_any(s: Any, where: str = "data") -> bytes:
 
 def parse_client_frame(data: bytes | str, max_bytes: int | None = None) -> tuple[str, dict]:
     """(kind, body) of one client message, kind one of TOP_LEVEL; raises BadInput."""
-    size = len(data.encode() if isinstance(data, str) else data)
+    # a str's isascii() is a flag lookup: an ASCII frame (every JSON frame the SDK sends) is counted
+    # without encoding its ~4 KB again
+    size = len(data) if not isinstance(data, str) or data.isascii() else len(data.encode())
     if max_bytes and size > max_bytes:
         raise BadInput(f"Request payload size exceeds the limit: {max_bytes} bytes.")
     try:
