@@ -93,10 +93,11 @@ lab-run: setup ## one scenario by name: make lab-run SCENARIO=r2-freeze
 lab-all: setup ## every scenario in the catalogue
 	$(LAB) run --all $(RUN_ARGS)
 
-bench: setup ## benchmarks: twin, fault onset, recovery (prints figures and ratios)
+bench: setup ## benchmarks: twin (streaming audio, idle), fault onset, recovery, run overhead (prints figures and ratios)
 	$(LAB) bench twin
 	$(LAB) bench faults
 	$(LAB) bench recovery
+	$(LAB) bench overhead
 
 soak: setup ## live soak against your key (GEMINI_API_KEY): scenarios repeated, one summary
 	$(LAB) soak --endpoint live $(if $(DURATION),--duration $(DURATION))

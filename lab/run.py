@@ -174,8 +174,10 @@ def run_one(spec: RunSpec, out=print) -> dict:
     capture = Capture(topo.client, run_dir)
     agent = None
     status = "error"
+    phases = _Phases()
     try:
         topo.up()
+        phases.mark("topology_up")
         # the run's clock starts once the lab is up (a Compose build must not eat the scenario's
         # duration); every service that keeps time gets it
         t0 = time.time()
@@ -206,6 +208,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
         if proxy:
             services.append(proxy)
         capture.start()
+        phases.mark("services_ready")
         argv = [_python(), "-m", "lab", "agent", "--scenario", str(run_dir / "scenario.yaml"), "--client", spec.client,
                 "--run-dir", str(run_dir), "--t0", repr(t0), "--duration", str(duration), "--model", spec.model]
         if base_url:
@@ -235,6 +238,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
             rc = agent.wait(timeout=15)
         relay.join(timeout=5)
         status = "ok" if rc == 0 else f"agent exit {rc}"
+        phases.mark("agent")
     except KeyboardInterrupt:
         status = "interrupted"
         if agent is not None:
@@ -251,10 +255,34 @@ def run_one(spec: RunSpec, out=print) -> dict:
         topo.down()
         _finish(capture, raw, keylog if spec.endpoint == "twin" else None, out)
         shutil.rmtree(secrets, ignore_errors=True)
+        phases.mark("teardown")
     from lab.report import build_run      # here, not at the top: the report loads matplotlib
     verdict = build_run(run_dir)
     verdict["run_status"] = status
+    phases.mark("report")
+    phases.write(run_dir / PHASES_FILE)
     return verdict
+
+
+PHASES_FILE = "phases.json"
+
+
+class _Phases:
+    """How long each phase of a run took, on the monotonic clock, for `lab bench overhead`:
+    {"topology_up": s, "services_ready": s, "agent": s, "teardown": s, "report": s} (a phase the run
+    did not reach is absent)."""
+
+    def __init__(self):
+        self._last = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.monotonic()
+        self.seconds[name] = round(now - self._last, 4)
+        self._last = now
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.seconds, indent=2))
 
 
 def _finish(capture: Capture, raw: list[Path], keylog: Path | None, out) -> None:

@@ -13,19 +13,38 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-# files whose tests run in another file's worker: the matrix slice starts the framework clients as
-# the framework tests do, and two framework runs at once on a 2-core machine only slow each other
-SHARED_GROUP = {"tests/integration/test_matrix.py": "tests/integration/test_frameworks.py"}
+SHARED_SCOPES = ("class", "module", "package")
+# files whose tests share one worker: each starts framework clients (LiveKit, pipecat, ADK) from their
+# venvs, heavy on a 2-core machine, and two at once only slow each other (and may build the same venv)
+FRAMEWORK_FILES = ("test_frameworks.py", "test_matrix.py", "test_lk003.py", "test_peers.py")
 
 
+def _group(item) -> str | None:
+    """The xdist group an item must share a worker with, or None to go to any worker.
+
+    Every Docker test shares one worker (they set up and build the same images). A test using a
+    class, module or package fixture shares one with its file, so that fixture (e.g. a batch of runs)
+    runs once; any other test is independent (its own tmp_path, its own namespaces) and goes where a
+    worker is free: test_scenarios.py alone is ~9 minutes of independent runs."""
+    if f"{os.sep}e2e{os.sep}" in str(item.path):
+        return "docker"
+    if item.path.name in FRAMEWORK_FILES:
+        return "frameworks"
+    defs = getattr(item, "_fixtureinfo", None)
+    for fixturedefs in (defs.name2fixturedefs.values() if defs is not None else ()):
+        if any(d.scope in SHARED_SCOPES for d in fixturedefs):
+            return item.nodeid.split("::", 1)[0]
+    return None
+
+
+# tryfirst: pytest-xdist reads the xdist_group marks in its own collection hook (it suffixes each
+# nodeid with the group); a mark added after it is ignored and --dist loadgroup quietly becomes
+# --dist load (a module fixture then ran once per worker: test_stop's 2.5-minute batch three times)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        # `make test` runs with pytest-xdist --dist loadgroup: a file's tests stay in one worker (its
-        # module fixtures, e.g. a batch run once, run once), and every Docker test shares one worker
-        # (they set up and build the same images)
-        path = str(item.path)
-        group = "docker" if f"{os.sep}e2e{os.sep}" in path else item.nodeid.split("::", 1)[0]
-        group = SHARED_GROUP.get(group, group)
-        item.add_marker(pytest.mark.xdist_group(group))
+        group = _group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
         if "netns" in item.keywords and not (_is_root() and shutil.which("ip") and shutil.which("iptables")):
             item.add_marker(pytest.mark.skip(reason="needs root, iproute2 and iptables"))

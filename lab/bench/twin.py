@@ -1,187 +1,267 @@
-"""`lab bench twin`: how many sessions the twin holds and how fast it answers. Prints figures only.
+"""`lab bench twin`: how many sessions the twin holds, how fast it answers, what each costs. Prints figures only.
 
-The twin runs as `lab twin serve` in its own process (TLS on 127.0.0.1), with the model's reply
-delays set to 0 so what is measured is the twin itself: the time from a client frame
-(realtimeInput text "Did you book it?") to the first frame of the twin's reply, seen by a raw
-websockets client. At each level (1, 50, 200 concurrent sessions by default) every session holds
-its connection for the whole level and sends `--rounds` questions at random 50-300 ms gaps, all
-sessions at once. `--audio` also streams 16 kHz silence from every session (100 ms chunks), the
-load of an open microphone.
+Each level (a mode and a number of concurrent sessions) runs twice on a fresh server process: first
+against the baseline (lab.bench.echo: a bare websockets server with the twin's TLS, loop and
+settings, none of its logic), then against `lab twin serve` with the model's reply delays set to 0
+(so what is measured is the twin itself). The twin's figures print as ratios to the baseline's.
 
-Floors to compare against (not asserted): 200 sessions held; p99 < 20 ms at 50 active sessions.
+The load (lab.bench.load) runs in this process; the server in its own. With two or more CPUs each
+is pinned to its own (server on the first, load on the second), so the twin's figures are one core's
+work and a starved load generator shows up in its own column (mic late) instead of in the twin's.
+
+Modes (lab.bench.load): `stream` every session streams 16 kHz audio in 100 ms chunks in real time,
+asks questions and plays the twin's audio (underruns counted); `text` the questions only; `idle`
+sessions held without traffic, one question each at the end. Memory per session is the server's
+resident-set growth (VmRSS) from before the first session to all open (idle) or to the end
+(text, stream), divided by the sessions.
+
+Floors to compare against (not asserted): 200 streaming sessions held, p99 < 20 ms, no underrun,
+<= 1 MiB each; 1000 idle sessions held, <= 150 KiB each.
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
-import base64
-import json
+import gc
+import math
 import os
-import random
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 
+import uvloop
+
+from lab.bench.load import MODES, PATH, Tally, run_level
 from lab.errors import LabError
 
-QUESTION = json.dumps({"realtime_input": {"text": "Did you book it?"}})
 BENCH_SETTINGS = ["reply_delay_s=0", "tool_call_delay_s=0", "speech_ms_per_char=5", "new_setup_s=0.01",
                   "freeze_close_s=3600"]
-PATH = "/ws/google.ai.generativelanguage.v1.GenerativeService.BidiGenerateContent"
+DEFAULT_SESSIONS = {"stream": "1,50,200", "text": "1,50,200", "idle": "1000"}
+STREAM_FLOORS = {"sessions": 200, "p99_ms": 20.0, "kib": 1024.0}
+IDLE_FLOORS = {"sessions": 1000, "kib": 150.0}
 
 
 def _pct(xs: list[float], p: float) -> float:
     if not xs:
-        return float("nan")
+        return math.nan
     xs = sorted(xs)
-    k = min(len(xs) - 1, max(0, int(round(p / 100 * (len(xs) - 1)))))
-    return xs[k]
+    return xs[min(len(xs) - 1, max(0, int(round(p / 100 * (len(xs) - 1)))))]
 
 
-async def _one(i: int, url: str, ctx, rounds: int, audio: bool, go: asyncio.Event, ready: list,
-               lats: list, errors: list, sem: asyncio.Semaphore, stop_audio: asyncio.Event) -> bool:
-    from websockets.asyncio.client import connect
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise LabError(f"no VmRSS for pid {pid}")
 
-    rng = random.Random(i)
+
+def _cpu_s(pid: int) -> float:
+    """utime + stime of a process, in seconds (/proc/PID/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Server:
+    """A server process (the twin or the baseline) that prints "base_url URL" and "ca_path PATH"."""
+
+    def __init__(self, argv: list[str], cpu: int | None):
+        pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=pin)
+        base = ca = None
+        t0 = time.monotonic()
+        while (base is None or ca is None) and time.monotonic() - t0 < 30:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("base_url "):
+                base = line.split()[1]
+            elif line.startswith("ca_path "):
+                ca = line.split()[1]
+        if base is None or ca is None:
+            self.stop()
+            raise LabError(f"the server did not start: {argv[2:5]} {self.proc.stderr.read().strip()[-300:]}")
+        self.url = base.replace("https://", "wss://") + PATH
+        self.ca = ca
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@dataclass
+class Row:
+    server: str
+    mode: str
+    n: int
+    tally: Tally
+    kib_per_session: float
+    server_cores: float
+    load_cores: float
+    server_cpu_s: float
+
+    @property
+    def us_per_frame(self) -> float:
+        """The server's CPU per client frame (questions and mic chunks): its cost, whatever share of
+        a contended CPU it got. /proc counts CPU in clock ticks (10 ms), so a small level reads coarse."""
+        frames = len(self.tally.lats_ms) + self.tally.mic_chunks
+        return self.server_cpu_s / frames * 1e6 if frames else math.nan
+
+    @property
+    def p50(self) -> float:
+        return _pct(self.tally.lats_ms, 50)
+
+    @property
+    def p99(self) -> float:
+        return _pct(self.tally.lats_ms, 99)
+
+
+def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, cpus: list[int]) -> Row:
+    srv = _Server(argv, cpus[0] if len(cpus) > 1 else None)
     try:
-        async with sem:
-            ws = await connect(url, ssl=ctx, ping_interval=None, compression=None, open_timeout=30,
-                               max_size=None, additional_headers={"x-goog-api-key": "bench"})
-            await ws.send(json.dumps({"setup": {"model": "models/bench", "sessionResumption": {}}}))
-            first = json.loads(await ws.recv())
-            if "setupComplete" not in first:
-                raise RuntimeError(f"first frame {list(first)}")
-            await ws.recv()   # the one sessionResumptionUpdate
-    except Exception as e:  # noqa: BLE001
-        errors.append(f"connect: {e!r}")
-        return False
-    ready.append(i)
-    await go.wait()
-    mic = None
-    lock = asyncio.Lock()
-    if audio:
-        chunk = json.dumps({"realtime_input": {"audio": {"data": base64.b64encode(bytes(3200)).decode(),
-                                                         "mime_type": "audio/pcm;rate=16000"}}})
+        pid = srv.proc.pid
+        rss0 = _rss_kib(pid)
+        marks: dict[str, tuple[int, float, float, float]] = {}
 
-        async def stream():
-            while not stop_audio.is_set():
-                async with lock:
-                    await ws.send(chunk)
-                await asyncio.sleep(0.1)
-        mic = asyncio.create_task(stream())
-    held = True
-    try:
-        for _ in range(rounds):
-            await asyncio.sleep(rng.uniform(0.05, 0.3))
-            async with lock:
-                t0 = time.perf_counter()
-                await ws.send(QUESTION)
-            await ws.recv()
-            lats.append((time.perf_counter() - t0) * 1000)
-            while True:
-                f = json.loads(await ws.recv())
-                if f.get("serverContent", {}).get("turnComplete"):
-                    break
-    except Exception as e:  # noqa: BLE001
-        errors.append(f"turn: {e!r}")
-        held = False
+        def mark(at: str) -> None:   # (rss KiB, server cpu s, load cpu s, wall s)
+            marks[at] = (_rss_kib(pid), _cpu_s(pid), time.process_time(), time.monotonic())
+
+        def progress(line: str) -> None:
+            print(f"  .. {server} {mode} {n}: {line}", flush=True)
+
+        tally = uvloop.run(run_level(srv.url, srv.ca, n, mode, duration, progress, mark))
     finally:
-        if mic:
-            stop_audio.set()
-            mic.cancel()
-    held = held and ws.state.name == "OPEN"
-    await ws.close()
-    return held
+        srv.stop()
+    none = (rss0, 0.0, 0.0, 0.0)
+    grown_at = marks.get("open" if mode == "idle" else "end", none)[0]
+    (_, cpu_a, load_a, t_a), (_, cpu_b, load_b, t_b) = marks.get("open", none), marks.get("end", none)
+    span = max(1e-9, t_b - t_a)
+    return Row(server, mode, n, tally, (grown_at - rss0) / max(1, tally.opened),
+               (cpu_b - cpu_a) / span, (load_b - load_a) / span, cpu_b - cpu_a)
 
 
-async def _level(n: int, url: str, ctx, rounds: int, audio: bool) -> dict:
-    go = asyncio.Event()
-    stop_audio = asyncio.Event()
-    ready: list = []
-    lats: list = []
-    errors: list = []
-    sem = asyncio.Semaphore(25)
-    tasks = [asyncio.create_task(_one(i, url, ctx, rounds, audio, go, ready, lats, errors, sem, stop_audio))
-             for i in range(n)]
-    t_open = time.monotonic()
-    while len(ready) + len(errors) < n and time.monotonic() - t_open < 120:
-        await asyncio.sleep(0.05)
-    opened = len(ready)
-    open_s = time.monotonic() - t_open
-    go.set()
-    held = sum(1 for ok in await asyncio.gather(*tasks) if ok)
-    return {"n": n, "opened": opened, "held": held, "open_s": open_s, "lats": lats, "errors": errors}
-
-
-def _start_twin(profile: str, cert_dir: str, extra: list[str]) -> tuple[subprocess.Popen, str, str]:
+def _twin_argv(profile: str, cert_dir: str, overrides: list[str]) -> list[str]:
     argv = [sys.executable, "-m", "lab", "twin", "serve", "--port", "0", "--profile", profile,
             "--cert-dir", cert_dir, "--seed", "1"]
-    for s in BENCH_SETTINGS + extra:
+    for s in BENCH_SETTINGS + overrides:
         argv += ["--set", s]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    base = ca = None
-    t0 = time.monotonic()
-    while (base is None or ca is None) and time.monotonic() - t0 < 20:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if line.startswith("base_url "):
-            base = line.split()[1]
-        elif line.startswith("ca_path "):
-            ca = line.split()[1]
-    if base is None or ca is None:
-        proc.kill()
-        raise LabError(f"the twin did not start: {proc.stderr.read().strip()[-300:]}")
-    return proc, base, ca
+    return argv
+
+
+HEADER = (f"{'server':>8} {'mode':>6} {'sessions':>8} {'held':>9} {'open s':>6} {'replies':>7} {'p50 ms':>7} "
+          f"{'p99 ms':>7} {'max ms':>7} {'audio':>6} {'underrun':>8} {'mic late':>8} {'KiB/sess':>8} "
+          f"{'srv cpu':>7} {'load cpu':>8} {'us/frame':>8}")
+
+
+def _line(r: Row) -> str:
+    t = r.tally
+    mx = max(t.lats_ms) if t.lats_ms else math.nan
+    return (f"{r.server:>8} {r.mode:>6} {r.n:>8} {t.held:>4}/{r.n:<4} {t.open_s:>6.1f} {len(t.lats_ms):>7} "
+            f"{r.p50:>7.2f} {r.p99:>7.2f} {mx:>7.1f} {t.audio_chunks:>6} {t.underruns:>8} "
+            f"{t.mic_late_ms:>6.0f}ms {r.kib_per_session:>8.1f} {r.server_cores:>7.2f} {r.load_cores:>8.2f} "
+            f"{r.us_per_frame:>8.0f}")
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b and not math.isnan(a) and not math.isnan(b) else "-"
+
+
+def _floors(rows: list[Row]) -> None:
+    for r in rows:
+        if r.server != "twin":
+            continue
+        t = r.tally
+        if r.mode == "stream" and r.n == STREAM_FLOORS["sessions"]:
+            print(f"floor: {r.n} streaming held {t.held}/{r.n}; p99 {r.p99:.2f} ms (< {STREAM_FLOORS['p99_ms']:g}); "
+                  f"underruns {t.underruns} (0); {r.kib_per_session:.0f} KiB/session (<= {STREAM_FLOORS['kib']:g})")
+        if r.mode == "idle" and r.n == IDLE_FLOORS["sessions"]:
+            print(f"floor: {r.n} idle held {t.held}/{r.n}; {r.kib_per_session:.0f} KiB/session "
+                  f"(<= {IDLE_FLOORS['kib']:g})")
+
+
+def _levels(args) -> list[tuple[str, int]]:
+    modes = [m.strip() for m in args.mode.split(",") if m.strip()]
+    for m in modes:
+        if m not in MODES:
+            raise LabError(f"bad --mode {m!r}: one or more of {', '.join(MODES)}")
+    out = []
+    for m in modes:
+        text = args.sessions or DEFAULT_SESSIONS[m]
+        try:
+            ns = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise LabError(f"bad --sessions {text!r}: comma-separated counts")
+        if not ns or min(ns) < 1:
+            raise LabError(f"bad --sessions {text!r}: counts of at least 1")
+        out += [(m, n) for n in ns]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="lab bench twin", description=__doc__.splitlines()[0])
-    ap.add_argument("--levels", default="1,50,200", help="concurrent sessions per level (default 1,50,200)")
-    ap.add_argument("--rounds", type=int, default=20, help="questions per session per level (default 20)")
-    ap.add_argument("--audio", action="store_true", help="also stream 16 kHz silence from every session")
+    ap.add_argument("--mode", default="stream,idle", help=f"comma-separated, of {', '.join(MODES)} (default stream,idle)")
+    ap.add_argument("--sessions", default=None,
+                    help="concurrent sessions per level, comma-separated (default 1,50,200; idle 1000)")
+    ap.add_argument("--duration", type=float, default=15.0, help="seconds of traffic per level (default 15)")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the bare-websockets baseline runs")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="let server and load share every CPU (on a busy machine one pinned CPU may be the smaller share)")
     ap.add_argument("--profile", default="developer-api")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args(argv or [])
+    levels = _levels(args)
+    if not args.duration > 0:
+        raise LabError(f"bad --duration {args.duration}: seconds > 0")
+    gc.freeze()   # the load's own collector pauses would count as the server's latency
+    all_cpus = os.sched_getaffinity(0)
+    cpus = sorted(all_cpus)[:1] if args.no_pin else sorted(all_cpus)   # one CPU listed: nothing is pinned
+    if len(cpus) > 1:
+        os.sched_setaffinity(0, {cpus[1]})
+    where = (f"server pinned to CPU {cpus[0]}, load to CPU {cpus[1]}" if len(cpus) > 1
+             else "not pinned: server and load share the CPUs")
+    print(f"twin bench: profile {args.profile}, TLS on loopback, a fresh server process per level ({where}; "
+          f"the machine is shared, so other work lands on both); {args.duration:g} s per level", flush=True)
+    print("latency = a question's send -> the first frame of its reply; KiB/sess = server VmRSS growth / sessions; "
+          "cpu = cores used while the level ran; us/frame = server CPU per client frame (its cost, whatever share "
+          "of a busy CPU it got)", flush=True)
+    rows: list[Row] = []
     try:
-        levels = [int(x) for x in args.levels.split(",") if x.strip()]
-    except ValueError:
-        raise LabError(f"bad --levels {args.levels!r}")
-    with tempfile.TemporaryDirectory(prefix="livelab-bench-") as d:
-        proc, base, ca = _start_twin(args.profile, d, args.overrides)
-        try:
-            ctx = ssl.create_default_context(cafile=ca)
-            url = base.replace("https://", "wss://").replace("http://", "ws://") + PATH
-            print(f"twin bench: profile {args.profile}, TLS on loopback, twin in its own process, raw websockets "
-                  f"clients in one process; {args.rounds} questions per session"
-                  + (", every session streaming 16 kHz audio" if args.audio else ""))
-            print("latency = client frame (realtimeInput text) -> first frame of the twin's reply; "
-                  f"{os.cpu_count()} CPUs")
-            print(f"{'sessions':>8} {'held':>9} {'open s':>7} {'replies':>8} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7}")
-            results = []
-            for n in levels:
-                r = asyncio.run(_level(n, url, ctx, args.rounds, args.audio))
-                results.append(r)
-                lats = r["lats"]
-                print(f"{n:>8} {r['held']:>4}/{n:<4} {r['open_s']:>7.2f} {len(lats):>8} "
-                      f"{_pct(lats, 50):>7.2f} {_pct(lats, 99):>7.2f} {max(lats) if lats else float('nan'):>7.2f}")
-                for e in r["errors"][:3]:
-                    print(f"         error: {e}")
-            by = {r["n"]: r for r in results}
-            if 200 in by:
-                print(f"floor: 200 sessions held -> {by[200]['held']}/200")
-            if 50 in by:
-                print(f"floor: p99 < 20 ms at 50 active sessions -> p99 {_pct(by[50]['lats'], 99):.2f} ms")
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        with tempfile.TemporaryDirectory(prefix="livelab-bench-") as d:
+            for mode, n in levels:
+                servers = [] if args.no_baseline else [("baseline", [sys.executable, "-m", "lab.bench.echo",
+                                                                     "--cert-dir", d])]
+                servers.append(("twin", _twin_argv(args.profile, d, args.overrides)))
+                level = []
+                for name, sargv in servers:
+                    print(f"level: {name}, {mode}, {n} sessions", flush=True)
+                    level.append(_run_one(name, sargv, mode, n, args.duration, cpus))
+                    for e in level[-1].tally.errors[:3]:
+                        print(f"  error: {e}", flush=True)
+                print(HEADER)
+                for r in level:
+                    print(_line(r), flush=True)
+                if len(level) == 2:
+                    b, t = level
+                    print(f"  twin / baseline: p50 {_ratio(t.p50, b.p50)}, p99 {_ratio(t.p99, b.p99)}, "
+                          f"KiB/session {_ratio(t.kib_per_session, b.kib_per_session)}, "
+                          f"server cpu per client frame {_ratio(t.us_per_frame, b.us_per_frame)}", flush=True)
+                rows += level
+    finally:
+        os.sched_setaffinity(0, all_cpus)
+    print("summary")
+    print(HEADER)
+    for r in rows:
+        print(_line(r))
+    _floors(rows)
     return 0
 
 

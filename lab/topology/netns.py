@@ -47,16 +47,17 @@ _RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 def _lab_addresses(root: bool = False) -> list[ipaddress.IPv4Address]:
     """IPv4 addresses in every lab namespace (and the current one if `root`)."""
-    from pyroute2 import IPRoute, NetNS
+    from pyroute2 import IPRoute
 
     found = []
-    sources = [lambda: IPRoute()] if root else []
-    # flags=0: open only. The default (O_CREAT) re-creates a namespace another run's teardown just
-    # deleted, and that empty copy then blocks any later run with the same id.
-    sources += [lambda ns=ns: NetNS(ns, flags=0) for ns in list_netns() if ns.startswith("ll-")]
-    for open_ in sources:
+    # in_netns opens a namespace, never creates it (pyroute2's NetNS would re-create one another
+    # run's teardown just deleted, and that empty copy then blocks any later run with the same id);
+    # a netlink socket opened in it is bound to it. Not NetNS: its helper cost ~40 ms a namespace,
+    # 0.7 s of a run's topology up with the machine's other runs about (lab bench overhead).
+    names = ([None] if root else []) + [ns for ns in list_netns() if ns.startswith("ll-")]
+    for ns in names:
         try:
-            with open_() as ipr:
+            with in_netns(ns), IPRoute() as ipr:
                 found += [ipaddress.ip_address(a.get_attr("IFA_ADDRESS")) for a in ipr.get_addr(family=2)]
         except Exception:
             continue

@@ -7,7 +7,7 @@ Prints the base URL and the CA path (the PEM a client must trust) and serves unt
 from __future__ import annotations
 
 import asyncio
-import signal
+import gc
 import sys
 
 from lab.errors import LabError
@@ -50,6 +50,7 @@ def _replay(args) -> int:
     from pathlib import Path
 
     from lab.twin.replay import ReplayServer   # here: `lab` builds every parser; websockets loads when used
+    from lab.twin.server import stop_signal    # as above: websockets loads only to serve
 
     frames = Path(args.frames)
     if frames.is_dir():
@@ -58,12 +59,9 @@ def _replay(args) -> int:
     async def run() -> int:
         srv = ReplayServer(frames, host=args.host, port=args.port, cert_dir=args.cert_dir, san=args.san)
         await srv.start()
+        stop = stop_signal()
         print(f"twin replay of {frames} ({len(srv.order)} connections) at {srv.base_url}", flush=True)
         print(f"ca_path {srv.ca_path}", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         await srv.stop()
         return 0
@@ -82,7 +80,8 @@ def _serve(args) -> int:
     if not 0 <= args.port <= 65535:
         raise LabError(f"bad --port {args.port}")
     args.control = _host_port(args.control) if args.control else None
-    return asyncio.run(_run(args))
+    import uvloop   # libuv's loop: the twin's throughput with hundreds of streaming sessions (lab bench twin)
+    return uvloop.run(_run(args))
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -93,7 +92,7 @@ def _host_port(text: str) -> tuple[str, int]:
 
 
 async def _run(args) -> int:
-    from lab.twin.server import TwinServer   # here: websockets and trustme load only to serve
+    from lab.twin.server import TwinServer, stop_signal   # here: websockets and trustme load only to serve
 
     twin = TwinServer(profile=args.profile, host=args.host, port=args.port, tls=not args.no_tls,
                       cert_dir=args.cert_dir, api_key=args.api_key, overrides=args.overrides,
@@ -102,13 +101,11 @@ async def _run(args) -> int:
         await twin.start()
     except OSError as e:
         raise LabError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
+    # what is loaded by now lives as long as the twin: out of the collector's sight, so a full
+    # collection does not walk it again with hundreds of sessions open (160 ms pauses measured
+    # with 200 streaming, lab bench twin)
+    gc.freeze()
+    stop = stop_signal()
     print(f"twin: {twin.profile.name} at {twin.base_url}", flush=True)
     print(f"base_url {twin.base_url}", flush=True)
     print(f"ca_path {twin.ca_path or '-'}", flush=True)

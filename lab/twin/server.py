@@ -30,6 +30,7 @@ import itertools
 import math
 import os
 import shutil
+import signal
 import socket
 import ssl
 import tempfile
@@ -66,6 +67,19 @@ def make_certs(cert_dir: str | Path, san: list[str] | tuple[str, ...] = ()) -> t
     cert.private_key_pem.write_to_path(str(key_path))
     os.chmod(key_path, 0o600)
     return ca_path, chain_path, key_path
+
+
+def stop_signal() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM (how `lab twin serve` and its kin are stopped). Call it
+    before printing the address a parent waits for: a parent may signal as soon as it reads it."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):   # not the main thread, or no signals here
+            pass
+    return stop
 
 
 class TwinServer:

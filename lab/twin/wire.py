@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
+
+import orjson
 
 from lab.twin.actions import Close, Send
 
@@ -130,7 +133,9 @@ class BadInput(Exception):
         self.reason = reason
 
 
+@functools.lru_cache(maxsize=1024)
 def camel(key: str) -> str:
+    """snake_case -> camelCase (cached: the same few dozen keys arrive in every frame)."""
     if "_" not in key:
         return key
     head, *rest = key.split("_")
@@ -157,6 +162,10 @@ def b64decode_any(s: Any, where: str = "data") -> bytes:
     """Standard or URL-safe base64, padding optional."""
     if not isinstance(s, str):
         raise BadInput(f"Invalid value at '{where}' (TYPE_BYTES), expected a base64 string")
+    try:   # the common case (what the SDK sends: standard alphabet, padded) in one C call
+        return base64.b64decode(s, validate=True)
+    except (binascii.Error, ValueError):
+        pass   # whitespace, URL-safe, unpadded or bad: the lenient path below decides
     t = "".join(s.split())
     if not _B64_OK.match(t) or len(t.rstrip("=")) % 4 == 1:
         raise BadInput(f"Invalid value at '{where}' (TYPE_BYTES), Base64 decoding failed")
@@ -170,11 +179,13 @@ def b64decode_any(s: Any, where: str = "data") -> bytes:
 
 def parse_client_frame(data: bytes | str, max_bytes: int | None = None) -> tuple[str, dict]:
     """(kind, body) of one client message, kind one of TOP_LEVEL; raises BadInput."""
-    size = len(data.encode() if isinstance(data, str) else data)
+    # a str's isascii() is a flag lookup: an ASCII frame (every JSON frame the SDK sends) is counted
+    # without encoding its ~4 KB again
+    size = len(data) if not isinstance(data, str) or data.isascii() else len(data.encode())
     if max_bytes and size > max_bytes:
         raise BadInput(f"Request payload size exceeds the limit: {max_bytes} bytes.")
     try:
-        obj = json.loads(data)
+        obj = _loads(data)
     except (ValueError, UnicodeDecodeError):
         raise BadInput("Invalid JSON payload received. Unexpected token.") from None
     if not isinstance(obj, dict):
@@ -202,9 +213,28 @@ def parse_client_frame(data: bytes | str, max_bytes: int | None = None) -> tuple
     return kind, normalise(body)
 
 
+def _loads(data: bytes | str) -> Any:
+    """json.loads at orjson's speed. What orjson refuses (NaN, Infinity, UTF-16, lone surrogates)
+    goes to json.loads, so what is accepted and refused is unchanged. One difference: an integer past
+    64 bits comes back a float (as the real server's proto JSON reads a Struct's numbers: doubles)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
 def encode_frame(frame: dict, binary: bool = True) -> bytes | str:
-    s = json.dumps(frame, separators=(",", ":"))
-    return s.encode() if binary else s
+    """Compact JSON, byte for byte json.dumps': orjson when it takes the frame (not non-str keys or
+    integers past 64 bits) and its output has none of what the two write differently (json.dumps
+    escapes non-ASCII and DEL; below 1e-4 a float is 1e-05 there and 0.00001 or 1e-7 here; NaN is
+    NaN there and null here)."""
+    try:
+        raw = orjson.dumps(frame)
+    except orjson.JSONEncodeError:
+        raw = b"\x80"
+    if not raw.isascii() or b"\x7f" in raw or b"e-" in raw or b"0.0000" in raw or b"null" in raw:
+        raw = json.dumps(frame, separators=(",", ":")).encode()
+    return raw if binary else raw.decode()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,7 +367,13 @@ def tool_call(call_id: str, name: str, args: dict) -> dict:
 
 def audio_chunk(pcm: bytes, rate: int = 24000) -> dict:
     return {"serverContent": {"modelTurn": {"parts": [{"inlineData": {
-        "mimeType": f"audio/pcm;rate={rate}", "data": base64.b64encode(pcm).decode()}}]}}}
+        "mimeType": f"audio/pcm;rate={rate}", "data": _b64(pcm)}}]}}}
+
+
+@functools.lru_cache(maxsize=32)
+def _b64(pcm: bytes) -> str:
+    """The twin's audio is a few cached tones (lab.twin.model.tone): each is encoded once."""
+    return base64.b64encode(pcm).decode()
 
 
 def output_transcription(text: str) -> dict:

@@ -1,0 +1,75 @@
+"""The baseline of `lab bench twin`: a bare websockets server with the twin's shell and none of the twin.
+
+Same process shape as `lab twin serve` (its own process, uvloop, TLS from lab.twin.server's
+make_certs, the same websockets settings), so the twin's own cost prints as a ratio to this.
+It does the least any Live API server must: parses every frame (JSON, and the audio's base64),
+answers a setup with setupComplete and a sessionResumptionUpdate, and a text question at once with
+the frames of a short spoken reply (one audio chunk of the twin's recorded size, its transcription,
+turnComplete). It has no sessions, turns, VAD, timers or log.
+
+    python -m lab.bench.echo --cert-dir DIR     # prints "base_url URL" and "ca_path PATH", serves until SIGTERM
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import ssl
+import sys
+
+import orjson
+import uvloop
+from websockets.asyncio.server import serve
+from websockets.exceptions import ConnectionClosed
+
+from lab.twin import wire
+from lab.twin.model import tone
+from lab.twin.server import make_certs, stop_signal
+
+REPLY_CHUNK_S = 0.31    # the twin's audio_chunk_ms (developer-api profile, from the records)
+SETUP_REPLY = (orjson.dumps(wire.setup_complete()), orjson.dumps(wire.resumption_update("baseline")))
+REPLY = (orjson.dumps(wire.audio_chunk(tone(REPLY_CHUNK_S))),
+         orjson.dumps(wire.output_transcription("Yes, it is booked.")),
+         orjson.dumps(wire.turn_complete()))
+
+
+async def _handler(ws) -> None:
+    try:
+        async for message in ws:
+            body = orjson.loads(message)
+            if "setup" in body:
+                for f in SETUP_REPLY:
+                    await ws.send(f)
+                continue
+            rt = body.get("realtime_input") or body.get("realtimeInput") or {}
+            audio = rt.get("audio")
+            if audio:
+                base64.b64decode(audio["data"])
+            elif rt.get("text"):
+                for f in REPLY:
+                    await ws.send(f)
+    except ConnectionClosed:
+        pass
+
+
+async def _serve(cert_dir: str) -> None:
+    ca, chain, key = make_certs(cert_dir)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(chain), str(key))
+    async with serve(_handler, "127.0.0.1", 0, ssl=ctx, ping_interval=None, compression=None,
+                     max_size=64 * 1024 * 1024, max_queue=64, server_header=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        stop = stop_signal()
+        print(f"base_url https://127.0.0.1:{port}", flush=True)
+        print(f"ca_path {ca}", flush=True)
+        await stop.wait()
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lab.bench.echo", description=__doc__.splitlines()[0])
+    ap.add_argument("--cert-dir", required=True)
+    uvloop.run(_serve(ap.parse_args(argv).cert_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

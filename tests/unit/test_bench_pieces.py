@@ -1,0 +1,79 @@
+"""The arithmetic of `lab bench twin` and `lab bench overhead`, on made-up inputs (no servers, no runs)."""
+import base64
+import json
+
+import pytest
+
+from lab.bench import load, overhead, twin
+from lab.errors import LabError
+from lab.events import EventLog
+from lab.run import PHASES_FILE, _Phases
+
+
+def _audio_frame(n_bytes: int) -> dict:
+    data = base64.b64encode(bytes(n_bytes)).decode()
+    return {"serverContent": {"modelTurn": {"parts": [{"inlineData": {"mimeType": "audio/pcm;rate=24000",
+                                                                      "data": data}}]}}}
+
+
+@pytest.mark.parametrize("n_bytes", [14880, 14881, 14882, 2, 0])
+def test_audio_seconds_are_read_from_the_base64_length(n_bytes):
+    assert load._audio_s(_audio_frame(n_bytes)) == pytest.approx(n_bytes / 2 / 24000)
+
+
+def test_a_resumption_update_is_not_a_reply():
+    assert not load._is_reply({"sessionResumptionUpdate": {"newHandle": "h"}})
+    assert load._is_reply({"serverContent": {"turnComplete": True}})
+    assert load._is_reply({"toolCall": {"functionCalls": []}})
+
+
+def test_run_phases_are_written_in_order(tmp_path):
+    ph = _Phases()
+    for name in ("topology_up", "services_ready", "agent"):
+        ph.mark(name)
+    ph.write(tmp_path / PHASES_FILE)
+    got = json.loads((tmp_path / PHASES_FILE).read_text())
+    assert list(got) == ["topology_up", "services_ready", "agent"]
+    assert all(v >= 0 for v in got.values())
+
+
+def _fake_run(tmp_path, phases: dict, start_ms: float | None, end_ms: float | None):
+    (tmp_path / PHASES_FILE).write_text(json.dumps(phases))
+    log = EventLog(tmp_path / "events.jsonl", t0=1000.0)
+    for kind, ms in (("run.start", start_ms), ("run.end", end_ms)):
+        if ms is not None:
+            log._fh.write(json.dumps({"t": 1000 + ms / 1000, "ms": ms, "src": "agent", "kind": kind}) + "\n")
+    log.close()
+    return tmp_path
+
+
+def test_overhead_is_every_phase_but_the_scenario(tmp_path):
+    run = _fake_run(tmp_path, {"topology_up": 0.5, "services_ready": 0.7, "agent": 12.0, "teardown": 0.4,
+                               "report": 1.1}, start_ms=1900.0, end_ms=11900.0)
+    fig = overhead._figures(run)
+    assert fig["agent_start"] == pytest.approx(1.2)      # run.start 1.9 s after t0, services took 0.7
+    assert fig["scenario"] == pytest.approx(10.0)
+    assert fig["agent_exit"] == pytest.approx(0.8)       # 12.0 - 1.2 - 10.0
+    assert fig["overhead"] == pytest.approx(0.5 + 0.7 + 1.2 + 0.8 + 0.4 + 1.1)
+
+
+def test_a_run_the_agent_never_ended_is_refused(tmp_path):
+    run = _fake_run(tmp_path, {"topology_up": 0.5, "services_ready": 0.7, "agent": 3.0, "teardown": 0.4,
+                               "report": 1.1}, start_ms=1900.0, end_ms=None)
+    with pytest.raises(LabError, match="did not start and end"):
+        overhead._figures(run)
+
+
+@pytest.mark.parametrize("argv, words", [(["--mode", "stream,bogus"], "bad --mode"),
+                                         (["--sessions", "1,x"], "bad --sessions"),
+                                         (["--sessions", "0"], "bad --sessions"),
+                                         (["--duration", "0"], "bad --duration")])
+def test_bad_twin_bench_flags_are_one_clear_error_before_anything_starts(argv, words):
+    with pytest.raises(LabError, match=words):
+        twin.main(argv)
+
+
+def test_twin_bench_levels_default_per_mode():
+    class A:
+        mode, sessions = "stream,idle", None
+    assert twin._levels(A) == [("stream", 1), ("stream", 50), ("stream", 200), ("idle", 1000)]

@@ -1,0 +1,63 @@
+"""The twin's fast JSON and base64 paths (lab.twin.wire) say and accept exactly what the stdlib paths did."""
+import base64
+import json
+import random
+
+import pytest
+
+from lab.twin import wire
+
+
+def _old_encode(frame):
+    return json.dumps(frame, separators=(",", ":")).encode()
+
+
+FRAMES = [
+    wire.audio_chunk(bytes(range(256)) * 4),
+    wire.output_transcription("Yes, it's booked for 3pm."),
+    {**wire.turn_complete(), **wire.usage_metadata({"TEXT": 12, "AUDIO": 64}, {"AUDIO": 10})},
+    wire.tool_call("c1", "book_slot", {"slot": "3pm", "party": 2, "ratio": 0.5, "none": None}),
+    {"t": "h\u00e9llo \u2603 \x7f \n\t\x01"},            # non-ASCII and DEL: json.dumps escapes them
+    {1: "a non-str key"}, {"big": 2 ** 70},              # what orjson refuses
+    {"f": [1e-7, 5.5e-05, 0.0001, 1e16, 1.5e300, 5e-324, -0.0, float("nan"), float("inf")]},
+]
+
+
+@pytest.mark.parametrize("frame", FRAMES)
+def test_encoded_frames_are_byte_for_byte_json_dumps(frame):
+    assert wire.encode_frame(frame) == _old_encode(frame)
+    assert wire.encode_frame(frame, binary=False) == _old_encode(frame).decode()
+
+
+def test_random_floats_encode_as_json_dumps_does():
+    rng = random.Random(7)
+    for _ in range(5000):
+        frame = {"x": rng.uniform(-1, 1) * 10 ** rng.randint(-30, 30)}
+        assert wire.encode_frame(frame) == _old_encode(frame), frame
+
+
+@pytest.mark.parametrize("text", ['{"a": 1e999}', '{"a": "\\ud800"}', '{"a": 1}'.encode("utf-16"),
+                                  '{"a": [1, -2, 3.5, "x", null, true]}', '{"n": 18446744073709551615}'])
+def test_what_orjson_refuses_is_still_parsed_as_json_loads_did(text):
+    assert wire._loads(text) == json.loads(text)
+
+
+def test_nan_is_still_accepted():
+    assert wire._loads('{"a": NaN}')["a"] != wire._loads('{"a": NaN}')["a"]
+
+
+def test_an_integer_past_64_bits_is_a_double():
+    assert wire._loads('{"n": 123456789012345678901234567890}') == {"n": 1.2345678901234568e29}
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00", b"ab", b"abc", bytes(range(256)) * 3])
+def test_base64_in_every_spelling_decodes_to_the_same_bytes(data):
+    std = base64.b64encode(data).decode()
+    for s in (std, std.rstrip("="), base64.urlsafe_b64encode(data).decode(), " ".join([std[:4], std[4:]])):
+        assert wire.b64decode_any(s) == data
+
+
+@pytest.mark.parametrize("bad", ["a", "ab!c", "abcde", "====", 12])
+def test_bad_base64_is_still_refused(bad):
+    with pytest.raises(wire.BadInput):
+        wire.b64decode_any(bad)
