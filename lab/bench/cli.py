@@ -1,11 +1,12 @@
-"""`lab bench twin|faults|recovery`: benchmarks that print figures and ratios, never assert."""
+"""`lab bench twin|faults|recovery|router`: benchmarks that print figures and ratios, never assert."""
 from __future__ import annotations
 
 import importlib
 
 from lab.errors import LabError
 
-BENCHES = {"twin": "lab.bench.twin", "faults": "lab.bench.faults", "recovery": "lab.bench.recovery"}
+BENCHES = {"twin": "lab.bench.twin", "faults": "lab.bench.faults", "recovery": "lab.bench.recovery",
+           "router": "lab.bench.router"}
 
 
 def add_parser(sub) -> None:
