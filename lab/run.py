@@ -58,6 +58,11 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
     """Validate everything up front; raise one clear LabError on the first problem."""
     scns = [scenario_mod.load(s) for s in scenarios]
     for s in scns:
+        if s.router_links and topology != "netns":
+            raise LabError(f"scenario {s.name} has a router (topology: {{router: true}}): it runs in the netns "
+                           "topology only for now (no router container in Compose yet)")
+        if s.router_links and endpoint == "live":
+            raise LabError(f"scenario {s.name} has a router: live mode has no uplink behind a router yet")
         name = client or s.client
         if name in FRAMEWORKS:
             if topology != "netns":    # its venv is on the host; the client image holds none
@@ -155,8 +160,10 @@ def run_one(spec: RunSpec, out=print) -> dict:
     # batches running the same scenario at once (parallel tests, two users) never share a namespace.
     # The seed and the records keep the plain run id, so a run id still replays the same draws.
     topo_id = f"{run_id}-{hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:4]}"
+    # a router scenario (topology: {router: true, links}) puts a router between the nodes (netns only)
+    router_kw = {"links": scn.router_links} if scn.router_links else {}
     topo = get_topology(spec.topology)(run_id=topo_id, run_dir=run_dir, secrets_dir=secrets,
-                                       uplink=spec.endpoint == "live", log=out)
+                                       uplink=spec.endpoint == "live", log=out, **router_kw)
     services: list = []
     capture = Capture(topo.client, run_dir)
     agent = None
@@ -198,6 +205,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
             argv += ["--ca", str(ca)]
         if spec.endpoint == "twin":
             argv += ["--endpoint-ip", topo.endpoint.ip, "--twin-control", twin_control]
+        if router_kw:
+            argv += ["--router", json.dumps(topo.router_part.describe())]
         if keylog:
             argv += ["--keylog", str(keylog)]
         if spec.budget_ledger:

@@ -125,7 +125,7 @@ class NetnsTopology(Topology):
         self.endpoint = NetnsNode(self, "endpoint", self.ns_endpoint)
         # links: a router between the nodes (lab/topology/router.py); none: the one direct link
         self.router_part = Router(self, parse_links(links)) if links else None
-        self.router = self.router_part.node if self.router_part else None
+        self.router = NetnsNode(self, "router", self.router_part.ns) if self.router_part else None
         if self.router_part and self.uplink:
             raise LabError("a router topology has no live-mode uplink yet: drop links or uplink")
 
@@ -389,6 +389,8 @@ class NetnsNode(Node):
 
     @property
     def ip(self) -> str:
+        if self.name == "router":  # its end of the core link (lab/topology/router.py)
+            return self.topo.addresses.router_core
         return self.topo.client_host if self.name == "client" else self.topo.endpoint_host
 
     @property

@@ -34,7 +34,6 @@ import time
 from dataclasses import dataclass
 
 from lab.errors import LabError
-from lab.topology.base import Node
 from netem import faults as fault_registry
 from netem.kernel import in_netns
 from netem.table import ROUTER_HOOKS, FaultTable
@@ -110,29 +109,6 @@ class Addresses:
         return str(self.slot(link.slot).network_address + 2)
 
 
-class RouterNode(Node):
-    """The router namespace of a NetnsTopology: `popen` is `ip netns exec`, like the other nodes."""
-
-    def __init__(self, topo, ns: str):
-        super().__init__("router")
-        self.topo, self.ns = topo, ns
-
-    @property
-    def host(self) -> str:
-        return self.ip
-
-    @property
-    def ip(self) -> str:
-        return self.topo.addresses.router_core
-
-    @property
-    def dev(self) -> str:
-        return CORE_DEV
-
-    def popen(self, argv: list[str], role: str = "proc", **popen_kw):
-        return self.topo._exec(self.ns, role, argv, **popen_kw)
-
-
 def _veth(ns_a: str, dev_a: str, ns_b: str, dev_b: str, tmp: str) -> None:
     """A veth pair with end `dev_a` in `ns_a` and `dev_b` in `ns_b`, both down, no address."""
     from pyroute2 import NetNS  # pyroute2 is slow to import; only building a topology needs it
@@ -159,6 +135,16 @@ def write_sysctl(ns: str, key: str, value) -> None:
         fh.write(str(value))
 
 
+@dataclass(frozen=True)
+class Place:
+    """What a Router needs of its topology: the run id, the namespaces, the run's /24. The agent,
+    which knows no topology, rebuilds a Router from `Router.describe()` with one of these."""
+    run_id: str
+    ns_client: str
+    ns_endpoint: str
+    subnet: ipaddress.IPv4Network
+
+
 class Router:
     """The router part of a NetnsTopology: builds the core and access links, owns the router's
     FaultTable (link delay/loss and middlebox faults) and moves the client between links."""
@@ -167,7 +153,6 @@ class Router:
         self.topo = topo
         self.links = links
         self.ns = f"ll-{topo.run_id}-r"
-        self.node = RouterNode(topo, self.ns)
         self.active = links[0]
         self._table: FaultTable | None = None
         self._lock = threading.Lock()
@@ -175,6 +160,21 @@ class Router:
     @property
     def addresses(self) -> Addresses:
         return Addresses(self.topo.subnet)
+
+    def describe(self) -> dict:
+        """Enough to act on this router from another process (the agent's `--router`)."""
+        t = self.topo
+        return {"run_id": t.run_id, "ns_client": t.ns_client, "ns_endpoint": t.ns_endpoint,
+                "subnet": str(t.subnet), "links": [{l.name: {"rtt_ms": l.rtt_ms, "loss": l.loss}} for l in self.links],
+                "active": self.active.name}
+
+    @classmethod
+    def from_description(cls, d: dict) -> "Router":
+        """A Router on an existing topology (made by `describe()`): switch() and table() work, up() is not for it."""
+        place = Place(d["run_id"], d["ns_client"], d["ns_endpoint"], ipaddress.ip_network(d["subnet"]))
+        r = cls(place, parse_links(d["links"]))
+        r.active = r.link(d["active"])
+        return r
 
     def link(self, name: str) -> AccessLink:
         for l in self.links:
@@ -302,3 +302,26 @@ class Router:
                 out["t_broken"] = time.time()
             self.active = new
             return out
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """`python -m lab.topology.router switch DESCRIPTION TO OVERLAP_S`: one switch, its record as JSON.
+
+    The agent switches through this process rather than in its own: pyroute2 reaches another
+    namespace through a forked helper that it ends with SIGTERM, and a fork of an asyncio process
+    shares the loop's signal wake-up pipe, so the agent would take that SIGTERM as its own."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(prog="python -m lab.topology.router")
+    p.add_argument("verb", choices=["switch"])
+    p.add_argument("description", help="JSON from Router.describe()")
+    p.add_argument("to", choices=LINKS)
+    p.add_argument("overlap_s", type=float)
+    a = p.parse_args(argv)
+    print(json.dumps(Router.from_description(json.loads(a.description)).switch(a.to, a.overlap_s)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -35,9 +35,9 @@ def test_catalogue_is_valid_and_covers_the_study():
         assert required in names
     for n in names:
         s = scenario.load(n)
-        # a seed study's finding (000 resume, 001 stop), or the fidelity notes' third-party figure
-        # (the twin's own faults)
-        assert s.source.startswith(("000", "001", "fidelity §")), f"{n} cites no finding"
+        # a seed study's finding (000 resume, 001 stop), the fidelity notes' third-party figure
+        # (the twin's own faults), or a user's public report on a middlebox (owner/repo#n)
+        assert s.source.startswith(("000", "001", "fidelity §", "user report ")), f"{n} cites no finding"
         assert s.expect, f"{n} states no expectation"
 
 
