@@ -193,7 +193,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
             if spec.endpoint_hook is not None:
                 base_url, ca = spec.endpoint_hook(topo)
             key = spec.live_key
-        proxy = Proxy(topo.endpoint).start() if via_proxy else None
+        proxy = Proxy(topo.endpoint, idle_timeout_s=scn.endpoint.get("idle_timeout_s")).start() if via_proxy else None
         if proxy:
             services.append(proxy)
         capture.start()

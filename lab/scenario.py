@@ -28,7 +28,7 @@ TOP_KEYS = {"name", "title", "source", "shows", "client", "client_params", "back
             "input", "duration", "script", "timeline", "end", "expect", "topology"}
 STEP_KEYS = {"id", "at", "plus", "say", "fault", "heal", "action", "note", "unless_client", "only_client"}
 BACKEND_KEYS = {"commit_after_s", "dedup"}
-ENDPOINT_KEYS = {"via"}
+ENDPOINT_KEYS = {"via", "idle_timeout_s"}  # idle_timeout_s: the proxy closes an idle tunnel (via: proxy)
 TOPOLOGY_KEYS = {"router", "links"}   # topology: {router: true, links: [wifi, cell]} (lab/topology/router.py)
 FAULT_NODES = ("client", "router")    # a fault's `node` (YAML reads a bare `on:` as true): the client's namespace (default) or the router's
 ALL_CLIENTS = "all"     # client_params / expect for every client
@@ -257,6 +257,10 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
     if not isinstance(endpoint, dict) or endpoint.get("via", "direct") not in ("direct", "proxy"):
         raise err(raw, "endpoint", "endpoint.via must be direct or proxy")
     _refuse_unknown(err, endpoint, ENDPOINT_KEYS, "endpoint key")
+    idle = endpoint.get("idle_timeout_s")
+    if idle is not None and (endpoint.get("via") != "proxy" or isinstance(idle, bool)
+                             or not isinstance(idle, (int, float)) or idle <= 0):
+        raise err(endpoint, "idle_timeout_s", "endpoint.idle_timeout_s is seconds > 0 and needs via: proxy")
     topology = _topology(err, raw)
     for step in steps:
         if step.fault and step.fault.get("node", "client") == "router" and not topology:

@@ -8,6 +8,7 @@ import yaml
 from lab import scenario
 from lab.errors import LabError, ScenarioError
 from lab.topology.router import Addresses, Place, Router, parse_links
+from lab.topology.services import Proxy
 
 HEAD = """
 name: t
@@ -46,11 +47,18 @@ def test_without_topology_nothing_changes():
     ("timeline:\n  - {at: start, plus: 0, fault: {kind: mtu_blackhole, node: switch, target: endpoint}}\n",
      "node must be one of"),
     ("timeline:\n  - {at: tool_call, plus: 1, action: switch_to_cell}\n", "needs topology"),
+    ("endpoint: {idle_timeout_s: 20}\ntimeline:\n  - {at: start, plus: 0, say: 0}\n", "needs via: proxy"),
+    ("endpoint: {via: proxy, idle_timeout_s: 0}\ntimeline:\n  - {at: start, plus: 0, say: 0}\n", "seconds > 0"),
 ])
 def test_bad_router_scenarios_are_one_line_with_the_file(text, words):
     with pytest.raises(ScenarioError) as e:
         parse(text)
     assert words in str(e.value) and "t.yaml" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_proxy_service_passes_its_idle_timeout():
+    assert Proxy(None, idle_timeout_s=20).argv()[-2:] == ["--idle-timeout", "20"]
+    assert "--idle-timeout" not in Proxy(None).argv()
 
 
 def test_links_parse_with_their_properties_and_refuse_the_rest():
