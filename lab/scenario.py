@@ -265,6 +265,10 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
     for step in steps:
         if step.fault and step.fault.get("node", "client") == "router" and not topology:
             raise err(step.fault, "node", "a fault on the router needs topology: {router: true, links: [...]}")
+        if step.fault and step.fault.get("node") == "router" and any(isinstance(l, dict) for l in topology["links"]):
+            # the links' delay/loss live in the orchestrator's table of the router's chains, the
+            # step's fault in the agent's: two owners of one chain set would overwrite each other
+            raise err(step.fault, "node", "a fault on the router cannot yet go with links that have rtt_ms/loss")
         if step.action and actions.ACTIONS[step.action].by == actions.NETWORK and not topology:
             raise err(raw, "timeline", f"action {step.action} moves the client between access links: "
                                        "it needs topology: {router: true, links: [wifi, cell]}")

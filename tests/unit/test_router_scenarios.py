@@ -24,13 +24,19 @@ def parse(text: str):
 
 def test_a_router_scenario_names_its_links_and_router_faults():
     s = parse("""
-topology: {router: true, links: [wifi, {cell: {rtt_ms: 80, loss: 0.01}}]}
+topology: {router: true, links: [wifi, cell]}
 timeline:
   - {at: setup_complete, plus: 0, fault: {kind: nat_reap, node: router, target: endpoint, idle_s: 20}}
   - {at: tool_call, plus: 1, action: switch_to_cell}
 """)
-    assert s.router_links == ["wifi", {"cell": {"rtt_ms": 80, "loss": 0.01}}]
+    assert s.router_links == ["wifi", "cell"]
     assert s.timeline[0].fault["node"] == "router"
+    s = parse("""
+topology: {router: true, links: [wifi, {cell: {rtt_ms: 80, loss: 0.01}}]}
+timeline:
+  - {at: tool_call, plus: 1, action: switch_to_cell_overlap}
+""")
+    assert s.router_links == ["wifi", {"cell": {"rtt_ms": 80, "loss": 0.01}}]
 
 
 def test_without_topology_nothing_changes():
@@ -47,6 +53,8 @@ def test_without_topology_nothing_changes():
     ("timeline:\n  - {at: start, plus: 0, fault: {kind: mtu_blackhole, node: switch, target: endpoint}}\n",
      "node must be one of"),
     ("timeline:\n  - {at: tool_call, plus: 1, action: switch_to_cell}\n", "needs topology"),
+    ("topology: {router: true, links: [{wifi: {rtt_ms: 40}}]}\ntimeline:\n"
+     "  - {at: start, plus: 0, fault: {kind: mtu_blackhole, node: router, target: endpoint}}\n", "cannot yet go"),
     ("endpoint: {idle_timeout_s: 20}\ntimeline:\n  - {at: start, plus: 0, say: 0}\n", "needs via: proxy"),
     ("endpoint: {via: proxy, idle_timeout_s: 0}\ntimeline:\n  - {at: start, plus: 0, say: 0}\n", "seconds > 0"),
 ])
