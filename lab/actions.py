@@ -2,6 +2,8 @@
 
 - `client`: the client under test does it (`await client.action(name)`): drop, close, resume.
 - `proxy`: the freeze proxy does it (a POST to its control API, `verb`); needs `endpoint: {via: proxy}`.
+- `network`: the client's access network does it (the agent, in the client's namespace, through
+  lab.topology.router: `body` says to which link and the overlap); needs a router scenario.
 - `twin`: the endpoint twin does it (a POST to its control channel, lab.twin.control: `verb` is the
   route, `body` the JSON it takes): goAway now, or one of the server's own faults switched.
 
@@ -13,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CLIENT, PROXY, TWIN = "client", "proxy", "twin"
+CLIENT, PROXY, TWIN, NETWORK = "client", "proxy", "twin", "network"
 
 
 @dataclass(frozen=True)
 class Action:
     name: str
-    by: str                     # CLIENT, PROXY or TWIN
+    by: str                     # CLIENT, PROXY, TWIN or NETWORK
     cuts_path: bool
     description: str
     verb: str | None = None     # the proxy's control verb, or the twin's control route
@@ -56,6 +58,12 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            body=(("name", "unresumable"), ("on", True))),
     Action("quota_out", TWIN, False, "the twin closes every new setup 1011 with the quota reason", verb="fault",
            body=(("name", "quota"), ("on", True))),
+    # a phone leaving Wi-Fi for cellular (issue 15): the old address is withdrawn, its flow dies silently
+    Action("switch_to_cell", NETWORK, True, "the client moves from wifi to cell, break-before-make: wifi and "
+           "its address go, then cell comes up", body=(("to", "cell"), ("overlap_s", 0.0))),
+    Action("switch_to_cell_overlap", NETWORK, True, "the client moves from wifi to cell, make-before-break: "
+           "new connections leave by cell at once, wifi and its flows go 2 s later",
+           body=(("to", "cell"), ("overlap_s", 2.0))),
 )}
 
 

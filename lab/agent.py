@@ -32,6 +32,7 @@ from lab.errors import ONE_LINE_ERRORS, LabError
 from lab.events import Event, EventLog
 from lab.live import errors as live_errors
 from lab.live.budget import ConnectionCharger
+from lab.topology.router import Router
 
 
 
@@ -39,9 +40,12 @@ class Agent:
     def __init__(self, scn: scenario_mod.Scenario, client_name: str, run_dir: Path, endpoint,
                  t0: float | None = None, duration: float | None = None, proxy_control: str | None = None,
                  endpoint_ip: str | None = None, progress=print, before_connect=None, twin_control: str | None = None,
-                 client_cmd: str | None = None, client_owns_files: bool = False, client_cwd: str | None = None):
+                 client_cmd: str | None = None, client_owns_files: bool = False, client_cwd: str | None = None,
+                 router: dict | None = None):
         self.scn = scn
         self.client_cwd = client_cwd
+        # a router scenario: lab.topology.router's description of the run's router (its faults, the switch)
+        self.router = Router.from_description(router) if router else None
         self.client_cmd = client_cmd    # a user's own app (lab/clients/command.py), judged as client_name
         self.client_owns_files = client_owns_files
         self.client_name = client_name
@@ -86,6 +90,7 @@ class Agent:
 
     def _fault_spec(self, spec: dict) -> dict:
         spec = dict(spec)
+        spec.pop("node", None)  # where it runs: _execute() asks the step's own spec
         target = spec.pop("target", "flow")
         if not REGISTRY[spec["kind"]].needs_target:
             return spec
@@ -100,7 +105,11 @@ class Agent:
             spec["target"] = {"dst": dst, **({"dport": dport} if dport else {})}
         return spec
 
-    def _faults(self):
+    def _faults(self, node: str = "client"):
+        if node == "router":
+            if self.router is None:
+                raise LabError("a fault on the router, but this run has no router (topology: {router: true})")
+            return self.router.table()   # the router namespace's chains, hooked from FORWARD
         if self.table is None:
             from netem.table import FaultTable  # lazy: the table needs root, a run with no fault does not
             # the agent handles SIGINT/SIGTERM itself (and heals in its finally), so the table must not
@@ -130,12 +139,16 @@ class Agent:
         elif step.fault is not None:
             spec = self._fault_spec(step.fault)
             fault = build(spec)
-            self._faults().add(fault)
-            self.log.write("fault.apply", src="agent", name=fault.name, spec=spec)
+            node = step.fault.get("node", "client")
+            self._faults(node).add(fault)
+            # a router fault's record says so in its spec, as the scenario wrote it
+            self.log.write("fault.apply", src="agent", name=fault.name, spec=spec if node == "client" else {**spec, "node": node})
             self._mark_loss(f"fault:{fault.kind}", fault.cuts_path)
         elif step.heal:
             if self.table is not None:
                 self.table.clear_all()
+            if self.router is not None:
+                self.router.table().clear_all()
             self.log.write("fault.clear", src="agent", name="all")
         else:
             await self._act(actions.ACTIONS[step.action])
@@ -146,12 +159,30 @@ class Agent:
             self._proxy(action.verb)    # first: a proxy that cannot act leaves no action in the record
         elif action.by == actions.TWIN:
             self._twin(action)
+        elif action.by == actions.NETWORK and self.router is None:
+            raise LabError(f"action {action.name!r} needs a router scenario (topology: {{router: true}})")
         # a client action is recorded before the client acts: the loss is the moment it was told to drop
         self.log.write("action", src="agent", what=action.name)
         if action.cuts_path:
             self._mark_loss(f"action:{action.name}", True)
         if action.by == actions.CLIENT:
             await self.client.action(action.name)
+        elif action.by == actions.NETWORK:
+            moved = await self._switch(action.request_body())
+            self.log.write("network.switch", src="agent", **moved)
+
+    async def _switch(self, body: dict) -> dict:
+        """Move the client between access links in a process of its own (lab.topology.router._main
+        says why); the router's record of the switch comes back."""
+        desc = self.router.describe()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "lab.topology.router", "switch", json.dumps(desc), body["to"], str(body["overlap_s"]),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise LabError(f"switch to {body['to']}: {(err.decode().strip().splitlines() or ['no message'])[-1]}")
+        self.router.active = self.router.link(body["to"])
+        return json.loads(out)
 
     async def _run_step(self, i: int, step: scenario_mod.Step) -> None:
         for anchor in step.ats:
@@ -263,6 +294,8 @@ class Agent:
         return 0 if status == "ok" else 4
 
     def heal(self) -> None:
+        if self.router is not None:
+            self.router.down()   # the router's faults go; its namespace goes with the topology
         if self.table is not None:
             try:
                 self.table.close()   # clear every fault, then remove the lab's chains
@@ -290,6 +323,8 @@ def add_parser(sub) -> None:
     p.add_argument("--proxy-control", default=None)
     p.add_argument("--twin-control", default=None, help="the twin's control channel URL (twin actions)")
     p.add_argument("--endpoint-ip", default=None)
+    p.add_argument("--router", default=None, help="(router scenarios) the run's router, as JSON from "
+                   "lab.topology.router.Router.describe()")
     p.add_argument("--client-cmd", default=None,
                    help="run this app as the client (lab/clients/command.py), judged as --client")
     p.add_argument("--client-cwd", default=None, help="the directory the --client-cmd app starts in")
@@ -317,7 +352,7 @@ def _main(args) -> int:
                   before_connect=(ConnectionCharger.from_ledger(args.budget_ledger, run_dir.name)
                                   if args.budget_ledger else None),
                   client_cmd=args.client_cmd, client_owns_files=args.client_node_files == "own",
-                  client_cwd=args.client_cwd)
+                  client_cwd=args.client_cwd, router=json.loads(args.router) if args.router else None)
 
     async def main() -> int:
         loop = asyncio.get_running_loop()

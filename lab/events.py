@@ -54,6 +54,8 @@ EVENT_KINDS: dict[str, EventKind] = {
     "fault.apply": _k("agent", "name spec"),
     "fault.clear": _k("agent", "name at_exit"),
     "action": _k("agent", "what", "a scripted action (lab.actions)"),
+    "network.switch": _k("agent", "from to old_ip new_ip t_made t_broken",
+                         "the client moved between access links (lab.topology.router.Router.switch)"),
     "loss": _k("agent", "how cuts_path",
                "the run's one loss (lab.anchors): the first fault start or path-cutting action; how is "
                "fault:<kind> or action:<name>, cuts_path false when the path only degraded (random loss, netem)"),

@@ -10,6 +10,8 @@ A small HTTP control API on a second port drives it:
     POST /freeze[?tunnel=N]    POST /unfreeze[?tunnel=N]    POST /close[?tunnel=N]    GET /state
 `--freeze-first N` makes only the first N tunnels subject to a global freeze ("freeze only tunnel 1":
 the resume attempts that follow go through unfrozen tunnels).
+`--idle-timeout S` makes it a corporate proxy with an idle timeout (issue 15): a tunnel that has
+carried no byte in either direction for S seconds is closed (FIN both ways, reason "idle timeout").
 
 The protocol logic (CONNECT parsing, the per-tunnel pipes and the freeze state machine, control
 routing) is pure and has no I/O; `FreezeProxy` is the thin asyncio shell around it. This module
@@ -372,6 +374,7 @@ class _Live:
         self.thawed = {UP: asyncio.Event(), DOWN: asyncio.Event()}
         self.tasks: list[asyncio.Task] = []
         self.done = asyncio.Event()
+        self.last_byte = time.monotonic()  # either direction: what an idle timeout counts from
 
 
 class FreezeProxy:
@@ -379,8 +382,11 @@ class FreezeProxy:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, control_host: str = "127.0.0.1",
                  control_port: int = 0, freeze_first: int = 0, hold_limit: int = DEFAULT_HOLD_LIMIT,
-                 connect_timeout: float = 10.0, log=None):
+                 connect_timeout: float = 10.0, log=None, idle_timeout_s: float | None = None):
+        if idle_timeout_s is not None and idle_timeout_s <= 0:
+            raise ValueError("idle_timeout_s must be > 0 (or None: no idle timeout)")
         self.core = ProxyCore(freeze_first=freeze_first, hold_limit=hold_limit)
+        self.idle_timeout_s = idle_timeout_s
         self.host, self._port = host, port
         self.control_host, self._control_port = control_host, control_port
         self.connect_timeout = connect_timeout
@@ -518,7 +524,18 @@ class FreezeProxy:
             await self._close(rec.id, "client gone before 200")
             return
         live.tasks = [asyncio.create_task(self._pump(live, UP)), asyncio.create_task(self._pump(live, DOWN))]
+        if self.idle_timeout_s is not None:
+            live.tasks.append(asyncio.create_task(self._idle_watch(live)))
         await live.done.wait()
+
+    async def _idle_watch(self, live: _Live) -> None:
+        """Close the tunnel once it has been idle for idle_timeout_s (a byte either way re-arms it)."""
+        while True:
+            left = live.last_byte + self.idle_timeout_s - time.monotonic()
+            if left <= 0:
+                await self._close(live.rec.id, "idle timeout")
+                return
+            await asyncio.sleep(left)
 
     async def _refuse(self, writer: asyncio.StreamWriter, err: ProxyProtocolError) -> None:
         try:
@@ -537,6 +554,7 @@ class FreezeProxy:
                 if pipe.full:
                     await live.thawed[d].wait()
                 data = await reader.read(READ_SIZE)
+                live.last_byte = time.monotonic()
                 if not data:
                     if pipe.feed_eof() and writer.can_write_eof():
                         writer.write_eof()
@@ -655,9 +673,12 @@ def _serve(args: argparse.Namespace) -> int:
         chost, cport = parse_hostport(args.control, default_host="127.0.0.1")
     except ValueError as e:
         raise LabError(f"proxy: {e}")
+    if args.idle_timeout is not None and args.idle_timeout <= 0:
+        raise LabError(f"proxy: --idle-timeout must be seconds > 0, got {args.idle_timeout}")
 
     async def main() -> None:
         proxy = FreezeProxy(host, port, chost, cport, freeze_first=args.freeze_first,
+                            idle_timeout_s=args.idle_timeout,
                             log=(lambda line: print(line, flush=True)) if not args.quiet else None)
         try:
             await proxy.start()
@@ -687,6 +708,8 @@ def add_parser(sub) -> None:
                    help="HOST:PORT of the control API: POST /freeze /unfreeze /close, GET /state")
     s.add_argument("--freeze-first", type=int, default=0, metavar="N",
                    help="only tunnels 1..N take part in a freeze (0: all)")
+    s.add_argument("--idle-timeout", type=float, default=None, metavar="S",
+                   help="close a tunnel after S seconds without a byte either way (a corporate proxy's idle timeout)")
     s.add_argument("--quiet", action="store_true", help="no JSON log lines on stdout")
     s.set_defaults(func=_serve)
     p.set_defaults(func=lambda a: (p.print_help(), 0)[1])

@@ -59,6 +59,11 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
     """Validate everything up front; raise one clear LabError on the first problem."""
     scns = [scenario_mod.load(s) for s in scenarios]
     for s in scns:
+        if s.router_links and topology != "netns":
+            raise LabError(f"scenario {s.name} has a router (topology: {{router: true}}): it runs in the netns "
+                           "topology only for now (no router container in Compose yet)")
+        if s.router_links and endpoint == "live":
+            raise LabError(f"scenario {s.name} has a router: live mode has no uplink behind a router yet")
         name = client or s.client
         build = resolve_framework(name)     # livekit, livekit@1.8.9, livekit@1.8.9+pr003
         if build is not None:
@@ -168,6 +173,9 @@ def run_one(spec: RunSpec, out=print) -> dict:
     if spec.client_cmd and spec.topology == "compose":
         topo_kw["extra_files"] = [app_mount_file(spec.app_dir, secrets / "compose.app.yaml")]
         app_cmd, app_cwd = app_command(spec.client_cmd, spec.app_dir), APP_DIR
+    # a router scenario (topology: {router: true, links}) puts a router between the nodes (netns only)
+    if scn.router_links:
+        topo_kw["links"] = scn.router_links
     topo = get_topology(spec.topology)(run_id=topo_id, run_dir=run_dir, secrets_dir=secrets,
                                        uplink=spec.endpoint == "live", log=out, **topo_kw)
     services: list = []
@@ -204,7 +212,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
             if spec.endpoint_hook is not None:
                 base_url, ca = spec.endpoint_hook(topo)
             key = spec.live_key
-        proxy = Proxy(topo.endpoint).start() if via_proxy else None
+        proxy = Proxy(topo.endpoint, idle_timeout_s=scn.endpoint.get("idle_timeout_s")).start() if via_proxy else None
         if proxy:
             services.append(proxy)
         capture.start()
@@ -217,6 +225,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
             argv += ["--ca", str(ca)]
         if spec.endpoint == "twin":
             argv += ["--endpoint-ip", topo.endpoint.ip, "--twin-control", twin_control]
+        if router_kw:
+            argv += ["--router", json.dumps(topo.router_part.describe())]
         if keylog:
             argv += ["--keylog", str(keylog)]
         if spec.budget_ledger:

@@ -22,15 +22,18 @@ from lab import actions, anchors, expectations
 from lab import clients as client_registry
 from lab.clients import frameworks
 from lab.errors import LabError, ScenarioError
+from lab.topology.router import parse_links
 from lab.twin.profile import load_profile
 
 END_MODES = {"duration", "answered"}
 TOP_KEYS = {"name", "title", "source", "shows", "client", "client_params", "backend", "endpoint",
-            "input", "duration", "script", "timeline", "end", "expect", "twin"}
+            "input", "duration", "script", "timeline", "end", "expect", "twin", "topology"}
 STEP_KEYS = {"id", "at", "plus", "say", "fault", "heal", "action", "note", "unless_client", "only_client"}
 BACKEND_KEYS = {"commit_after_s", "dedup"}
-ENDPOINT_KEYS = {"via"}
+ENDPOINT_KEYS = {"via", "idle_timeout_s"}  # idle_timeout_s: the proxy closes an idle tunnel (via: proxy)
 TWIN_KEYS = {"profile", "set"}      # the twin's profile (lab/twin/profiles) and parameter overrides
+TOPOLOGY_KEYS = {"router", "links"}   # topology: {router: true, links: [wifi, cell]} (lab/topology/router.py)
+FAULT_NODES = ("client", "router")    # a fault's `node` (YAML reads a bare `on:` as true): the client's namespace (default) or the router's
 ALL_CLIENTS = "all"     # client_params / expect for every client
 # A fault's `target` is the lab's concept (the client's open connection, or the whole endpoint); the
 # agent turns it into addresses. Validation hands the fault a placeholder of the same shape.
@@ -117,6 +120,12 @@ class Scenario:
     expect: dict[str, dict] = field(default_factory=dict)
     path: str = ""
     twin: dict = field(default_factory=dict)     # {profile, set}: the twin this scenario needs
+    topology: dict = field(default_factory=dict)   # {} (two nodes, one link) or {router, links}
+
+    @property
+    def router_links(self) -> list:
+        """The access links of a router scenario (empty: no router)."""
+        return list(self.topology.get("links", [])) if self.topology.get("router") else []
 
     def params_for(self, client: str) -> dict:
         merged = dict(self.client_params.get("all", {}))
@@ -132,6 +141,7 @@ class Scenario:
         return {"name": self.name, "title": self.title, "source": self.source, "client": self.client,
                 "duration": self.duration, "end": self.end, "input": self.input, "script": self.script,
                 "endpoint": self.endpoint, "backend": self.backend, "twin": self.twin,
+                "topology": self.topology,
                 "timeline": [s.describe() for s in self.timeline]}
 
 
@@ -253,13 +263,28 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
         raise err(raw, "endpoint", "endpoint.via must be direct or proxy")
     _refuse_unknown(err, endpoint, ENDPOINT_KEYS, "endpoint key")
     twin = _twin(err, raw)
+    idle = endpoint.get("idle_timeout_s")
+    if idle is not None and (endpoint.get("via") != "proxy" or isinstance(idle, bool)
+                             or not isinstance(idle, (int, float)) or idle <= 0):
+        raise err(endpoint, "idle_timeout_s", "endpoint.idle_timeout_s is seconds > 0 and needs via: proxy")
+    topology = _topology(err, raw)
+    for step in steps:
+        if step.fault and step.fault.get("node", "client") == "router" and not topology:
+            raise err(step.fault, "node", "a fault on the router needs topology: {router: true, links: [...]}")
+        if step.fault and step.fault.get("node") == "router" and any(isinstance(l, dict) for l in topology["links"]):
+            # the links' delay/loss live in the orchestrator's table of the router's chains, the
+            # step's fault in the agent's: two owners of one chain set would overwrite each other
+            raise err(step.fault, "node", "a fault on the router cannot yet go with links that have rtt_ms/loss")
+        if step.action and actions.ACTIONS[step.action].by == actions.NETWORK and not topology:
+            raise err(raw, "timeline", f"action {step.action} moves the client between access links: "
+                                       "it needs topology: {router: true, links: [wifi, cell]}")
 
     return Scenario(
         name=str(raw["name"]), title=str(raw.get("title", raw["name"])), source=str(raw.get("source", "")),
         shows=str(raw.get("shows", "")).strip(), client=client, script=list(script), timeline=steps,
         duration=float(duration), end=end, client_params={k: dict(v) for k, v in cp.items()},
         backend={"commit_after_s": 4.0, **backend}, endpoint=dict(endpoint), input=inp,
-        expect={k: dict(v) for k, v in exp.items()}, path=path, twin=twin)
+        expect={k: dict(v) for k, v in exp.items()}, path=path, twin=twin, topology=topology)
 
 
 def _twin(err, raw: dict) -> dict:
@@ -275,6 +300,23 @@ def _twin(err, raw: dict) -> dict:
     except LabError as e:
         raise err(raw, "twin", f"twin: {e}") from None
     return out
+
+
+def _topology(err, raw: dict) -> dict:
+    """`topology: {router: true, links: [...]}`, checked by the router's own link parser; {} if absent."""
+    topo = raw.get("topology", {}) or {}
+    if not isinstance(topo, dict):
+        raise err(raw, "topology", "topology must be {router: true, links: [wifi, cell]}")
+    _refuse_unknown(err, topo, TOPOLOGY_KEYS, "topology key")
+    if not topo:
+        return {}
+    if topo.get("router") is not True:
+        raise err(topo, "router", "topology.router must be true (without a router, leave topology out)")
+    try:
+        parse_links(topo.get("links", ["wifi"]))
+    except LabError as e:
+        raise err(topo, "links", str(e)) from None
+    return {"router": True, "links": list(topo.get("links", ["wifi"]))}
 
 
 def _step(err, raw: dict, node: Any, script: list[str], ids: set[str]) -> Step:
@@ -341,7 +383,9 @@ def _fault(err, node: dict, f: Any) -> dict:
     target = f.get("target", "flow")
     if target not in FAULT_TARGETS:
         raise err(f, "target", f"target must be flow (the open connection) or endpoint, got {target!r}")
-    spec = {k: v for k, v in f.items() if k != "target"}
+    if f.get("node", "client") not in FAULT_NODES:
+        raise err(f, "node", f"node must be one of {list(FAULT_NODES)} (where the fault runs), got {f.get('node')!r}")
+    spec = {k: v for k, v in f.items() if k not in ("target", "node")}
     if cls.needs_target:
         spec["target"] = dict(FAULT_TARGETS[target])
     try:

@@ -18,10 +18,13 @@ from netem.kernel import MISSING_TEXT, Capabilities
 from netem.kinds.blackhole import Blackhole
 from netem.kinds.delay import Delay
 from netem.kinds.loss import Loss
+from netem.kinds.mtu_blackhole import MtuBlackhole
+from netem.kinds.nat_reap import NatReap
 from netem.kinds.netem import Netem
 from netem.kinds.reject import Reject
+from netem.kinds.relay_age import RelayAge
 
-KINDS: tuple[type[Fault], ...] = (Blackhole, Reject, Loss, Netem, Delay)
+KINDS: tuple[type[Fault], ...] = (Blackhole, Reject, Loss, Netem, Delay, NatReap, RelayAge, MtuBlackhole)
 REGISTRY: dict[str, type[Fault]] = {c.kind: c for c in KINDS}
 
 # A valid flow for checking a scenario's fault before any connection exists (documentation range).

@@ -40,6 +40,8 @@ MISSING_TEXT = {
     "nfqueue": "the xtables NFQUEUE target (xt_NFQUEUE): no silent blackhole or random loss",
     "statistic": "the xtables statistic match (xt_statistic): no random loss",
     "reject": "the xtables REJECT target (nft_reject / ipt_REJECT): no reset fault",
+    "conntrack": "the xtables conntrack match (xt_conntrack / nft ct): no NAT reap or fixed-age relay",
+    "length": "the xtables length match (xt_length): no path-MTU black hole",
     "nfqueue_bind": "nfnetlink_queue: no NFQUEUE queue can be bound here, so no userspace delay",
     "netem": "sch_netem: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM); the delay kind (userspace) stands in for delay/jitter",
     "netns": "network namespaces cannot be created here (the netns topology needs root and CAP_SYS_ADMIN)",
@@ -52,9 +54,11 @@ IPTABLES_TRIALS = {
     "nfqueue": "-j NFQUEUE --queue-num 99",
     "statistic": "-m statistic --mode random --probability 0.5 -j RETURN",
     "reject": "-p tcp -j REJECT --reject-with tcp-reset",
+    "conntrack": "-m conntrack --ctstate INVALID -j RETURN",
+    "length": "-m length --length 1281:65535 -j RETURN",
 }
 # Capabilities fields that are features a fault kind may require (the rest describe the machine)
-FEATURES = ("iptables", "nflog", "nfqueue", "statistic", "reject", "nfqueue_bind", "netem")
+FEATURES = ("iptables", "nflog", "nfqueue", "statistic", "reject", "nfqueue_bind", "netem", "conntrack", "length")
 PROBE_QUEUE = 65000  # + pid % 500: a queue bound for a moment by the probe; never the blackhole's 99
 
 
@@ -134,6 +138,8 @@ class Capabilities:
     reject: bool = False
     nfqueue_bind: bool = False
     netem: bool = False
+    conntrack: bool = False
+    length: bool = False
     netns: bool = False
     tcpdump_nflog: bool = False
     tools: dict[str, bool] = field(default_factory=dict)
@@ -162,6 +168,8 @@ class Capabilities:
             f"  NFQUEUE target     {yes(self.nfqueue)}",
             f"  statistic match    {yes(self.statistic)}",
             f"  REJECT target      {yes(self.reject)}",
+            f"  conntrack match    {yes(self.conntrack)}",
+            f"  length match       {yes(self.length)}",
             f"NFQUEUE bind         {yes(self.nfqueue_bind)}",
             f"tc qdisc netem       {yes(self.netem)}",
             f"network namespaces   {yes(self.netns)}",

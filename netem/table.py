@@ -38,6 +38,9 @@ from netem.kernel import in_netns
 from netem.rules import IN_CHAIN, OUT_CHAIN, is_netem_chain, render_restore
 
 HOOKS = (("OUTPUT", OUT_CHAIN), ("INPUT", IN_CHAIN))
+# On a router node the faults act on what it forwards: both chains hang off FORWARD. An out rule
+# matches `-d target` and an in rule `-s target`, so each sees only its own direction.
+ROUTER_HOOKS = (("FORWARD", OUT_CHAIN), ("FORWARD", IN_CHAIN))
 
 Runner = Callable[[list[str], "str | None"], "tuple[int, str, str]"]
 
@@ -139,8 +142,9 @@ class PersistentRestore:
 
 class FaultTable:
     def __init__(self, netns: str | None = None, *, handle_signals: bool = True,
-                 runner: Runner | None = None, persistent: bool = True):
+                 runner: Runner | None = None, persistent: bool = True, hooks=HOOKS):
         self.netns = netns
+        self.hooks = tuple(hooks)  # (hook, chain) jumps: HOOKS on a host, ROUTER_HOOKS on a router
         self.handle_signals = handle_signals
         self._runner = runner or _run
         # a long-lived iptables-restore (nf_tables backend only: the legacy one holds the xtables
@@ -187,7 +191,7 @@ class FaultTable:
                     raise NoPrivilege(f"iptables: {_first_error(err)} (needs root / CAP_NET_ADMIN)")
                 raise RuleError(f"iptables -S failed: {_first_error(err)}")
             text = ["*filter", f":{OUT_CHAIN} - [0:0]", f":{IN_CHAIN} - [0:0]"]
-            for hook, chain in HOOKS:
+            for hook, chain in self.hooks:
                 if f"-A {hook} -j {chain}" not in out.splitlines():
                     text.append(f"-I {hook} 1 -j {chain}")
             text.append("COMMIT")
@@ -331,7 +335,7 @@ class FaultTable:
     def _teardown_chains(self) -> None:
         rc, out, _ = self._exec(["iptables", "-S"])
         lines = out.splitlines() if rc == 0 else []
-        first = ["*filter"] + [f"-D {hook} -j {chain}" for hook, chain in HOOKS
+        first = ["*filter"] + [f"-D {hook} -j {chain}" for hook, chain in self.hooks
                                for l in lines if l == f"-A {hook} -j {chain}"]
         chains = [l.split()[1] for l in lines if l.startswith("-N ") and is_netem_chain(l.split()[1])]
         first += [f":{c} - [0:0]" for c in chains] + ["COMMIT"]

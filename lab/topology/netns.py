@@ -9,6 +9,11 @@ already uses) so runs can coexist. `up()` builds only the network (setup ~tens o
 them, tcpdump included, is recorded under /run/livelab/ so `lab down` can end it after a SIGKILL.
 `down()` is idempotent and never raises.
 
+With `links=[...]` (a scenario's `topology: {router: true, links: [wifi, cell]}`) a third namespace
+ll-<run>-r sits between them as `topo.router`, and the client reaches it over one or two access
+links, each with its own /28, RTT and loss (lab/topology/router.py, which also does `switch()`).
+Without it the two nodes and their one link are exactly as above.
+
 With `uplink=True` (live mode) the client namespace also reaches the outside world through the host:
 
     client  ll-<run>-c   up0 10.204.M.2/30  <── veth ──>  llu-<hash> 10.204.M.1/30   root namespace
@@ -32,6 +37,7 @@ from pathlib import Path
 from lab.errors import CapabilityError, LabError
 from lab.topology.base import Node, Topology, require_tools
 from lab.topology import uplink as uplinks  # the module; `uplink` is the flag below
+from lab.topology.router import Router, parse_links
 from netem import cleanup
 from netem.kernel import in_netns, list_netns
 
@@ -94,7 +100,7 @@ class NetnsTopology(Topology):
     def __init__(self, run_id: str, endpoint_port: int = 8443, ca_path: str | Path | None = None,
                  sysctls: dict[str, str | int] | None = None, subnet: int | None = None,
                  pid_dir: Path | None = None, uplink: bool = False, secrets_dir: Path | str | None = None,
-                 run_dir: Path | str | None = None, log=print):
+                 run_dir: Path | str | None = None, log=print, links=()):
         # secrets_dir: the twin's certificates go under it (both namespaces see the host's files);
         # run_dir and log: part of every topology's signature, nothing to do with them here
         if not _RUN_ID_RE.match(run_id):
@@ -118,6 +124,11 @@ class NetnsTopology(Topology):
         self._up = False
         self.client = NetnsNode(self, "client", self.ns_client)
         self.endpoint = NetnsNode(self, "endpoint", self.ns_endpoint)
+        # links: a router between the nodes (lab/topology/router.py); none: the one direct link
+        self.router_part = Router(self, parse_links(links)) if links else None
+        self.router = NetnsNode(self, "router", self.router_part.ns) if self.router_part else None
+        if self.router_part and self.uplink:
+            raise LabError("a router topology has no live-mode uplink yet: drop links or uplink")
 
     @classmethod
     def preflight(cls, client_tools: frozenset[str] = frozenset(), uplink: bool = False) -> None:
@@ -139,7 +150,14 @@ class NetnsTopology(Topology):
 
     @property
     def client_host(self) -> str:
+        if self.router_part:  # the address on the access link the client is on now
+            return self.addresses.client_on(self.router_part.active)
         return str(self.subnet.network_address + 1)
+
+    @property
+    def addresses(self):
+        """A router topology's layout of the subnet (lab.topology.router.Addresses)."""
+        return self.router_part.addresses
 
     @property
     def endpoint_host(self) -> str:
@@ -209,10 +227,10 @@ class NetnsTopology(Topology):
             return
         if os.geteuid() != 0:
             raise CapabilityError("the netns topology needs root (network namespaces, veth, iptables)")
-        from pyroute2 import NetNS, netns
+        from pyroute2 import netns
         from pyroute2.netlink.exceptions import NetlinkError
 
-        for ns in (self.ns_client, self.ns_endpoint):
+        for ns in (self.ns_client, self.ns_endpoint) + ((self.router_part.ns,) if self.router_part else ()):
             if ns in list_netns():
                 raise LabError(f"namespace {ns} already exists: run id {self.run_id!r} is in use (or run `lab down`)")
         if self._subnet is None:
@@ -221,21 +239,10 @@ class NetnsTopology(Topology):
         try:
             netns.create(self.ns_client)
             netns.create(self.ns_endpoint)
-            tmp = f"llp{os.getpid() % 10**8}"
-            with NetNS(self.ns_client) as c:
-                c.link("add", ifname=DEV, kind="veth", peer=tmp)
-                peer = c.link_lookup(ifname=tmp)[0]
-                c.link("set", index=peer, net_ns_fd=self.ns_endpoint)
-                idx = c.link_lookup(ifname=DEV)[0]
-                c.addr("add", index=idx, address=self.client_host, prefixlen=24)
-                c.link("set", index=idx, state="up")
-                c.link("set", index=c.link_lookup(ifname="lo")[0], state="up")
-            with NetNS(self.ns_endpoint) as e:
-                idx = e.link_lookup(ifname=tmp)[0]
-                e.link("set", index=idx, ifname=DEV)
-                e.addr("add", index=idx, address=self.endpoint_host, prefixlen=24)
-                e.link("set", index=idx, state="up")
-                e.link("set", index=e.link_lookup(ifname="lo")[0], state="up")
+            if self.router_part:
+                self.router_part.up()
+            else:
+                self._direct_link_up()
             for key, value in self.sysctls.items():
                 self.set_sysctl(key, value)
             if self.uplink:
@@ -249,6 +256,26 @@ class NetnsTopology(Topology):
         except Exception as e:
             self.down()
             raise CapabilityError(f"could not build the netns topology: {type(e).__name__}: {e}") from None
+
+    def _direct_link_up(self) -> None:
+        """The one veth between client and endpoint (no router)."""
+        from pyroute2 import NetNS
+
+        tmp = f"llp{os.getpid() % 10**8}"
+        with NetNS(self.ns_client) as c:
+            c.link("add", ifname=DEV, kind="veth", peer=tmp)
+            peer = c.link_lookup(ifname=tmp)[0]
+            c.link("set", index=peer, net_ns_fd=self.ns_endpoint)
+            idx = c.link_lookup(ifname=DEV)[0]
+            c.addr("add", index=idx, address=self.client_host, prefixlen=24)
+            c.link("set", index=idx, state="up")
+            c.link("set", index=c.link_lookup(ifname="lo")[0], state="up")
+        with NetNS(self.ns_endpoint) as e:
+            idx = e.link_lookup(ifname=tmp)[0]
+            e.link("set", index=idx, ifname=DEV)
+            e.addr("add", index=idx, address=self.endpoint_host, prefixlen=24)
+            e.link("set", index=idx, state="up")
+            e.link("set", index=e.link_lookup(ifname="lo")[0], state="up")
 
     def _uplink_up(self) -> None:
         """The veth to the root namespace, its addresses and route, NAT/forwarding, resolv.conf."""
@@ -330,6 +357,8 @@ class NetnsTopology(Topology):
         self._procs = []
         if not self._up:
             return
+        if self.router_part:
+            self.router_part.down()
         try:
             uplinks.down(self.run_id, current_ns=False, pid_dir=self.pid_dir)
         except Exception:
@@ -361,11 +390,16 @@ class NetnsNode(Node):
 
     @property
     def ip(self) -> str:
+        if self.name == "router":  # its end of the core link (lab/topology/router.py)
+            return self.topo.addresses.router_core
         return self.topo.client_host if self.name == "client" else self.topo.endpoint_host
 
     @property
     def dev(self) -> str:
-        # in live mode the client's traffic leaves through the uplink, not the link to the endpoint
+        # in live mode the client's traffic leaves through the uplink, not the link to the endpoint;
+        # behind a router, through the access link it is on now
+        if self.name == "client" and self.topo.router_part:
+            return self.topo.router_part.active.name
         return self.topo.uplink_dev if self.name == "client" and self.topo.uplink else DEV
 
     def popen(self, argv: list[str], role: str = "proc", **popen_kw) -> subprocess.Popen:

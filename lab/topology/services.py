@@ -148,9 +148,14 @@ class Proxy(Service):
     # only the session's first tunnel freezes: its resume connections must reach the twin
     freeze_first = 1
 
+    def __init__(self, node: Node, idle_timeout_s: float | None = None):
+        super().__init__(node)
+        self.idle_timeout_s = idle_timeout_s  # a corporate proxy's idle timeout (endpoint.idle_timeout_s)
+
     def argv(self) -> list[str]:
+        idle = ["--idle-timeout", str(self.idle_timeout_s)] if self.idle_timeout_s else []
         return [sys.executable, "-m", "lab", "proxy", "serve", "--listen", f"0.0.0.0:{self.port}",
-                "--control", f"0.0.0.0:{self.control_port}", "--freeze-first", str(self.freeze_first)]
+                "--control", f"0.0.0.0:{self.control_port}", "--freeze-first", str(self.freeze_first), *idle]
 
     @property
     def url(self) -> str:

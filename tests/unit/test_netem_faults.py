@@ -16,7 +16,7 @@ NFLOG = "-j NFLOG --nflog-group 5 --nflog-threshold 1 --nflog-prefix"
 
 
 def test_registry_lists_every_kind():
-    assert kinds() == ["blackhole", "delay", "loss", "netem", "reject"]
+    assert kinds() == ["blackhole", "delay", "loss", "mtu_blackhole", "nat_reap", "netem", "reject", "relay_age"]
     assert REGISTRY["blackhole"] is Blackhole and REGISTRY["loss"] is Loss
     assert isinstance(build({"kind": "reject", "target": {"dst": EP}}), Reject)
     assert isinstance(build({"kind": "netem", "dev": "eth0", "delay_ms": 50}), Netem)
@@ -40,7 +40,7 @@ def test_defaults_are_filled_in():
 
 @pytest.mark.parametrize("spec, words", [
     ("nope", "must be an object"),
-    ({"kind": "freeze"}, "unknown fault kind 'freeze'; known kinds: blackhole, delay, loss, netem, reject"),
+    ({"kind": "freeze"}, "unknown fault kind 'freeze'; known kinds: blackhole, delay, loss, mtu_blackhole, nat_reap, netem, reject, relay_age"),
     ({}, "unknown fault kind None"),
     ({"kind": "blackhole"}, "target is required"),
     ({"kind": "blackhole", "target": {"dst": EP}, "mode": "drop"}, "mode must be silent"),

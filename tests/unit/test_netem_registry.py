@@ -13,7 +13,8 @@ from netem.table import FaultTable
 
 # the least each kind needs besides kind (and target, for kinds with needs_target)
 MINIMAL = {"blackhole": {}, "reject": {}, "loss": {"p": 0.5}, "netem": {"dev": "eth0", "delay_ms": 5},
-           "delay": {"delay_ms": 40}}
+           "delay": {"delay_ms": 40}, "nat_reap": {"idle_s": 30}, "relay_age": {"age_s": 150},
+           "mtu_blackhole": {}}
 
 
 def test_every_kind_declares_what_it_needs_and_does():
@@ -24,7 +25,8 @@ def test_every_kind_declares_what_it_needs_and_does():
         assert isinstance(cls.needs_target, bool) and isinstance(cls.cuts_path, bool)
         assert issubclass(cls, (RuleFault, InstalledFault)), name
     assert {k for k, c in REGISTRY.items() if c.cuts_path} == {"blackhole", "reject"}
-    assert {k for k, c in REGISTRY.items() if c.needs_target} == {"blackhole", "reject", "loss", "delay"}
+    assert {k for k, c in REGISTRY.items() if c.needs_target} == {"blackhole", "reject", "loss", "delay",
+                                                                       "nat_reap", "relay_age", "mtu_blackhole"}
     assert issubclass(Delay, RuleFault) and issubclass(Delay, InstalledFault)
     assert not issubclass(REGISTRY["netem"], RuleFault) and not issubclass(REGISTRY["loss"], InstalledFault)
 
@@ -44,7 +46,7 @@ def test_check_spec_accepts_each_kind_with_the_placeholder_target(kind):
      "'name', 'queue', 'target']"),
     ({"kind": "netem", "dev": "eth0", "delay_ms": 5, "target": PLACEHOLDER_TARGET}, "unknown field(s) ['target']"),
     ({"kind": "blackhole"}, "fault blackhole: target is required"),
-    ({"kind": "dealy"}, "unknown fault kind 'dealy'; known kinds: blackhole, delay, loss, netem, reject"),
+    ({"kind": "dealy"}, "unknown fault kind 'dealy'; known kinds: blackhole, delay, loss, mtu_blackhole, nat_reap, netem, reject, relay_age"),
     (["kind", "delay"], "a fault spec must be an object, got list"),
 ])
 def test_check_spec_names_the_bad_key_in_one_line(spec, words):

@@ -65,8 +65,9 @@ def test_step_anchors_need_an_earlier_step():
 
 # ---- actions ---------------------------------------------------------------------------------------
 def test_actions_say_who_and_whether_they_cut_the_path():
-    assert set(actions.cutting_names()) == {"abort", "close", "freeze"}
-    assert {a.by for a in actions.ACTIONS.values()} == {actions.CLIENT, actions.PROXY, actions.TWIN}
+    assert set(actions.cutting_names()) == {"abort", "close", "freeze", "switch_to_cell", "switch_to_cell_overlap"}
+    assert {a.by for a in actions.ACTIONS.values()} == {actions.CLIENT, actions.PROXY, actions.TWIN, actions.NETWORK}
+    assert all(set(a.request_body()) == {"to", "overlap_s"} for a in actions.ACTIONS.values() if a.by == actions.NETWORK)
     assert all(a.verb for a in actions.ACTIONS.values() if a.by in (actions.PROXY, actions.TWIN))
     # a twin action's fault is one the twin has (its control channel answers 404 otherwise)
     assert {a.request_body()["name"] for a in actions.ACTIONS.values() if a.verb == "fault"} <= set(FAULTS)

@@ -1,0 +1,122 @@
+"""relay_age: a relay that cuts every flow at a fixed age, whatever it carries.
+
+target (the destination whose flows pass the relay), age_s > 0, mode silent|rst (netem.conntrack),
+direction (default both). One Live API user saw every session closed at exactly 150 s by a relay on
+the path (issue 15, "relays that close every flow at a fixed age"); a load balancer's maximum
+connection lifetime does the same.
+
+While the fault is active a watcher thread in the owner's process reads the namespace's conntrack
+table every POLL_S (a netlink dump filtered to the target) and deletes the entry of each target flow
+that has reached age_s, counted from the entry's creation (conntrack's own start timestamp, which
+`nf_conntrack_timestamp` turns on; a router node turns it on at up(), and the fault turns it on for
+flows that start after it). The flow's next packet then finds no entry and is dropped or reset by
+the rules of netem.conntrack, so the cut shows on the wire at age_s + (time to the next packet) +
+up to POLL_S. A flow older than age_s when the fault starts is cut at once. The thread ends with
+uninstall(), or with its owner (`lives_with_owner`).
+"""
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+import time
+
+from netem import spec as S
+from netem.conntrack import ForgottenFlowFault
+from netem.errors import NetemError
+
+POLL_S = 0.01
+TIMESTAMP_KEY = "nf_conntrack_timestamp"
+
+
+class RelayAge(ForgottenFlowFault):
+    kind = "relay_age"
+    lives_with_owner = True  # the watcher is a thread of the process that applied it
+    fields = ForgottenFlowFault.fields | {"age_s"}
+
+    def __init__(self, spec: dict):
+        super().__init__(spec)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.cut: list[tuple[float, tuple]] = []  # (wall time, (src, sport, dst, dport)) per flow cut
+
+    @classmethod
+    def _normalise(cls, spec: dict) -> dict:
+        spec = super()._normalise(spec)
+        if "age_s" not in spec:
+            raise S.fail(cls.kind, "age_s (the age in seconds at which the relay cuts a flow) is required")
+        spec["age_s"] = float(S.number(cls.kind, "age_s", spec["age_s"], "seconds > 0 (and <= 86400)", high=86400))
+        if spec["age_s"] <= 0:
+            raise S.fail(cls.kind, "age_s must be seconds > 0 (and <= 86400), got 0")
+        return spec
+
+    def sysctls(self) -> dict:
+        return {**super().sysctls(), TIMESTAMP_KEY: 1}
+
+    def install(self, netns: str | None) -> None:
+        from pyroute2 import NFCTSocket  # pyroute2 is slow to import; only this kind needs conntrack's netlink
+
+        super().install(netns)
+        try:
+            ct = NFCTSocket(netns=netns) if netns else NFCTSocket()
+        except Exception as e:
+            super().uninstall(netns)
+            raise NetemError(f"fault relay_age {self.name}: no conntrack netlink socket: {e}") from None
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._watch, args=(ct,), daemon=True, name=f"relay_age {self.name}")
+        self._thread.start()
+
+    def uninstall(self, netns: str | None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+            self._thread = None
+        super().uninstall(netns)
+
+    # ---- the watcher -------------------------------------------------------------------------
+    def _flows(self, ct):
+        """(tuple_orig, start ns or None) of each TCP conntrack entry whose original tuple is the target's."""
+        t = self.spec["target"]
+        for msg in ct.dump():
+            orig = msg.get_attr("CTA_TUPLE_ORIG")
+            ip, proto = orig.get_attr("CTA_TUPLE_IP"), orig.get_attr("CTA_TUPLE_PROTO")
+            if proto.get_attr("CTA_PROTO_NUM") != socket.IPPROTO_TCP:
+                continue
+            key = (ip.get_attr("CTA_IP_V4_SRC"), proto.get_attr("CTA_PROTO_SRC_PORT"),
+                   ip.get_attr("CTA_IP_V4_DST"), proto.get_attr("CTA_PROTO_DST_PORT"))
+            if not _is_target(key, t):
+                continue
+            stamp = msg.get_attr("CTA_TIMESTAMP")
+            yield key, (stamp.get_attr("CTA_TIMESTAMP_START") if stamp else None)
+
+    def _watch(self, ct) -> None:
+        from pyroute2.netlink.nfnetlink.nfctsocket import NFCTAttrTuple  # see install()
+
+        first_seen: dict[tuple, int] = {}  # flows without a timestamp (begun before it was on)
+        age_ns = int(self.spec["age_s"] * 1e9)
+        try:
+            while not self._stop.wait(POLL_S):
+                now = time.time_ns()
+                for key, start in list(self._flows(ct)):
+                    start = start or first_seen.setdefault(key, now)
+                    if now - start < age_ns:
+                        continue
+                    src, sport, dst, dport = key
+                    try:
+                        ct.entry("del", tuple_orig=NFCTAttrTuple(saddr=src, daddr=dst, proto=socket.IPPROTO_TCP,
+                                                                 sport=sport, dport=dport))
+                        self.cut.append((now / 1e9, key))
+                    except Exception:
+                        pass  # gone already (closed, or reaped by another timeout)
+                    first_seen.pop(key, None)
+        finally:
+            ct.close()
+
+
+def _is_target(key: tuple, t: dict) -> bool:
+    """Whether the original tuple (src, sport, dst, dport) is a flow to the fault's target."""
+    src, sport, dst, dport = key
+    if "src" in t:
+        return (src, sport, dst, dport) == (t["src"], t["sport"], t["dst"], t["dport"])
+    net = ipaddress.ip_network(t["dst"] if "/" in t["dst"] else f"{t['dst']}/32")
+    return ipaddress.ip_address(dst) in net and t.get("dport", dport) == dport

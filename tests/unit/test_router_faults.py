@@ -1,0 +1,55 @@
+"""The middlebox fault kinds (nat_reap, relay_age, mtu_blackhole): specs and the rules they describe.
+Their behaviour on the wire is tests/integration/test_router.py."""
+import pytest
+
+from netem import faults
+from netem.errors import FaultSpecError
+from netem.kernel import Capabilities
+
+EP = {"dst": "10.203.9.2", "dport": 8443}
+
+
+def test_nat_reap_drops_only_invalid_packets_of_the_target():
+    f = faults.build({"kind": "nat_reap", "target": EP, "idle_s": 5})
+    r = f.rules()
+    assert all("--ctstate INVALID" in l and "-p tcp" in l for l in r.out + r.in_)
+    assert r.out[-1].endswith("-j NFQUEUE --queue-num 99") and "--dport 8443" in r.out[-1]
+    assert "--sport 8443" in r.in_[-1]
+    assert f.sysctls()["nf_conntrack_tcp_timeout_established"] == 5
+    assert f.sysctls()["nf_conntrack_tcp_loose"] == 0  # else conntrack picks a reaped flow up again
+
+
+def test_rst_mode_resets_but_never_answers_a_reset():
+    r = faults.build({"kind": "relay_age", "target": EP, "age_s": 1.5, "mode": "rst"}).rules()
+    assert all("REJECT --reject-with tcp-reset" in l for l in (r.out[-1], r.in_[-1]))
+    assert all("! --tcp-flags RST RST" in l for l in r.out + r.in_)
+
+
+def test_mtu_blackhole_drops_large_packets_and_frag_needed():
+    r = faults.build({"kind": "mtu_blackhole", "target": EP, "mtu": 1000, "direction": "out"}).rules()
+    assert r.in_ == []
+    assert any("--length 1001:65535" in l and "NFQUEUE" in l for l in r.out)
+    assert any("fragmentation-needed -j DROP" in l for l in r.out)
+
+
+@pytest.mark.parametrize("spec, words", [
+    ({"kind": "nat_reap", "target": EP}, "idle_s"),
+    ({"kind": "nat_reap", "target": EP, "idle_s": 2.5}, "whole number"),
+    ({"kind": "nat_reap", "target": EP, "idle_s": 5, "mode": "fin"}, "mode"),
+    ({"kind": "relay_age", "target": {"dst": "10.0.0.1", "dport": 53, "proto": "udp"}, "age_s": 3}, "tcp"),
+    ({"kind": "relay_age", "target": EP, "age_s": 0}, "age_s"),
+    ({"kind": "relay_age", "target": EP, "age_s": 3, "mode": "rst", "queue": 5}, "queue"),
+    ({"kind": "mtu_blackhole", "target": EP, "mtu": 40}, "mtu"),
+    ({"kind": "mtu_blackhole", "target": EP, "size": 40}, "unknown field"),
+])
+def test_bad_specs_are_one_line(spec, words):
+    with pytest.raises(FaultSpecError) as e:
+        faults.check_spec(spec)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_kinds_say_what_the_kernel_must_have():
+    caps = Capabilities(iptables=True, nflog=True, nfqueue=True, reject=True)
+    assert faults.unmet("nat_reap", caps) and "conntrack" in faults.unmet("nat_reap", caps)[0]
+    caps.conntrack = caps.length = True
+    assert faults.unmet("relay_age", caps) == [] and faults.unmet("mtu_blackhole", caps) == []
