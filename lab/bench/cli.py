@@ -1,11 +1,12 @@
-"""`lab bench twin|faults|recovery`: benchmarks that print figures and ratios, never assert."""
+"""`lab bench twin|faults|recovery|false-alarms`: benchmarks that print figures and ratios, never assert."""
 from __future__ import annotations
 
 import importlib
 
 from lab.errors import LabError
 
-BENCHES = {"twin": "lab.bench.twin", "faults": "lab.bench.faults", "recovery": "lab.bench.recovery"}
+BENCHES = {"twin": "lab.bench.twin", "faults": "lab.bench.faults", "recovery": "lab.bench.recovery",
+           "false-alarms": "lab.bench.false_alarms"}
 
 
 def add_parser(sub) -> None:
