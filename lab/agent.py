@@ -130,7 +130,9 @@ class Agent:
             spec = self._fault_spec(step.fault)
             fault = build(spec)
             self._faults().add(fault)
-            self.log.write("fault.apply", src="agent", name=fault.name, spec=spec)
+            # path: which way a kind with two took effect (netem: kernel qdisc or userspace worker)
+            self.log.write("fault.apply", src="agent", name=fault.name, spec=spec,
+                           **({"path": fault.path} if fault.path else {}))
             self._mark_loss(f"fault:{fault.kind}", fault.cuts_path)
         elif step.heal:
             if self.table is not None:

@@ -51,7 +51,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     "run.end": _k("agent", "status error not_reached bookings", "status ok | error | interrupted"),
     "step": _k("agent", "id what note", "a timeline step done"),
     "step.error": _k("agent", "id error", "a step that raised; the run goes on"),
-    "fault.apply": _k("agent", "name spec"),
+    "fault.apply": _k("agent", "name spec path", "path kernel | userspace for a kind with two (netem)"),
     "fault.clear": _k("agent", "name at_exit"),
     "action": _k("agent", "what", "a scripted action (lab.actions)"),
     "loss": _k("agent", "how cuts_path",

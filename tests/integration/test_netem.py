@@ -553,3 +553,72 @@ def test_a_refused_rule_set_is_one_line_and_the_table_keeps_working(topo, table)
     assert "after-error" in iptables_s(topo.ns_client)
     f.clear()
     assert "after-error" not in iptables_s(topo.ns_client)
+
+
+# ------------------------------------------------------------------------------------ userspace reorder, duplicate
+
+def echoes(echo: UdpEcho, n: int, every: float = 0.002, settle: float = 0.5) -> list[int]:
+    """Send datagrams 0..n-1 through the echo; the sequence numbers in the order they came back."""
+    echo.c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)   # ~256 datagrams fill the default
+    for i in range(n):
+        echo.c.sendto(str(i).encode(), echo.addr)
+        time.sleep(every)
+    got, end = [], time.monotonic() + settle
+    echo.c.settimeout(0.05)
+    while time.monotonic() < end:
+        try:
+            got.append(int(echo.c.recv(64)))
+            end = max(end, time.monotonic() + 0.2)
+        except socket.timeout:
+            pass
+    return got
+
+
+@pytest.mark.skipif(not CAPS.nfqueue_bind, reason="no NFQUEUE queue can be bound here (nfnetlink_queue)")
+def test_userspace_reorder_sends_a_share_ahead_and_loses_nothing(topo, table):
+    echo = UdpEcho(topo, port=9791)
+    try:
+        build({"kind": "reorder", "name": "ro", "delay_ms": 30, "p": 0.3,
+               "target": {"dst": topo.endpoint_host, "dport": echo.addr[1], "proto": "udp"}}).apply(table)
+        got = echoes(echo, 200)
+    finally:
+        echo.close()
+    ahead = sum(1 for k, s in enumerate(got) if any(later < s for later in got[k + 1:]))
+    print(f"\nreorder p=0.3 delay 30 ms: {len(got)}/200 back, {ahead} came back ahead of an earlier one")
+    assert sorted(got) == list(range(200))                  # every datagram once
+    assert 0.15 * 200 <= ahead <= 0.45 * 200                # about the asked share jumped the queue
+
+
+@pytest.mark.skipif(not CAPS.nfqueue_bind, reason="no NFQUEUE queue can be bound here (nfnetlink_queue)")
+def test_userspace_duplicate_sends_a_share_twice_and_never_a_copy_of_a_copy(topo, table):
+    echo = UdpEcho(topo, port=9792)
+    try:
+        build({"kind": "duplicate", "name": "dup", "p": 0.5,
+               "target": {"dst": topo.endpoint_host, "dport": echo.addr[1], "proto": "udp"}}).apply(table)
+        got = echoes(echo, 200)
+    finally:
+        echo.close()
+    counts = {i: got.count(i) for i in range(200)}
+    twice = sum(1 for c in counts.values() if c == 2)
+    print(f"\nduplicate p=0.5: {len(got)} back for 200 sent, {twice} twice")
+    assert all(c in (1, 2) for c in counts.values())        # every one arrived; no copy was copied again
+    assert 0.35 * 200 <= twice <= 0.65 * 200
+
+
+@pytest.mark.skipif(CAPS.netem or not CAPS.nfqueue_bind, reason="the kernel has sch_netem (or no NFQUEUE): no userspace path")
+def test_netem_without_sch_netem_takes_the_userspace_path_and_adds_its_delay(topo, table):
+    echo = UdpEcho(topo, port=9793)
+    try:
+        base = echo.rtts()
+        f = build({"kind": "netem", "name": "ns40", "dev": topo.client.dev, "delay_ms": 40}).apply(table)
+        assert f.path == "userspace" and f.worker_pid in delay_workers()
+        assert f"-o {topo.client.dev}" in iptables_s(topo.ns_client)
+        held = echo.rtts()
+        f.clear()
+        after = echo.rtts()
+    finally:
+        echo.close()
+    added = [h - pct(base, 0.5) for h in held]
+    print(f"\nnetem (userspace path) delay 40 ms: added p50 {pct(added, .5):.2f} ms, p99 {pct(added, .99):.2f} ms")
+    assert min(added) >= 0.8 * 40 and pct(after, 0.5) < pct(base, 0.5) + 20
+    assert "NFQUEUE" not in iptables_s(topo.ns_client)
