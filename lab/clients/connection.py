@@ -146,6 +146,7 @@ class Connection:
         self.closed = False
         self.lost = False
         self._suspected: float | None = None   # monotonic time the detector began to suspect it
+        self._unacked_since: float | None = None  # monotonic time TCP began to wait for an ack
         self.close_code: int | None = None
         self.close_reason: str | None = None
         self.closed_by: str | None = None
@@ -302,7 +303,13 @@ class Connection:
             verdict = LOST if silent >= self._timing.lost_after_s else "ok"
         else:
             tcp = read_tcp(self._socket())
-            verdict = det.judge(silent, tcp)
+            now = time.monotonic()
+            if tcp is None or tcp.unacked == 0:
+                self._unacked_since = None
+            elif self._unacked_since is None:
+                self._unacked_since = now          # sampled each tick: at most one tick late
+            outstanding = None if self._unacked_since is None else now - self._unacked_since
+            verdict = det.judge(silent, tcp, outstanding, self._timing.ping_interval_s)
         tcp_fields = {} if tcp is None else {"ack_silent_ms": round(tcp.ack_silent_s * 1000),
                                              "rto_ms": round(tcp.rto_s * 1000), "unacked": tcp.unacked}
         if verdict == SUSPECT and self._suspected is None:

@@ -91,8 +91,15 @@ class Detector:
         lost = max(self.lost_after_s, self.lost_rtos * rto)
         return max(self.suspect_after_s, self.suspect_rtos * rto), lost, max(self.stall_after_s, 2 * lost)
 
-    def judge(self, silent_s: float, tcp: TcpView | None) -> str:
-        """OK, SUSPECT or LOST for a connection silent `silent_s` (no frame, no pong)."""
+    def judge(self, silent_s: float, tcp: TcpView | None, outstanding_s: float | None = None,
+              ping_interval_s: float = 0.0) -> str:
+        """OK, SUSPECT or LOST for a connection silent `silent_s` (no frame, no pong).
+
+        `outstanding_s`: how long TCP has had data unacknowledged (the caller watches `unacked`).
+        The time since the last ACK alone overstates it when nothing was sent for a while (the
+        client's loop busy, no ping out): a ping is at most one `ping_interval_s` behind the last
+        ack, so the witness is min(time since the last ack, outstanding + one interval).
+        """
         if tcp is None:
             return LOST if silent_s >= self.lost_after_s else OK
         suspect, lost, stall = self.limits(tcp)
@@ -100,6 +107,8 @@ class Detector:
             return LOST
         # TCP's verdict: data outstanding and nothing acknowledged for that long
         dead_for = tcp.ack_silent_s if tcp.unacked > 0 else 0.0
+        if outstanding_s is not None:
+            dead_for = min(dead_for, outstanding_s + ping_interval_s)
         if silent_s >= lost and dead_for >= lost:
             return LOST
         if silent_s >= suspect and dead_for >= suspect:

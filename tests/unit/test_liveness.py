@@ -67,3 +67,11 @@ def test_read_tcp_on_a_real_socket_and_on_none():
     finally:
         for s in (cli, peer, srv):
             s.close()
+
+
+def test_a_long_gap_since_the_last_ack_with_a_fresh_ping_is_not_a_loss():
+    # the client's loop was busy 0.7 s (no ping out), then a ping went into a 600 ms delay
+    tcp = dead(LOOPBACK, 1.05)
+    assert DET.judge(1.05, tcp) == LOST                                        # the last ack alone
+    assert DET.judge(1.05, tcp, outstanding_s=0.35, ping_interval_s=0.25) == SUSPECT
+    assert DET.judge(1.05, tcp, outstanding_s=0.8, ping_interval_s=0.25) == LOST  # a dead path
