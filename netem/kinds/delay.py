@@ -109,6 +109,25 @@ class Held(MatchFault, InstalledFault):
         raise NotImplementedError
 
     @classmethod
+    def _hold_ms(cls, spec: dict, what: str) -> float:
+        """The spec's delay_ms: required, > 0, <= 60000; `what` says what is held, for the error."""
+        if "delay_ms" not in spec:
+            raise S.fail(cls.kind, f"delay_ms ({what}, > 0) is required")
+        d = S.number(cls.kind, "delay_ms", spec["delay_ms"], "a number of milliseconds > 0 (and <= 60000)",
+                     high=60000)
+        if d == 0:
+            raise S.fail(cls.kind, "delay_ms must be a number of milliseconds > 0 (and <= 60000), got 0")
+        return d
+
+    @classmethod
+    def _share(cls, spec: dict, what: str) -> float:
+        """The spec's p: required, 0 < p <= 1; `what` says what share it is, for the error."""
+        p = S.number(cls.kind, "p", spec.get("p", 0), "a probability 0 < p <= 1", high=1)
+        if not p:
+            raise S.fail(cls.kind, f"p ({what}, 0 < p <= 1) is required")
+        return p
+
+    @classmethod
     def _queue(cls, spec: dict) -> None:
         S.queue(cls.kind, spec.setdefault("queue", default_queue(spec["name"])), " for this fault's own worker")
 
@@ -177,12 +196,7 @@ class Delay(Held):
     def _normalise(cls, spec: dict) -> dict:
         spec.setdefault("direction", "out")
         spec = super()._normalise(spec)
-        if "delay_ms" not in spec:
-            raise S.fail(cls.kind, "delay_ms (milliseconds each packet is held, > 0) is required")
-        d = S.number(cls.kind, "delay_ms", spec["delay_ms"], "a number of milliseconds > 0 (and <= 60000)",
-                     high=60000)
-        if d == 0:
-            raise S.fail(cls.kind, "delay_ms must be a number of milliseconds > 0 (and <= 60000), got 0")
+        d = cls._hold_ms(spec, "milliseconds each packet is held")
         S.number(cls.kind, "jitter_ms", spec.setdefault("jitter_ms", 0), f"milliseconds 0..delay_ms ({d})", high=d)
         cls._queue(spec)
         return spec

@@ -23,9 +23,7 @@ class Duplicate(Held):
         spec = super()._normalise(spec)
         if spec["direction"] != "out":
             raise S.fail(cls.kind, f"direction must be out (a copy is re-sent on the way out), got {spec['direction']!r}")
-        p = S.number(cls.kind, "p", spec.get("p", 0), "a probability 0 < p <= 1", high=1)
-        if not p:
-            raise S.fail(cls.kind, "p (the share of packets sent twice, 0 < p <= 1) is required")
+        cls._share(spec, "the share of packets sent twice")
         cls._queue(spec)
         return spec
 

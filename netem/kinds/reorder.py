@@ -8,7 +8,6 @@ life cycle are the delay kind's (netem/kinds/delay.py).
 """
 from __future__ import annotations
 
-from netem import spec as S
 from netem.fault import MatchFault
 from netem.kinds.delay import Held, Plan
 
@@ -21,13 +20,8 @@ class Reorder(Held):
     def _normalise(cls, spec: dict) -> dict:
         spec.setdefault("direction", "out")
         spec = super()._normalise(spec)
-        d = S.number(cls.kind, "delay_ms", spec.get("delay_ms", 0), "a number of milliseconds > 0 (and <= 60000)",
-                     high=60000)
-        if not d:
-            raise S.fail(cls.kind, "delay_ms (how long the packets not drawn are held, > 0) is required")
-        p = S.number(cls.kind, "p", spec.get("p", 0), "a probability 0 < p <= 1", high=1)
-        if not p:
-            raise S.fail(cls.kind, "p (the share of packets sent ahead, 0 < p <= 1) is required")
+        cls._hold_ms(spec, "how long the packets not drawn are held")
+        cls._share(spec, "the share of packets sent ahead")
         cls._queue(spec)
         return spec
 

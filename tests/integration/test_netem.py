@@ -356,6 +356,21 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+def rtts_around(topo, table, check, spec_for, port: int = 9788):
+    """UDP round trips (ms) before, with and after the fault `spec_for(echo)`; `check(fault)` runs
+    while it is in place."""
+    echo = UdpEcho(topo, port=port)
+    try:
+        base = echo.rtts()
+        f = build(spec_for(echo)).apply(table)
+        check(f)
+        held = echo.rtts()
+        f.clear()
+        return base, held, echo.rtts()
+    finally:
+        echo.close()
+
+
 def delay_workers() -> list[int]:
     out = subprocess.run(["pgrep", "-f", "netem.kinds.delay"], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
@@ -364,18 +379,15 @@ def delay_workers() -> list[int]:
 @pytest.mark.skipif(not CAPS.nfqueue_bind, reason="no NFQUEUE queue can be bound here (nfnetlink_queue)")
 def test_userspace_delay_adds_what_was_asked_and_clear_goes_back_to_baseline(topo, table):
     asked = 40.0
-    echo = UdpEcho(topo)
-    try:
-        base = echo.rtts()
-        f = build({"kind": "delay", "name": "d40", "delay_ms": asked, "direction": "out",
-                   "target": {"dst": topo.endpoint_host, "dport": echo.addr[1], "proto": "udp"}}).apply(table)
-        worker = f.worker_pid
-        assert worker in delay_workers() and "--queue-bypass" in iptables_s(topo.ns_client)
-        held = echo.rtts()
-        f.clear()
-        after = echo.rtts()
-    finally:
-        echo.close()
+    seen = {}
+
+    def check(f):
+        seen["worker"] = f.worker_pid
+        assert f.worker_pid in delay_workers() and "--queue-bypass" in iptables_s(topo.ns_client)
+    base, held, after = rtts_around(topo, table, check, lambda echo: {
+        "kind": "delay", "name": "d40", "delay_ms": asked, "direction": "out",
+        "target": {"dst": topo.endpoint_host, "dport": echo.addr[1], "proto": "udp"}})
+    worker = seen["worker"]
     added = [h - pct(base, 0.5) for h in held]
     err = sorted(a - asked for a in added)
     print(f"\ndelay asked {asked:.0f} ms: baseline rtt p50 {pct(base, .5):.2f} ms; added p50 {pct(added, .5):.2f} "
@@ -557,9 +569,10 @@ def test_a_refused_rule_set_is_one_line_and_the_table_keeps_working(topo, table)
 
 # ------------------------------------------------------------------------------------ userspace reorder, duplicate
 
-def echoes(echo: UdpEcho, n: int, every: float = 0.002, settle: float = 0.5) -> list[int]:
+def echoes(echo: UdpEcho, n: int, every: float = 0.002, settle: float = 1.0) -> list[int]:
     """Send datagrams 0..n-1 through the echo; the sequence numbers in the order they came back."""
-    echo.c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)   # ~256 datagrams fill the default
+    for sock in (echo.c, echo.s):   # ~256 datagrams fill the default, and a loaded machine lags the echo
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
     for i in range(n):
         echo.c.sendto(str(i).encode(), echo.addr)
         time.sleep(every)
@@ -607,17 +620,11 @@ def test_userspace_duplicate_sends_a_share_twice_and_never_a_copy_of_a_copy(topo
 
 @pytest.mark.skipif(CAPS.netem or not CAPS.nfqueue_bind, reason="the kernel has sch_netem (or no NFQUEUE): no userspace path")
 def test_netem_without_sch_netem_takes_the_userspace_path_and_adds_its_delay(topo, table):
-    echo = UdpEcho(topo, port=9793)
-    try:
-        base = echo.rtts()
-        f = build({"kind": "netem", "name": "ns40", "dev": topo.client.dev, "delay_ms": 40}).apply(table)
+    def check(f):
         assert f.path == "userspace" and f.worker_pid in delay_workers()
         assert f"-o {topo.client.dev}" in iptables_s(topo.ns_client)
-        held = echo.rtts()
-        f.clear()
-        after = echo.rtts()
-    finally:
-        echo.close()
+    base, held, after = rtts_around(topo, table, check, lambda echo: {
+        "kind": "netem", "name": "ns40", "dev": topo.client.dev, "delay_ms": 40}, port=9793)
     added = [h - pct(base, 0.5) for h in held]
     print(f"\nnetem (userspace path) delay 40 ms: added p50 {pct(added, .5):.2f} ms, p99 {pct(added, .99):.2f} ms")
     assert min(added) >= 0.8 * 40 and pct(after, 0.5) < pct(base, 0.5) + 20
