@@ -276,7 +276,7 @@ def _worker_main(argv: list[str] | None = None) -> int:
         q = NfQueue(a.queue, payloads=bool(plan.duplicate))
         resend = raw_sender() if plan.duplicate else None
     except (NetemError, OSError) as e:
-        print(f"netem worker: {e}", file=sys.stderr)
+        print(f"netem delay worker: {e}", file=sys.stderr)
         return getattr(e, "code", 1)
     try:
         print("ready", flush=True)
