@@ -23,7 +23,7 @@ from lab.capture import dropped
 from lab.topology.netns import NetnsTopology
 from lab.topology.services import Capture
 from netem import cleanup
-from netem.errors import FaultUnsupported, NetemError
+from netem.errors import NetemError
 from netem.faults import build
 from netem.kernel import in_netns, list_netns, probe
 from netem.table import FaultTable
