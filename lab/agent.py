@@ -141,8 +141,11 @@ class Agent:
             fault = build(spec)
             node = step.fault.get("node", "client")
             self._faults(node).add(fault)
-            # a router fault's record says so in its spec, as the scenario wrote it
-            self.log.write("fault.apply", src="agent", name=fault.name, spec=spec if node == "client" else {**spec, "node": node})
+            # a router fault's record says so in its spec, as the scenario wrote it; path: which way a
+            # kind with two took effect (netem: kernel qdisc or userspace worker)
+            self.log.write("fault.apply", src="agent", name=fault.name,
+                           spec=spec if node == "client" else {**spec, "node": node},
+                           **({"path": fault.path} if fault.path else {}))
             self._mark_loss(f"fault:{fault.kind}", fault.cuts_path)
         elif step.heal:
             if self.table is not None:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from netem.kernel import in_netns, list_netns
-from netem.kinds.netem import remove_netem
+from netem.qdisc import remove_netem
 from netem.rules import is_netem_chain
 
 PID_DIR = Path(os.environ.get("LIVELAB_PID_DIR", "/run/livelab"))

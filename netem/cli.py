@@ -11,7 +11,7 @@ from pathlib import Path
 
 from netem.cleanup import remove_chains
 from netem.errors import CapabilityMissing, FaultSpecError
-from netem.faults import build, kinds, unmet
+from netem.faults import build, kinds, path_of, unmet
 from netem.kernel import probe
 from netem.kinds.netem import remove_netem
 from netem.table import FaultTable
@@ -44,7 +44,9 @@ def kinds_summary(caps) -> str:
     lines = ["fault kinds:"]
     for k in kinds():
         lacks = unmet(k, caps)
-        lines.append(f"  {k:10s} {'yes' if not lacks else 'NO   needs ' + '; '.join(lacks)}")
+        path = path_of(k, caps)
+        yes = f"yes ({path} path)" if path else "yes"
+        lines.append(f"  {k:10s} {yes if not lacks else 'NO   needs ' + '; '.join(lacks)}")
     return "\n".join(lines)
 
 

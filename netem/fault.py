@@ -32,6 +32,8 @@ class Fault(ABC):
     kind: ClassVar[str]
     lives_with_owner: ClassVar[bool] = False  # it ends with the process that applied it (a worker)
     requires: ClassVar[frozenset[str]] = frozenset()
+    # feature sets that serve instead of `requires`: another path to the same effect (netem's userspace one)
+    alternatives: ClassVar[tuple[frozenset[str], ...]] = ()
     needs_target: ClassVar[bool] = False
     cuts_path: ClassVar[bool] = False
     fields: ClassVar[frozenset[str]] = frozenset()
@@ -40,6 +42,7 @@ class Fault(ABC):
         self.spec = self.normalise(spec)
         self.name: str = self.spec["name"]
         self._table = None
+        self.path: str | None = None   # a kind with alternatives says which took effect: kernel | userspace
 
     # ---- validation --------------------------------------------------------------------------
     @classmethod

@@ -17,14 +17,17 @@ from netem.fault import Fault
 from netem.kernel import MISSING_TEXT, Capabilities
 from netem.kinds.blackhole import Blackhole
 from netem.kinds.delay import Delay
+from netem.kinds.duplicate import Duplicate
 from netem.kinds.loss import Loss
 from netem.kinds.mtu_blackhole import MtuBlackhole
 from netem.kinds.nat_reap import NatReap
 from netem.kinds.netem import Netem
 from netem.kinds.reject import Reject
 from netem.kinds.relay_age import RelayAge
+from netem.kinds.reorder import Reorder
 
-KINDS: tuple[type[Fault], ...] = (Blackhole, Reject, Loss, Netem, Delay, NatReap, RelayAge, MtuBlackhole)
+KINDS: tuple[type[Fault], ...] = (Blackhole, Reject, Loss, Netem, Delay, Reorder, Duplicate, NatReap, RelayAge,
+                                  MtuBlackhole)
 REGISTRY: dict[str, type[Fault]] = {c.kind: c for c in KINDS}
 
 # A valid flow for checking a scenario's fault before any connection exists (documentation range).
@@ -56,6 +59,21 @@ def build(spec: dict) -> Fault:
 
 
 def unmet(kind: str, caps: Capabilities) -> list[str]:
-    """One line per feature `kind` requires that `caps` lacks (empty: the kind can run here)."""
+    """One line per feature `kind` requires that `caps` lacks (empty: the kind can run here, on its
+    own path or on one of its `alternatives`)."""
     have = caps.features()
-    return [f"{f}: {MISSING_TEXT.get(f, f)}" for f in sorted(REGISTRY[kind].requires - have)]
+    cls = REGISTRY[kind]
+    if any(alt <= have for alt in cls.alternatives):
+        return []
+    return [f"{f}: {MISSING_TEXT.get(f, f)}" for f in sorted(cls.requires - have)]
+
+
+def path_of(kind: str, caps: Capabilities) -> str | None:
+    """For a kind with alternatives: 'kernel' (its `requires` met) or 'userspace'; None otherwise."""
+    cls = REGISTRY[kind]
+    if not cls.alternatives:
+        return None
+    have = caps.features()
+    if cls.requires <= have:
+        return "kernel"
+    return "userspace" if any(alt <= have for alt in cls.alternatives) else None

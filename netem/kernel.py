@@ -43,7 +43,7 @@ MISSING_TEXT = {
     "conntrack": "the xtables conntrack match (xt_conntrack / nft ct): no NAT reap or fixed-age relay",
     "length": "the xtables length match (xt_length): no path-MTU black hole",
     "nfqueue_bind": "nfnetlink_queue: no NFQUEUE queue can be bound here, so no userspace delay",
-    "netem": "sch_netem: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM); the delay kind (userspace) stands in for delay/jitter",
+    "netem": "sch_netem: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM); the netem kind takes its userspace path (a queue worker) for delay, jitter, loss, reorder and duplicate",
     "netns": "network namespaces cannot be created here (the netns topology needs root and CAP_SYS_ADMIN)",
     "tcpdump_nflog": "tcpdump cannot open nflog:5 (libpcap without nflog support, or tcpdump missing)",
 }
@@ -151,6 +151,14 @@ class Capabilities:
         """iptables faults (blackhole, reject, loss) can run here."""
         return self.iptables and self.nflog and self.nfqueue
 
+    def netem_path(self) -> str:
+        """Which path the netem kind takes here (netem/kinds/netem.py): the words `lab netem probe` prints."""
+        if self.netem:
+            return "kernel (tc netem qdisc)"
+        if self.iptables and self.nfqueue and self.nfqueue_bind:
+            return "userspace (NFQUEUE worker: delay, jitter, loss, reorder, duplicate; no rate)"
+        return "none (no sch_netem and no NFQUEUE)"
+
     def features(self) -> frozenset[str]:
         """The features present, named as fault kinds name them in `requires`."""
         return frozenset(f for f in FEATURES if getattr(self, f))
@@ -172,6 +180,7 @@ class Capabilities:
             f"  length match       {yes(self.length)}",
             f"NFQUEUE bind         {yes(self.nfqueue_bind)}",
             f"tc qdisc netem       {yes(self.netem)}",
+            f"  netem kind path    {self.netem_path()}",
             f"network namespaces   {yes(self.netns)}",
             f"tcpdump nflog:5      {yes(self.tcpdump_nflog)}",
             "tools                " + " ".join(f"{k}={'yes' if v else 'NO'}" for k, v in sorted(self.tools.items())),

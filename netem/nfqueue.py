@@ -4,8 +4,8 @@ Why not the `netfilterqueue` binding from PyPI: its 1.1.0 ships only an sdist (n
 wheel), which needs gcc and libnetfilter-queue-dev on every machine and cannot go into the Compose
 images' wheel-only installs. The part of the protocol the lab needs is four messages:
 
-    config BIND queue N, PARAMS copy-meta (no payload), QUEUE_MAXLEN, FLAGS fail-open   (us -> kernel)
-    PACKET: packet id, hook (one per queued packet)                                       (kernel -> us)
+    config BIND queue N, PARAMS copy-meta (or copy-packet), QUEUE_MAXLEN, FLAGS fail-open (us -> kernel)
+    PACKET: packet id, hook [, payload: the IP packet] (one per queued packet)             (kernel -> us)
     VERDICT id ACCEPT|DROP                                                                (us -> kernel)
 
 The kernel holds each queued packet until its verdict comes, in any order. Closing the socket
@@ -30,9 +30,10 @@ NFNL_SUBSYS_QUEUE = 3
 NFQNL_MSG_PACKET, NFQNL_MSG_VERDICT, NFQNL_MSG_CONFIG = 0, 1, 2
 NFQA_CFG_CMD, NFQA_CFG_PARAMS, NFQA_CFG_QUEUE_MAXLEN, NFQA_CFG_MASK, NFQA_CFG_FLAGS = 1, 2, 3, 4, 5
 NFQNL_CFG_CMD_BIND, NFQNL_CFG_CMD_UNBIND = 1, 2
-NFQNL_COPY_META = 1
+NFQNL_COPY_META, NFQNL_COPY_PACKET = 1, 2
+COPY_RANGE = 0xFFFF     # the whole packet, when payloads are asked for (the duplicate fault re-sends it)
 NFQA_CFG_F_FAIL_OPEN = 1  # a full queue accepts instead of dropping: a delay fault never becomes loss
-NFQA_PACKET_HDR, NFQA_VERDICT_HDR = 1, 2
+NFQA_PACKET_HDR, NFQA_VERDICT_HDR, NFQA_PAYLOAD = 1, 2, 10
 NF_DROP, NF_ACCEPT = 0, 1
 NLM_F_REQUEST, NLM_F_ACK = 1, 4
 NLMSG_ERROR = 2
@@ -57,10 +58,14 @@ def _attrs(data: bytes) -> dict[int, bytes]:
 
 
 class NfQueue:
-    """One bound queue in the calling thread's network namespace (the socket stays in it)."""
+    """One bound queue in the calling thread's network namespace (the socket stays in it).
 
-    def __init__(self, queue: int, maxlen: int = 4096):
+    `payloads`: the kernel copies each packet to us too (`receive_packets`); otherwise only its id.
+    """
+
+    def __init__(self, queue: int, maxlen: int = 4096, payloads: bool = False):
         self.queue = queue
+        self.payloads = payloads
         self._seq = 0
         try:
             self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
@@ -73,14 +78,15 @@ class NfQueue:
                 self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
             self.sock.bind((0, 0))
             self._config(_attr(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_BIND, socket.AF_INET)))
-            self._config(_attr(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META))
+            mode = (COPY_RANGE, NFQNL_COPY_PACKET) if payloads else (0, NFQNL_COPY_META)
+            self._config(_attr(NFQA_CFG_PARAMS, struct.pack("!IB", *mode))
                          + _attr(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", maxlen)))
             self._config(_attr(NFQA_CFG_FLAGS, struct.pack("!I", NFQA_CFG_F_FAIL_OPEN))
                          + _attr(NFQA_CFG_MASK, struct.pack("!I", NFQA_CFG_F_FAIL_OPEN)))
         except BaseException:
             self.sock.close()
             raise
-        self._early: list[int] = []  # packet ids that arrived while waiting for a config ack
+        self._early: list[tuple[int, bytes | None]] = []  # packets that came while waiting for a config ack
 
     # ---- wire -------------------------------------------------------------------------------
     def _send(self, msg_type: int, flags: int, body: bytes) -> int:
@@ -104,7 +110,7 @@ class NfQueue:
                                          f"this queue, or no CAP_NET_ADMIN here")
                     raise NetemError(f"nfqueue {self.queue}: the kernel refused the config: {os.strerror(err)}")
                 if kind == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET:
-                    self._early += self._packet_id(data)
+                    self._early += self._packet(data)
 
     @staticmethod
     def _messages(buf: bytes):
@@ -117,9 +123,10 @@ class NfQueue:
             off += (length + 3) & ~3
 
     @staticmethod
-    def _packet_id(data: bytes) -> list[int]:
-        hdr = _attrs(data[4:]).get(NFQA_PACKET_HDR)  # after the nfgenmsg
-        return [struct.unpack_from("!I", hdr, 0)[0]] if hdr and len(hdr) >= 4 else []
+    def _packet(data: bytes) -> list[tuple[int, bytes | None]]:
+        found = _attrs(data[4:])  # after the nfgenmsg
+        hdr = found.get(NFQA_PACKET_HDR)
+        return [(struct.unpack_from("!I", hdr, 0)[0], found.get(NFQA_PAYLOAD))] if hdr and len(hdr) >= 4 else []
 
     # ---- use --------------------------------------------------------------------------------
     def fileno(self) -> int:
@@ -127,6 +134,10 @@ class NfQueue:
 
     def receive(self, timeout: float | None = 0) -> list[int]:
         """Ids of packets queued since the last call; waits up to `timeout` s for the first one."""
+        return [pid for pid, _ in self.receive_packets(timeout)]
+
+    def receive_packets(self, timeout: float | None = 0) -> list[tuple[int, bytes | None]]:
+        """(id, IP packet or None without `payloads`) of packets queued since the last call."""
         ids, self._early = self._early, []
         if ids:
             timeout = 0
@@ -139,7 +150,7 @@ class NfQueue:
                 return ids
             for kind, _seq, data in self._messages(buf):
                 if kind == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET:
-                    ids += self._packet_id(data)
+                    ids += self._packet(data)
 
     def verdict(self, packet_id: int, accept: bool = True) -> None:
         self._send(NFQNL_MSG_VERDICT, 0,

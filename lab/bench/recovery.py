@@ -9,8 +9,18 @@ its ratio to the baseline. It asserts nothing.
 
 The sequential pattern is the study's recovery.py: detection by pings every 0.5 s and 2 s of
 silence, a 4 s resume window (an attempt at detection, then one per second), then a new session.
-The reference client detects in 1 s, tries one resume while it opens the new session in parallel,
-and restores on the first refusal.
+The reference client asks TCP before calling silence a loss (lab.clients.liveness): suspected
+after 2 RTO (0.4 s here), lost after 5 RTO (1.0 s); at the suspicion it starts one resume attempt
+and the new session in parallel, and it restores on the first refusal.
+
+Where the time goes, per client (medians over the runs, from the events):
+    detection   loss -> loss.detected                      the client's own limits (emerged)
+    wait        loss.detected -> fallback.start / resume   the refusal (twin input refuse_close_s)
+                                                           and the new session's setup (new_setup_s),
+                                                           minus what the suspicion already did
+    restore     fallback.start -> session.restored         the client sending its restore
+    first audio session.restored -> first model.audio      twin input restore_first_audio_s
+                                                           (lab/twin/profiles, p50 846 ms)
 """
 from __future__ import annotations
 
@@ -40,6 +50,37 @@ def loss_to_first_audio_ms(run_dir: Path) -> float | None:
         return None
     first = next((e for e in evs if e.kind == "model.audio" and e.ms >= recovered.ms), None)
     return None if first is None else first.ms - loss.ms
+
+
+STAGES = ("detection", "wait", "restore", "first audio")
+
+
+def stages_ms(run_dir: Path) -> dict[str, float] | None:
+    """The loss -> first audio time of one run cut at the client's own events (see the module text)."""
+    evs = read_events(run_dir / "events.jsonl")
+    loss = next((e for e in evs if e.kind == "loss"), None)
+    if loss is None:
+        return None
+    after = [e for e in evs if e.ms >= loss.ms]
+    detected = next((e for e in after if e.kind == "loss.detected"), None)
+    start = next((e for e in after if e.kind == "fallback.start" or (e.kind == "resume.result" and e.get("ok"))), None)
+    done = next((e for e in after if e.kind == "session.restored" or (e.kind == "resume.result" and e.get("ok"))), None)
+    audio = next((e for e in after if e.kind == "model.audio" and done is not None and e.ms >= done.ms), None)
+    if None in (detected, start, done, audio):
+        return None
+    return {"detection": detected.ms - loss.ms, "wait": start.ms - detected.ms, "restore": done.ms - start.ms,
+            "first audio": audio.ms - done.ms}
+
+
+def stage_lines(stages: dict[str, list[dict[str, float]]]) -> list[str]:
+    """Median of each stage per client."""
+    lines = [f"{'where the time goes (p50 ms)':30s} " + " ".join(f"{s:>11s}" for s in STAGES)]
+    for client, rows in stages.items():
+        if rows:
+            lines.append(f"{client:30s} " + " ".join(f"{pct([r[s] for r in rows], .5):11.0f}" for s in STAGES))
+    lines.append("twin inputs: wait holds refuse_close_s (p50 526 ms) and new_setup_s (p50 257 ms) unless the "
+                 "suspicion started them; first audio is restore_first_audio_s (p50 846 ms)")
+    return lines
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -96,6 +137,7 @@ def main(argv: list[str]) -> int:
     print(f"lab bench recovery: s2-recovery against the twin, {args.n} runs per client, topology "
           f"{args.topology}; baseline {SEQUENTIAL}; {total} runs, about 30 s each; results in {out}", flush=True)
     figures: dict[str, list[float]] = {c: [] for c in clients}
+    stages: dict[str, list[dict[str, float]]] = {c: [] for c in clients}
     k = 0
     for i in range(1, args.n + 1):
         for client in clients:
@@ -107,14 +149,20 @@ def main(argv: list[str]) -> int:
             figure = loss_to_first_audio_ms(run_dir) if run_dir is not None else None
             if figure is not None:
                 figures[client].append(figure)
+            cut = stages_ms(run_dir) if run_dir is not None else None
+            if cut is not None:
+                stages[client].append(cut)
             verdict = _verdict_word(run_dir) if run_dir is not None else "no run folder"
             print(run_line(k, total, client, i, args.n, figure, verdict, time.monotonic() - t0), flush=True)
     print()
     for line in summary_lines(figures, SEQUENTIAL):
         print(line)
+    print()
+    for line in stage_lines(stages):
+        print(line)
     a, b = figures[SEQUENTIAL], figures[REFERENCE]
     if a and b:
         print(f"ratio of medians (sequential / reference): {pct(a, .5) / pct(b, .5):.2f}x; "
-              f"floor for the reference median: 3500 ms; the study measured 6100-7100 ms")
+              f"floor for the reference median: 2000 ms; the study measured 6100-7100 ms")
     print(f"results: {out}")
     return 0

@@ -27,6 +27,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from lab.clients.base import Endpoint
+from lab.clients.liveness import LOST, SUSPECT, Detector, TcpView, read_tcp
 from lab.events import EventLog
 
 SRC = "client"          # the `src` of every event a client writes
@@ -40,6 +41,8 @@ class ConnectionEvents:
     pong: Callable[["Connection", float], None]          # (conn, monotonic time the ping was sent)
     lost: Callable[["Connection", float], None]          # (conn, ms without a frame or a pong)
     closed: Callable[["Connection", int | None, str | None, str], None]   # (conn, code, reason, by)
+    # (conn, True) when a Detector first suspects the connection, (conn, False) when it is heard again
+    suspect: Callable[["Connection", bool], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Timing:
     ping_interval_s: float              # one WebSocket ping this often
     lost_after_s: float                 # this long without a frame or a pong: loss.detected
     send_timeout_s: float               # a send blocked this long (dead path, full buffer) is dropped
+    detector: Detector | None = None    # TCP-witnessed detection (lab.clients.liveness); None: silence only
 
 
 def ssl_context(ep: Endpoint) -> ssl.SSLContext:
@@ -141,6 +145,8 @@ class Connection:
         self.setup_done = False
         self.closed = False
         self.lost = False
+        self._suspected: float | None = None   # monotonic time the detector began to suspect it
+        self._unacked_since: float | None = None  # monotonic time TCP began to wait for an ack
         self.close_code: int | None = None
         self.close_reason: str | None = None
         self.closed_by: str | None = None
@@ -275,7 +281,7 @@ class Connection:
 
     # ---- loss detection ----------------------------------------------------------------------
     async def _watchdog(self) -> None:
-        iv, lost_after = self._timing.ping_interval_s, self._timing.lost_after_s
+        iv = self._timing.ping_interval_s
         next_ping = time.monotonic() + iv
         tick = min(0.05, iv / 2)
         while not self.closed:
@@ -286,11 +292,46 @@ class Connection:
             if now >= next_ping:
                 next_ping = now + iv
                 await self.ping(iv)
-            silent = time.monotonic() - self.last_rx
-            if not self.lost and silent >= lost_after:
-                self.lost = True
-                self.log.write("loss.detected", src=SRC, conn=self.n, silent_ms=round(silent * 1000, 1))
-                self._events.lost(self, silent * 1000)
+            if not self.lost:
+                self._judge(time.monotonic() - self.last_rx)
+
+    def _judge(self, silent: float) -> None:
+        """One look at the connection: loss.suspected / loss.cleared / loss.detected as they change."""
+        det = self._timing.detector
+        tcp: TcpView | None = None
+        if det is None:
+            verdict = LOST if silent >= self._timing.lost_after_s else "ok"
+        else:
+            tcp = read_tcp(self._socket())
+            now = time.monotonic()
+            if tcp is None or tcp.unacked == 0:
+                self._unacked_since = None
+            elif self._unacked_since is None:
+                self._unacked_since = now          # sampled each tick: at most one tick late
+            outstanding = None if self._unacked_since is None else now - self._unacked_since
+            verdict = det.judge(silent, tcp, outstanding, self._timing.ping_interval_s)
+        tcp_fields = {} if tcp is None else {"ack_silent_ms": round(tcp.ack_silent_s * 1000),
+                                             "rto_ms": round(tcp.rto_s * 1000), "unacked": tcp.unacked}
+        if verdict == SUSPECT and self._suspected is None:
+            self._suspected = time.monotonic()
+            self.log.write("loss.suspected", src=SRC, conn=self.n, silent_ms=round(silent * 1000, 1), **tcp_fields)
+            if self._events.suspect is not None:
+                self._events.suspect(self, True)
+        elif verdict == "ok" and self._suspected is not None:
+            self.log.write("loss.cleared", src=SRC, conn=self.n,
+                           after_ms=round((time.monotonic() - self._suspected) * 1000, 1))
+            self._suspected = None
+            if self._events.suspect is not None:
+                self._events.suspect(self, False)
+        elif verdict == LOST:
+            self.lost = True
+            self.log.write("loss.detected", src=SRC, conn=self.n, silent_ms=round(silent * 1000, 1), **tcp_fields)
+            self._events.lost(self, silent * 1000)
+
+    def _socket(self) -> Any:
+        ws = self.ws or self._raw_ws
+        transport = getattr(ws, "transport", None)
+        return transport.get_extra_info("socket") if transport is not None else None
 
     async def ping(self, timeout: float) -> None:
         """One WebSocket ping; its pong counts as a frame heard and is reported as `events.pong`."""

@@ -1,8 +1,15 @@
 """The reference recovery client: what the study says a client must do, with the fallback hedged.
 
 * Its own ledger of tool calls by call id, across connections (`SdkClient.ledger`).
-* Detection with its own WebSocket pings: one every 0.25 s, lost after 1.0 s without a frame or a
-  pong (`ping_interval_s`, `lost_after_s`).
+* Detection with its own WebSocket pings (one every 0.25 s) and the kernel's TCP as a witness
+  (lab.clients.liveness): silent and nothing acknowledged by TCP for max(1.0 s, 5 RTO) is a loss,
+  silent for 4 s whatever TCP says too (`lost_after_s`, `lost_rtos`, `stall_after_s`). A path
+  with jitter and random loss is slow, not dead: TCP acks it within a few RTOs, so it is never
+  taken for a loss (`lab bench false-alarms`); `tcp_witness: false` is the silence-only rule.
+* Suspicion first: silent and unacknowledged for max(0.4 s, 2 RTO) (`suspect_after_s`,
+  `suspect_rtos`) starts the resume attempt and the spare session while the session is kept, so
+  at the loss the refusal (the twin's refuse_close_s, ~0.53 s) and the new session's setup are
+  already behind it; heard again, the spare is closed (`prepare_on_suspect`).
 * On a loss, three things at once: one resume attempt with the handle; a clean close on the old
   socket (on a dead path it costs nothing; if the path is back, it is what unlocks the session); and
   a new session without a handle (the hedge), so a fallback costs no extra setup time.
@@ -23,6 +30,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
@@ -31,6 +39,7 @@ from google.genai import types
 from lab.backend import status_line
 from lab.clients.connection import SRC, Connection
 from lab.clients.ledger import ToolCall
+from lab.clients.liveness import Detector
 from lab.clients.restore import restore_contents
 from lab.clients.sdk import SdkClient
 from lab.errors import LabError
@@ -42,6 +51,12 @@ class RecoveryClient(SdkClient):
         **SdkClient.DEFAULTS,
         "ping_interval_s": 0.25,
         "lost_after_s": 1.0,
+        "tcp_witness": True,            # ask TCP before calling a silent connection lost
+        "suspect_after_s": 0.4,
+        "stall_after_s": 4.0,           # silent this long is a loss even with TCP acking
+        "suspect_rtos": 2.0,
+        "lost_rtos": 5.0,
+        "prepare_on_suspect": True,     # resume attempt and spare session at the suspicion
         "resume_window_s": None,        # None: until the first refusal, at most 1.5 s
         "default_window_s": 1.5,
         "closed_window_s": 3.0,         # old connection known closed: retry refusals this long
@@ -61,6 +76,43 @@ class RecoveryClient(SdkClient):
         self._next_session = 1
         self._notes: list[str] = []
         self._recover_task: asyncio.Task | None = None
+        self._early: _Early | None = None
+        if self.p["tcp_witness"]:
+            det = Detector(suspect_after_s=float(self.p["suspect_after_s"]), lost_after_s=float(self.p["lost_after_s"]),
+                           stall_after_s=float(self.p["stall_after_s"]), suspect_rtos=float(self.p["suspect_rtos"]),
+                           lost_rtos=float(self.p["lost_rtos"]))
+            self._timing = dataclasses.replace(self._timing, detector=det)
+        self._conn_events = dataclasses.replace(self._conn_events, suspect=self._on_suspect)
+
+    # ---- suspicion ---------------------------------------------------------------------------
+    def _on_suspect(self, c: Connection, suspected: bool) -> None:
+        if c is not self.current or self.recovering or not self.p["prepare_on_suspect"]:
+            return
+        if suspected and self._early is None:
+            session = self._new_session_no()
+            hedge = self.spawn(self._open_new(session), name="recovery-early-hedge") if self.p["hedge"] else None
+            # bounded: the attempt must not outlive the resume window of the loss it prepares for
+            timeout = float(self.p["default_window_s"]) + float(self.p["stall_after_s"])
+            resume = (self.spawn(self.attempt_resume("suspect", timeout=timeout), name="recovery-early-resume")
+                      if self.handle is not None else None)
+            self._early = _Early(c, session, hedge, resume)
+        elif not suspected and self._early is not None:
+            early, self._early = self._early, None
+            self.spawn(self._stand_down(early), name="recovery-stand-down")
+
+    async def _stand_down(self, early: "_Early") -> None:
+        """The suspected connection was heard again: the spare is closed; a resume the server
+        accepted meanwhile has moved the session, so it is adopted."""
+        if early.hedge is not None:
+            self.spawn(self._drop_spare(early.hedge), name="recovery-drop-spare")
+        if early.resume is None:
+            return
+        try:
+            c = await early.resume
+        except BaseException:
+            return
+        if c is not None and not self.recovering:
+            await self.accept_resume(c)
 
     # ---- loss --------------------------------------------------------------------------------
     def on_loss(self, c: Connection, cause: str) -> None:
@@ -87,13 +139,20 @@ class RecoveryClient(SdkClient):
 
     async def _recover_once(self, lost: Connection, cause: str) -> None:
         t_loss = time.monotonic()
+        early, self._early = self._early, None
+        if early is not None and early.conn is not lost:     # prepared for another connection
+            self.spawn(self._stand_down(early), name="recovery-stand-down")
+            early = None
         if not lost.closed:
             self.spawn(lost.close(float(self.p["close_wait_s"])), name="recovery-close-old")
-        new_session = self._new_session_no()
         hedge: asyncio.Task | None = None
-        if self.p["hedge"]:
-            hedge = self.spawn(self._open_new(new_session), name="recovery-hedge")
-        resumed = await self._resume_window(lost, t_loss)
+        if early is not None:
+            new_session, hedge = early.session, early.hedge
+        else:
+            new_session = self._new_session_no()
+            if self.p["hedge"]:
+                hedge = self.spawn(self._open_new(new_session), name="recovery-hedge")
+        resumed = await self._resume_window(lost, t_loss, early.resume if early is not None else None)
         if resumed is None and self.current is not lost and self.current is not None and self.current.usable:
             # someone else (a scripted resume) already got the session back
             if hedge is not None:
@@ -107,8 +166,10 @@ class RecoveryClient(SdkClient):
             return
         await self._fallback(lost, hedge, new_session)
 
-    async def _resume_window(self, lost: Connection, t_loss: float) -> Connection | None:
-        if self.handle is None:
+    async def _resume_window(self, lost: Connection, t_loss: float,
+                             first: asyncio.Task | None = None) -> Connection | None:
+        """`first`: an attempt already under way (started at the suspicion); it counts as the first."""
+        if self.handle is None and first is None:
             self.log.write("resume.skip", src=SRC, reason="no handle", why="recovery")
             return None
         explicit = self.p["resume_window_s"]
@@ -123,7 +184,15 @@ class RecoveryClient(SdkClient):
             left = end - time.monotonic()
             if left <= 0:
                 return None
-            c = await self.attempt_resume("recovery", timeout=left)
+            if first is not None:
+                done, _ = await asyncio.wait({first}, timeout=left)
+                if not done:
+                    first.cancel()
+                    return None
+                c = None if first.cancelled() or first.exception() is not None else first.result()
+                first = None
+            else:
+                c = await self.attempt_resume("recovery", timeout=left)
             if c is not None:
                 return c
             # refused (or failed): retry only inside the window, and only when a retry can help
@@ -219,3 +288,12 @@ class RecoveryClient(SdkClient):
                            why="action")
             return None
         return await super().scripted_resume()
+
+
+@dataclasses.dataclass
+class _Early:
+    """What a suspicion started for connection `conn`: the spare session and the resume attempt."""
+    conn: Connection
+    session: int
+    hedge: asyncio.Task | None
+    resume: asyncio.Task | None

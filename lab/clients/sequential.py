@@ -19,4 +19,6 @@ class SequentialRecoveryClient(RecoveryClient):
         "resume_window_s": 4.0,         # refusals retried inside it, one per second
         "retry_refused_after_s": 1.0,
         "hedge": False,                 # the new session only after the window
+        "tcp_witness": False,           # the study's rule: silence alone
+        "prepare_on_suspect": False,
     }

@@ -1,7 +1,14 @@
-"""netem: tc netem as the root qdisc of one device (pyroute2). Not an iptables fault.
+"""netem: delay, jitter, loss, reorder and duplication on the way out of one device.
 
-dev, delay_ms, jitter_ms, rate, loss, limit. Raises FaultUnsupported naming sch_netem where the
-kernel has none (this machine's has none: the `delay` kind does delay in userspace instead).
+dev, delay_ms, jitter_ms, loss, reorder, duplicate (probabilities 0..1), rate, limit, queue.
+Two paths to the same effect, chosen at install:
+  kernel     tc netem as the root qdisc of `dev` (pyroute2), where the kernel has sch_netem
+  userspace  where it has none (this machine, many CI and Docker Desktop kernels): every packet
+             leaving `dev` goes to NFQUEUE and the userspace worker of the delay kind holds, drops,
+             reorders or duplicates it (netem/kinds/delay.py). Two differences, both said here:
+             jitter keeps the packets' order (tc netem's jitter reorders), and `rate` has no
+             userspace path (refused there, one line).
+`self.path` says which took effect; the agent records it in `fault.apply`, `lab netem probe` names it.
 """
 from __future__ import annotations
 
@@ -10,17 +17,27 @@ from typing import Any
 
 from netem import spec as S
 from netem.errors import FaultUnsupported, NetemError, NoPrivilege
-from netem.fault import InstalledFault
+from netem.fault import InstalledFault, RuleFault
+from netem.kinds.delay import DUP_MARK, Held, Plan, default_queue, start_worker, stop_worker
+from netem.qdisc import NETEM_HANDLE, remove_netem
+from netem.rules import Rules
 
-NETEM_HANDLE = 0x1AB0  # "1ab0:" marks the lab's netem root qdisc, so clean-up removes only ours
 _RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)$")
 _IFNAME_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")
 
 
-class Netem(InstalledFault):
+class Netem(RuleFault, InstalledFault):
     kind = "netem"
     requires = frozenset({"netem"})
-    fields = frozenset({"dev", "delay_ms", "jitter_ms", "rate", "loss", "limit"})
+    alternatives = (Held.requires,)
+    lives_with_owner = True   # on the userspace path its worker ends with its owner
+    fields = frozenset({"dev", "delay_ms", "jitter_ms", "rate", "loss", "limit", "reorder", "duplicate", "queue"})
+
+    def __init__(self, spec: dict):
+        super().__init__(spec)
+        self._proc = None          # the userspace path's worker (start_worker / stop_worker)
+        self._pidfile = None
+        self._last_error = ""
 
     @classmethod
     def _normalise(cls, spec: dict) -> dict:
@@ -33,12 +50,16 @@ class Netem(InstalledFault):
             raise S.fail(cls.kind, "jitter_ms needs delay_ms")
         if "rate" in spec and not (isinstance(spec["rate"], str) and _RATE_RE.match(spec["rate"])):
             raise S.fail(cls.kind, f"rate must look like 1mbit, 500kbit or 64kbps, got {spec['rate']!r}")
-        S.number(cls.kind, "loss", spec.get("loss", 0), "a probability 0..1", high=1)
+        for k in ("loss", "reorder", "duplicate"):
+            S.number(cls.kind, k, spec.get(k, 0), "a probability 0..1", high=1)
+        if spec.get("reorder") and not spec.get("delay_ms"):
+            raise S.fail(cls.kind, "reorder needs delay_ms (the packets not drawn are the ones held)")
+        S.queue(cls.kind, spec.setdefault("queue", default_queue(spec["name"])), " for the userspace path's worker")
         limit = spec.get("limit", 1000)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise S.fail(cls.kind, f"limit must be a packet count >= 1, got {limit!r}")
-        if not any(spec.get(k) for k in ("delay_ms", "rate", "loss")):
-            raise S.fail(cls.kind, "give at least one of delay_ms, rate, loss")
+        if not any(spec.get(k) for k in ("delay_ms", "rate", "loss", "duplicate")):
+            raise S.fail(cls.kind, "give at least one of delay_ms, rate, loss, duplicate")
         return spec
 
     def tc_kwargs(self) -> dict:
@@ -52,9 +73,42 @@ class Netem(InstalledFault):
             kw["loss"] = float(s["loss"]) * 100  # percent
         if s.get("rate"):
             kw["rate"] = s["rate"]
+        for k in ("reorder", "duplicate"):
+            if s.get(k):
+                kw[k] = float(s[k]) * 100  # percent
         return kw
 
+    # ---- the userspace path -------------------------------------------------------------------
+    def plan(self) -> Plan:
+        s = self.spec
+        return Plan(delay_ms=s.get("delay_ms", 0), jitter_ms=s.get("jitter_ms", 0), reorder=s.get("reorder", 0),
+                    duplicate=s.get("duplicate", 0), loss=s.get("loss", 0))
+
+    def rules(self) -> Rules:
+        """Nothing on the kernel path; on the userspace one, what leaves `dev` goes to the worker."""
+        r = Rules()
+        if self.path == "userspace":
+            skip = f" -m mark ! --mark {DUP_MARK:#x}" if self.spec.get("duplicate") else ""
+            r.out.append(f"-o {self.spec['dev']}{skip} -j NFQUEUE --queue-num {self.spec['queue']} --queue-bypass")
+        return r
+
     def install(self, netns: str | None) -> None:
+        try:
+            self._install_qdisc(netns)
+            self.path = "kernel"
+        except FaultUnsupported:
+            if self.spec.get("rate"):
+                raise FaultUnsupported(f"fault netem {self.name}: this kernel has no sch_netem, and rate has no "
+                                       f"userspace path (delay, jitter, loss, reorder, duplicate have)") from None
+            start_worker(self, netns)
+            self.path = "userspace"
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The userspace path's worker (None on the kernel path)."""
+        return self._proc.pid if self._proc else None
+
+    def _install_qdisc(self, netns: str | None) -> None:
         from pyroute2 import IPRoute, NetNS  # lazy: building and checking specs needs no netlink
         from pyroute2.netlink.exceptions import NetlinkError
 
@@ -77,31 +131,8 @@ class Netem(InstalledFault):
             ipr.close()
 
     def uninstall(self, netns: str | None) -> None:
-        remove_netem(self.spec["dev"], netns)
-
-
-def remove_netem(dev: str | None, netns: str | None) -> list[str]:
-    """Remove the lab's netem root qdisc (handle 1ab0:) from `dev` (None: every device). Quiet."""
-    from pyroute2 import IPRoute, NetNS  # lazy, as in install()
-
-    removed = []
-    try:
-        ipr = NetNS(netns) if netns else IPRoute()
-    except Exception:
-        return removed
-    try:
-        links = {l["index"]: l.get_attr("IFLA_IFNAME") for l in ipr.get_links()}
-        for q in ipr.get_qdiscs():
-            if q.get_attr("TCA_KIND") == "netem" and (q["handle"] >> 16) == NETEM_HANDLE:
-                name = links.get(q["index"])
-                if dev is None or name == dev:
-                    try:
-                        ipr.tc("del", "netem", q["index"], handle=f"{NETEM_HANDLE:x}:0")
-                        removed.append(name)
-                    except Exception:
-                        pass
-    except Exception:
-        pass
-    finally:
-        ipr.close()
-    return removed
+        if self.path == "userspace":
+            stop_worker(self)
+        else:
+            remove_netem(self.spec["dev"], netns)
+        self.path = None

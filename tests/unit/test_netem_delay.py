@@ -78,6 +78,9 @@ class FakeQueue:
             ids, self.pending = self.pending, []
         return ids
 
+    def receive_packets(self, timeout=0):
+        return [(pid, None) for pid in self.receive(timeout)]
+
     def verdict(self, packet_id, accept=True):
         self.verdicts.append((time.monotonic(), packet_id))
 
@@ -168,14 +171,14 @@ def _error_msg(seq: int, err: int) -> bytes:
 
 def test_packet_ids_are_read_from_a_buffer_of_several_messages():
     buf = _packet_msg(7) + _packet_msg(8)
-    assert [NfQueue._packet_id(d) for _k, _s, d in NfQueue._messages(buf)] == [[7], [8]]
+    assert [NfQueue._packet(d) for _k, _s, d in NfQueue._messages(buf)] == [[(7, None)], [(8, None)]]
 
 
 def test_config_waits_for_its_ack_keeps_early_packets_and_names_a_refusal():
     s = FakeSock([_packet_msg(5) + _error_msg(1, 0)])
     q = _queue(s)
     q._config(b"")
-    assert q._early == [5]
+    assert q._early == [(5, None)]
     with pytest.raises(NetemError, match=r"^nfqueue 4242: refused \(EPERM\): another listener holds this queue, "
                                          r"or no CAP_NET_ADMIN here$"):
         _queue(FakeSock([_error_msg(1, errno.EPERM)]))._config(b"")

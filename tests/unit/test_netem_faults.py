@@ -16,7 +16,8 @@ NFLOG = "-j NFLOG --nflog-group 5 --nflog-threshold 1 --nflog-prefix"
 
 
 def test_registry_lists_every_kind():
-    assert kinds() == ["blackhole", "delay", "loss", "mtu_blackhole", "nat_reap", "netem", "reject", "relay_age"]
+    assert kinds() == ["blackhole", "delay", "duplicate", "loss", "mtu_blackhole", "nat_reap", "netem", "reject",
+                       "relay_age", "reorder"]
     assert REGISTRY["blackhole"] is Blackhole and REGISTRY["loss"] is Loss
     assert isinstance(build({"kind": "reject", "target": {"dst": EP}}), Reject)
     assert isinstance(build({"kind": "netem", "dev": "eth0", "delay_ms": 50}), Netem)
@@ -40,7 +41,7 @@ def test_defaults_are_filled_in():
 
 @pytest.mark.parametrize("spec, words", [
     ("nope", "must be an object"),
-    ({"kind": "freeze"}, "unknown fault kind 'freeze'; known kinds: blackhole, delay, loss, mtu_blackhole, nat_reap, netem, reject, relay_age"),
+    ({"kind": "freeze"}, "unknown fault kind 'freeze'; known kinds: blackhole, delay, duplicate, loss, mtu_blackhole, nat_reap, netem, reject, relay_age, reorder"),
     ({}, "unknown fault kind None"),
     ({"kind": "blackhole"}, "target is required"),
     ({"kind": "blackhole", "target": {"dst": EP}, "mode": "drop"}, "mode must be silent"),
@@ -151,7 +152,8 @@ def test_netem_parameters_for_pyroute2():
                "rate": "1mbit", "loss": 0.01})
     assert f.tc_kwargs() == {"handle": "1ab0:0", "limit": 1000, "delay": 100000, "jitter": 10000,
                              "loss": 1.0, "rate": "1mbit"}
-    assert isinstance(f, InstalledFault) and not isinstance(f, RuleFault)
+    assert isinstance(f, InstalledFault) and isinstance(f, RuleFault)   # a rule only on the userspace path
+    assert f.rules().out == []
 
 
 def test_clear_of_an_inactive_fault_is_a_no_op():

@@ -14,7 +14,7 @@ from netem.table import FaultTable
 # the least each kind needs besides kind (and target, for kinds with needs_target)
 MINIMAL = {"blackhole": {}, "reject": {}, "loss": {"p": 0.5}, "netem": {"dev": "eth0", "delay_ms": 5},
            "delay": {"delay_ms": 40}, "nat_reap": {"idle_s": 30}, "relay_age": {"age_s": 150},
-           "mtu_blackhole": {}}
+           "mtu_blackhole": {}, "reorder": {"delay_ms": 30, "p": 0.25}, "duplicate": {"p": 0.1}}
 
 
 def test_every_kind_declares_what_it_needs_and_does():
@@ -25,10 +25,11 @@ def test_every_kind_declares_what_it_needs_and_does():
         assert isinstance(cls.needs_target, bool) and isinstance(cls.cuts_path, bool)
         assert issubclass(cls, (RuleFault, InstalledFault)), name
     assert {k for k, c in REGISTRY.items() if c.cuts_path} == {"blackhole", "reject"}
-    assert {k for k, c in REGISTRY.items() if c.needs_target} == {"blackhole", "reject", "loss", "delay",
-                                                                       "nat_reap", "relay_age", "mtu_blackhole"}
+    assert {k for k, c in REGISTRY.items() if c.needs_target} == {"blackhole", "reject", "loss", "delay", "reorder",
+                                                                  "duplicate", "nat_reap", "relay_age", "mtu_blackhole"}
     assert issubclass(Delay, RuleFault) and issubclass(Delay, InstalledFault)
-    assert not issubclass(REGISTRY["netem"], RuleFault) and not issubclass(REGISTRY["loss"], InstalledFault)
+    # netem is both: a qdisc on the kernel path, a rule and a worker on the userspace one
+    assert issubclass(REGISTRY["netem"], RuleFault) and not issubclass(REGISTRY["loss"], InstalledFault)
 
 
 @pytest.mark.parametrize("kind", sorted(MINIMAL))
@@ -46,7 +47,7 @@ def test_check_spec_accepts_each_kind_with_the_placeholder_target(kind):
      "'name', 'queue', 'target']"),
     ({"kind": "netem", "dev": "eth0", "delay_ms": 5, "target": PLACEHOLDER_TARGET}, "unknown field(s) ['target']"),
     ({"kind": "blackhole"}, "fault blackhole: target is required"),
-    ({"kind": "dealy"}, "unknown fault kind 'dealy'; known kinds: blackhole, delay, loss, mtu_blackhole, nat_reap, netem, reject, relay_age"),
+    ({"kind": "dealy"}, "unknown fault kind 'dealy'; known kinds: blackhole, delay, duplicate, loss, mtu_blackhole, nat_reap, netem, reject, relay_age, reorder"),
     (["kind", "delay"], "a fault spec must be an object, got list"),
 ])
 def test_check_spec_names_the_bad_key_in_one_line(spec, words):
@@ -81,6 +82,8 @@ def test_probe_summary_lists_every_kind_with_yes_or_what_is_missing():
     lines = kinds_summary(_caps(netem=False)).splitlines()
     assert lines[0] == "fault kinds:" and len(lines) == 1 + len(kinds())
     assert "  delay      yes" in lines and "  blackhole  yes" in lines
+    assert [l for l in lines if l.startswith("  netem")] == ["  netem      yes (userspace path)"]   # no sch_netem
+    lines = kinds_summary(_caps(netem=False, nfqueue_bind=False)).splitlines()
     assert [l for l in lines if l.startswith("  netem")][0].startswith("  netem      NO   needs netem: sch_netem")
 
 
