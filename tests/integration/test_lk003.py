@@ -70,3 +70,15 @@ def test_the_prs_approach_replays_the_result_and_nudges(tmp_path):
     assert responses[0]["conn"] == accepts[-1]["conn"] and accepts[-1]["resume"]    # on the resumed session
     assert verdict["metrics"]["tool_results_missing"] == 0
     assert verdict["metrics"]["unscripted_user_turns"] == 1      # the "." after the replay
+
+
+def test_pipecat_drops_the_result_that_lands_while_it_resumes_after_a_goaway(tmp_path):
+    # pipecat#5465 on the pinned release: the booking commits while pipecat reconnects after the
+    # server's goAway close; pipecat resumes, but the result for that call id never reaches the twin
+    run, twin, verdict = _run(tmp_path, "p1-goaway-mid-tool", "pipecat")
+    calls = _ids(twin, "twin.tool_call")
+    assert len(calls) == 1
+    assert [e.get("call_id") for e in read_events(run / "events.jsonl") if e.kind == "backend.commit"] == calls
+    assert any(e["kind"] == "twin.accept" and e.get("resume") for e in twin)      # it did resume
+    assert _ids(twin, "twin.tool_response") == []
+    assert verdict["metrics"]["tool_results_missing"] == 1 and not verdict["pass"]
