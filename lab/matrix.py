@@ -27,7 +27,7 @@ from pathlib import Path
 
 from lab import run as run_mod
 from lab import scenario as scenario_mod
-from lab.clients.frameworks import FRAMEWORKS
+from lab.clients.frameworks import resolve as resolve_framework
 from lab.errors import LabError
 from lab.report import matrix as matrix_report
 from lab.report.shards import merge_summary
@@ -75,8 +75,9 @@ def split_names(values: list[str]) -> list[str]:
 
 def client_versions(client: str, repo: Path | None = None) -> dict[str, str | None]:
     """The client's packages and their versions, asked of the python that runs it."""
-    if client in FRAMEWORKS:
-        python, pkgs = str(FRAMEWORKS[client].python(repo or run_mod.REPO)), FRAMEWORK_PACKAGES[client]
+    build = resolve_framework(client)      # livekit, livekit@1.8.0, livekit@1.8.0+pr003: that build's venv
+    if build is not None:
+        python, pkgs = str(build.python(repo or run_mod.REPO)), FRAMEWORK_PACKAGES[build.framework.name]
     else:
         python, pkgs = sys.executable, SDK_PACKAGES
     p = subprocess.run([python, "-c", _VERSIONS_PY, *pkgs], capture_output=True, text=True, timeout=60,
