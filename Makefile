@@ -17,11 +17,11 @@ RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),
            $(if $(CLIENT_CMD),--client-cmd "$(CLIENT_CMD)")
 
 .DEFAULT_GOAL := help
-.PHONY: help setup peers-setup test test-unit test-netns test-peers test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-stop lab-matrix lab-all bench soak down clean
+.PHONY: help setup peers-setup test test-unit test-netns test-peers test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-stop lab-matrix lab-all bench bench-false-alarms soak down clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
-	@echo "  variables: TOPOLOGY=auto|netns|compose  CLIENT=probe|recovery|naive|guard|livekit|pipecat|adk  CLIENT_CMD='python my_agent.py'  N=runs  DURATION=seconds"
+	@echo "  variables: TOPOLOGY=auto|netns|compose  CLIENT=probe|recovery|naive|guard|session-manager|livekit[@REL[+BUILD]]|pipecat|adk  CLIENT_CMD='python my_agent.py'  N=runs  DURATION=seconds"
 	@echo "             SPEECH=1 (lab-stop: the spoken set too)  STOP_OUT=folder (lab-stop's batch)"
 	@echo "             ENDPOINT=twin|live (live needs GEMINI_API_KEY)  BUDGET=sessions  SCENARIO=name (lab-run)"
 	@echo "             MATRIX_SCENARIOS=sets or names  MATRIX_CLIENTS=a,b,c  MATRIX_OUT=folder (lab-matrix)"
@@ -93,11 +93,15 @@ lab-run: setup ## one scenario by name: make lab-run SCENARIO=r2-freeze
 lab-all: setup ## every scenario in the catalogue
 	$(LAB) run --all $(RUN_ARGS)
 
-bench: setup ## benchmarks: twin (streaming audio, idle), fault onset, recovery, run overhead (prints figures and ratios)
+bench: setup ## benchmarks: twin (streaming audio, idle), fault onset, recovery, run overhead, router (prints figures and ratios)
 	$(LAB) bench twin
 	$(LAB) bench faults
 	$(LAB) bench recovery
 	$(LAB) bench overhead
+	$(LAB) bench router
+
+bench-false-alarms: setup ## 10 minutes of a healthy path with 300 ms jitter and 1 % loss: false loss detections (DURATION=seconds)
+	$(LAB) bench false-alarms $(if $(DURATION),-- --duration $(DURATION))
 
 soak: setup ## live soak against your key (GEMINI_API_KEY): scenarios repeated, one summary
 	$(LAB) soak --endpoint live $(if $(DURATION),--duration $(DURATION))
