@@ -179,7 +179,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
     topo = get_topology(spec.topology)(run_id=topo_id, run_dir=run_dir, secrets_dir=secrets,
                                        uplink=spec.endpoint == "live", log=out, **topo_kw)
     services: list = []
-    capture = Capture(topo.client, run_dir)
+    capture = Capture.of(topo, run_dir)
     agent = None
     status = "error"
     phases = _Phases()
