@@ -5,7 +5,10 @@ The containers are the two nodes: `endpoint`, where the twin and the freeze prox
 until the run starts its services in them with `docker compose exec`, the same service objects and
 command lines as in the netns topology (lab/topology/services.py): the containers carry no
 service command of their own, so nothing can drift between the topologies (as `--freeze-first`
-and the twin's `--t0` once did). Lifecycle goes through the compose v2 CLI
+and the twin's `--t0` once did). With `links=[...]` a third container, `router`, sits between them
+(compose.router.yaml, layered on compose.yaml; `topo.router`): client and endpoint share no network
+and reach each other only by its forwarding. Its middlebox faults and the switch still run in the
+netns topology only (the agent in the client container cannot reach the router's chains). Lifecycle goes through the compose v2 CLI
 (`docker compose -p <project> ...`); container inspection through the Docker SDK.
 `up()` first runs scripts/docker-setup.sh when something is missing (dockerd, compose v2, and on the
 offline image path the base image and the wheelhouse, or a project wheel older than its sources), so a
