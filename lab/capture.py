@@ -1,10 +1,15 @@
 """One pcapng per run that Wireshark opens with no setup: wire + dropped packets + timeline + TLS keys.
 
-The topology's capture writes two raw files into the run folder:
+The topology's capture writes raw files into the run folder, each named raw-*.pcap:
 
     raw-eth.pcap     tcpdump on the client's eth0 (nanosecond kernel timestamps)
     raw-nflog.pcap   tcpdump on nflog:5: every packet a lab fault dropped or rejected, with the
                      fault in the NFLOG prefix (`nflog.prefix`); stamped when tcpdump read it (±ms)
+
+and with a router (lab/topology/router.py) in place of raw-eth.pcap:
+
+    raw-eth-<link>.pcap  tcpdump on the router's end of each access link (wifi, cell)
+    raw-nflog-router.pcap  tcpdump on the router's nflog:5: what its middlebox faults dropped
 
 `finalize()` merges them with one marker frame per timeline event, each at the event's exact wall
 time and carrying the event as a packet comment (and as its payload, ethertype 0x88b5), then embeds
@@ -29,7 +34,8 @@ from lab.events import Event
 MARKER_ETHERTYPE = 0x88B5  # IEEE 802 local experimental ethertype
 MARKER_SRC = "02:11:ab:00:00:01"
 MARKER_DST = "02:11:ab:00:00:02"
-RAW_FILES = ("raw-eth.pcap", "raw-nflog.pcap")
+RAW_FILES = ("raw-eth.pcap", "raw-nflog.pcap")   # the client's two, in every topology without a router
+RAW_GLOB = "raw-*.pcap"                           # every raw capture, a router's included
 PCAP_HEADER = 24
 _SKIP_FIELDS = {"t", "ms", "src", "kind"}
 
@@ -79,19 +85,24 @@ def write_markers(events: Iterable[Event], path: Path) -> int:
     return len(pkts)
 
 
+def raw_files(run_dir: Path | str) -> list[Path]:
+    """The run folder's raw captures that hold at least a pcap header, by name."""
+    return sorted(p for p in Path(run_dir).glob(RAW_GLOB) if p.stat().st_size >= PCAP_HEADER)
+
+
 def finalize(run_dir: Path | str, events: Iterable[Event] = (), keylog: Path | str | None = None,
              out_name: str = "capture.pcapng") -> Path:
     """Merge the raw captures, the timeline markers and the TLS secrets into run_dir/out_name."""
     require_tools("mergecap", "editcap")
     run_dir = Path(run_dir)
-    inputs = [run_dir / n for n in RAW_FILES if (run_dir / n).exists() and (run_dir / n).stat().st_size >= PCAP_HEADER]
+    inputs = raw_files(run_dir)
     out = run_dir / out_name
     with tempfile.TemporaryDirectory(dir=run_dir, prefix=".capture-") as tmp:
         markers = Path(tmp) / "markers.pcapng"
         if write_markers(list(events), markers):
             inputs.append(markers)
         if not inputs:
-            raise LabError(f"nothing to merge in {run_dir}: no {' or '.join(RAW_FILES)} and no events")
+            raise LabError(f"nothing to merge in {run_dir}: no {RAW_GLOB} and no events")
         merged = Path(tmp) / "merged.pcapng"
         _run(["mergecap", "-F", "pcapng", "-w", str(merged), *map(str, inputs)], "mergecap")
         if keylog and Path(keylog).exists() and Path(keylog).stat().st_size > 0:
@@ -152,7 +163,13 @@ def websocket_frames(pcapng: Path | str, port: int, tls: bool = True) -> list[di
 
 
 def dropped(pcapng: Path | str) -> list[tuple[int, float, str]]:
-    """(frame number, epoch time, nflog prefix) of every packet a lab fault logged on nflog:5."""
+    """(frame number, epoch time, nflog prefix) of every packet a lab fault logged on nflog:5 (the
+    client's and, with a router, the router's)."""
     rows = _tshark(pcapng, ["-Y", "nflog", "-T", "fields", "-e", "frame.number", "-e", "frame.time_epoch",
                             "-e", "nflog.prefix"])
     return [(int(r[0]), float(r[1]), r[2] if len(r) > 2 else "") for r in rows]
+
+
+def count(pcap: Path | str, display_filter: str) -> int:
+    """How many frames of `pcap` match a Wireshark display filter."""
+    return len(_tshark(pcap, ["-Y", display_filter, "-T", "fields", "-e", "frame.number"]))

@@ -61,7 +61,7 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
     for s in scns:
         if s.router_links and topology != "netns":
             raise LabError(f"scenario {s.name} has a router (topology: {{router: true}}): it runs in the netns "
-                           "topology only for now (no router container in Compose yet)")
+                           "topology only for now (the Compose router container has no way yet to take the agent's faults and switch)")
         if s.router_links and endpoint == "live":
             raise LabError(f"scenario {s.name} has a router: live mode has no uplink behind a router yet")
         name = client or s.client
@@ -179,7 +179,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
     topo = get_topology(spec.topology)(run_id=topo_id, run_dir=run_dir, secrets_dir=secrets,
                                        uplink=spec.endpoint == "live", log=out, **topo_kw)
     services: list = []
-    capture = Capture(topo.client, run_dir)
+    capture = Capture.of(topo, run_dir)
     agent = None
     status = "error"
     phases = _Phases()

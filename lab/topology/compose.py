@@ -5,7 +5,10 @@ The containers are the two nodes: `endpoint`, where the twin and the freeze prox
 until the run starts its services in them with `docker compose exec`, the same service objects and
 command lines as in the netns topology (lab/topology/services.py): the containers carry no
 service command of their own, so nothing can drift between the topologies (as `--freeze-first`
-and the twin's `--t0` once did). Lifecycle goes through the compose v2 CLI
+and the twin's `--t0` once did). With `links=[...]` a third container, `router`, sits between them
+(compose.router.yaml, layered on compose.yaml; `topo.router`): client and endpoint share no network
+and reach each other only by its forwarding. Its middlebox faults and the switch still run in the
+netns topology only (the agent in the client container cannot reach the router's chains). Lifecycle goes through the compose v2 CLI
 (`docker compose -p <project> ...`); container inspection through the Docker SDK.
 `up()` first runs scripts/docker-setup.sh when something is missing (dockerd, compose v2, and on the
 offline image path the base image and the wheelhouse, or a project wheel older than its sources), so a
@@ -22,6 +25,7 @@ Desktop the host is not even Linux).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -33,10 +37,12 @@ from pathlib import Path
 
 from lab.errors import CapabilityError, LabError
 from lab.topology.base import Node, Topology, require_tools
+from lab.topology.router import parse_links
 from netem.kernel import Capabilities
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "compose.yaml"
+ROUTER_FILE = REPO / "compose.router.yaml"   # the router overlay, for ComposeTopology(links=...)
 SETUP_SCRIPT = REPO / "scripts" / "docker-setup.sh"
 WHEELS = REPO / "docker" / "wheels"
 BASE_IMAGE = os.environ.get("LIVELAB_BASE_IMAGE", "lab-base:bookworm")   # the offline path's base
@@ -229,12 +235,19 @@ class ComposeNode(Node):
 
     @property
     def ip(self) -> str:
+        # behind a router the client is reached on wifi (the first access link), the router on core
+        home = {"client": "wifi", "router": "core"}.get(self.service) if self.topo.links else None
+        return self.address(home)[0]
+
+    def address(self, network: str | None = None) -> tuple[str, int]:
+        """(address, prefix length) on the project's `network` (None: the container's first one)."""
         c = self.topo.containers().get(self.service)
         nets = (c.attrs.get("NetworkSettings", {}).get("Networks", {}) if c is not None else {}) or {}
-        for net in nets.values():
-            if net.get("IPAddress"):
-                return net["IPAddress"]
-        raise LabError(f"compose topology: the {self.service} of {self.topo.project} has no address (is the lab up?)")
+        for name, net in nets.items():
+            if net.get("IPAddress") and (network is None or name == f"{self.topo.project}_{network}"):
+                return net["IPAddress"], int(net.get("IPPrefixLen") or 32)
+        on = f" on {network}" if network else ""
+        raise LabError(f"compose topology: the {self.service} of {self.topo.project} has no address{on} (is the lab up?)")
 
     @property
     def dev(self) -> str:
@@ -275,9 +288,15 @@ class ComposeTopology(Topology):
     def __init__(self, run_id: str, project: str | None = None, captures_dir: Path | str | None = None,
                  run_dir: Path | str | None = None, extra_files: list[Path | str] | None = None,
                  env: dict[str, str] | None = None, setup: bool = True, wait_timeout: int = 120, log=print,
-                 secrets_dir: Path | str | None = None, uplink: bool = False):
+                 secrets_dir: Path | str | None = None, uplink: bool = False, links=None):
         if uplink:
             raise CapabilityError(UPLINK_MISSING)
+        # links: a router container between the nodes (compose.router.yaml); its access links have no
+        # RTT or loss of their own here yet (in netns the router's delay/loss kinds make them)
+        self.links = parse_links(links) if links else ()
+        shaped = [l.name for l in self.links if l.rtt_ms or l.loss]
+        if shaped:
+            raise LabError(f"compose topology: access links with rtt_ms/loss ({', '.join(shaped)}) run in netns only for now")
         self.run_id = run_id
         if run_dir is not None:
             run_dir = Path(run_dir).resolve()
@@ -285,7 +304,8 @@ class ComposeTopology(Topology):
             self.run_id = run_dir.name
         self.captures_dir = Path(captures_dir or REPO / "captures").resolve()
         self.project = project or _project_name(self.run_id, run_dir)
-        self.files = [COMPOSE_FILE, *(Path(f).resolve() for f in (extra_files or []))]
+        self.files = [COMPOSE_FILE, *([ROUTER_FILE] if self.links else []),
+                      *(Path(f).resolve() for f in (extra_files or []))]
         self.secrets_dir = Path(secrets_dir).resolve() if secrets_dir else None
         self.extra_env = dict(env or {})
         if self.secrets_dir:
@@ -296,6 +316,7 @@ class ComposeTopology(Topology):
         self.timings: dict[str, float] = {}
         self.client = ComposeNode(self, "client", "client")
         self.endpoint = ComposeNode(self, "endpoint", "endpoint")
+        self.router = ComposeNode(self, "router", "router") if self.links else None
 
     @classmethod
     def preflight(cls, client_tools: frozenset[str] = frozenset(), uplink: bool = False) -> None:
@@ -385,12 +406,62 @@ class ComposeTopology(Topology):
             self.down()                     # leftovers of an earlier run under the same project
         t1 = time.monotonic()
         r = self.compose("up", "-d", "--build", "--wait", "--wait-timeout", str(self.wait_timeout),
-                         *LAB_SERVICES, timeout=self.wait_timeout + 300, check=False)
+                         *LAB_SERVICES, *(["router"] if self.router else []), timeout=self.wait_timeout + 300,
+                         check=False)
         self.timings["up_s"] = time.monotonic() - t1
         if r.returncode != 0:
             detail = self._failure_detail(r)
             self.down()
             raise LabError(f"compose topology: up failed: {detail}")
+        if self.router:
+            try:
+                self._bridge_rules("-I")
+                self._route_through_router()
+            except Exception:
+                self.down()
+                raise
+
+    def _bridge_rules(self, verb: str) -> None:
+        """Let each router network's bridge carry packets for other subnets (`-I`; `-D` takes it back).
+
+        Docker drops, on an internal network's bridge, every packet whose source or destination is
+        outside the network's subnet (DOCKER-ISOLATION-STAGE-1; the host's br_netfilter shows bridged
+        packets to iptables), and a routed packet between client and endpoint is exactly that. The
+        documented place for a user's exception is the host's DOCKER-USER chain; each rule is for one
+        of this project's bridges, in and out by the same bridge, so nothing leaves the lab by it."""
+        if os.geteuid() != 0:
+            raise CapabilityError("compose topology: a router lab needs root (a DOCKER-USER rule per bridge)")
+        client = _docker_client()
+        for net in ("wifi", "cell", "core"):
+            try:
+                bridge = "br-" + client.networks.get(f"{self.project}_{net}").id[:12]
+            except Exception:
+                if verb == "-D":
+                    continue                # down() after a failed up: the network may not exist
+                raise LabError(f"compose topology: no network {self.project}_{net} (is the lab up?)")
+            rule = ["DOCKER-USER", "-i", bridge, "-o", bridge, "-m", "comment", "--comment",
+                    f"livelab {self.project} router", "-j", "ACCEPT"]
+            while True:                    # -D: every copy (an up retried); -I: once
+                r = _run(["iptables", "-w", verb, *rule], timeout=30)
+                if verb == "-I" or r.returncode != 0:
+                    break
+            if verb == "-I" and r.returncode != 0:
+                raise LabError(f"compose topology: iptables {verb} {' '.join(rule[:5])} failed: {r.stderr.strip()}")
+
+    def _route_through_router(self) -> None:
+        """The routes that make client and endpoint, which share no network, reach each other by the
+        router: Docker picks the subnets, so they are read from the containers once they are up."""
+        def subnet(node: ComposeNode, network: str) -> str:
+            return str(ipaddress.ip_interface("%s/%d" % node.address(network)).network)
+
+        r = self.router
+        routes = [("client", subnet(r, "core"), r.address("wifi")[0])]
+        routes += [("endpoint", subnet(r, net), r.address("core")[0]) for net in ("wifi", "cell")]
+        for service, dst, via in routes:
+            p = self.compose("exec", "-T", service, "ip", "route", "replace", dst, "via", via, timeout=30, check=False)
+            if p.returncode != 0:
+                raise LabError(f"compose topology: route {dst} via {via} in {service} failed: "
+                               f"{(p.stderr.strip().splitlines() or ['rc=%d' % p.returncode])[-1]}")
 
     def _failure_detail(self, r: subprocess.CompletedProcess) -> str:
         lines = [ln.strip() for ln in (r.stderr + r.stdout).splitlines() if ln.strip()]
@@ -418,6 +489,11 @@ class ComposeTopology(Topology):
         if shutil.which("docker") is None:
             return
         self.give_back_run_dir()
+        if self.router and os.geteuid() == 0:
+            try:
+                self._bridge_rules("-D")    # before the networks go: their bridge names come from them
+            except (OSError, subprocess.TimeoutExpired, LabError):
+                pass
         try:
             self.compose("down", "-v", "--remove-orphans", "-t", "2", timeout=120, check=False)
         except (OSError, subprocess.TimeoutExpired, LabError):

@@ -5,7 +5,7 @@ network namespaces and in containers. Each is the one place that knows its own c
 
     Twin(topo.endpoint, ...).start()     `lab twin serve` with the run's clock (--t0) and seed
     Proxy(topo.endpoint).start()         `lab proxy serve --freeze-first 1`
-    Capture(topo.client, run_dir).start()   tcpdump on the node's link and on nflog:5
+    Capture.of(topo, run_dir).start()    tcpdump on the client's link and on nflog:5 (and the router's)
 
 A service is ready when it says so on its output (the twin prints its https:// URL, the proxy
 "proxy: CONNECT on ...", tcpdump "listening on ..."); the wait has a real deadline.
@@ -168,38 +168,64 @@ class Proxy(Service):
 
 class Capture:
     """tcpdump on the client node's link (nanosecond stamps) and on nflog:5 (the packets the lab's
-    faults dropped), written into the run folder; `finish()` merges them into capture.pcapng."""
+    faults dropped), written into the run folder; `finish()` merges them into capture.pcapng.
+
+    With a `router` node and its access `links`, the client's wire is captured at the router's end
+    of each link instead: the client's end of a link it is not on is down until a switch brings it
+    up, and tcpdump cannot open a device that is down, while the router's ends are up for the whole
+    run; a veth carries the same packets at both ends, so the cell traffic after a switch is there
+    from its first packet. The router's own nflog:5 (its middlebox faults' drops: NFLOG groups are
+    per namespace) is captured too."""
 
     LISTEN_TIMEOUT = 5.0
 
-    def __init__(self, node: Node, run_dir: Path | str):
+    def __init__(self, node: Node, run_dir: Path | str, router: Node | None = None, links: tuple[str, ...] = ()):
+        if bool(router) != bool(links):
+            raise CapabilityError("a capture with a router needs its access links, and links need the router")
         self.node = node
+        self.router, self.links = router, tuple(links)
         self.run_dir = Path(run_dir)
-        self._procs: list[tuple[subprocess.Popen, Path, Path]] = []
+        self._procs: list[tuple[subprocess.Popen, Path, Path, str]] = []
 
-    def plan(self) -> list[tuple[str, list[str], str]]:
-        """(role, tcpdump options, raw file) for each of the two tcpdumps."""
+    @classmethod
+    def of(cls, topo, run_dir: Path | str) -> "Capture":
+        """The capture of a topology: its client, and its router with the access links if it has one."""
+        part = getattr(topo, "router_part", None)
+        if part is None:
+            return cls(topo.client, run_dir)
+        return cls(topo.client, run_dir, router=topo.router, links=tuple(l.name for l in part.links))
+
+    def plan(self) -> list[tuple[Node, str, list[str], str]]:
+        """(node, role, tcpdump options, raw file) for each tcpdump."""
         eth, nflog = RAW_FILES
-        return [("tcpdump-eth", ["-i", self.node.dev, "--time-stamp-precision=nano"], eth),
-                ("tcpdump-nflog", ["-i", "nflog:5"], nflog)]
+        stamp = "--time-stamp-precision=nano"
+        if self.router is None:
+            return [(self.node, "tcpdump-eth", ["-i", self.node.dev, stamp], eth),
+                    (self.node, "tcpdump-nflog", ["-i", "nflog:5"], nflog)]
+        return [*((self.router, f"tcpdump-{link}", ["-i", link, stamp], f"raw-eth-{link}.pcap") for link in self.links),
+                (self.node, "tcpdump-nflog", ["-i", "nflog:5"], nflog),
+                (self.router, "tcpdump-nflog-router", ["-i", "nflog:5"], "raw-nflog-router.pcap")]
 
     def commands(self) -> list[tuple[str, list[str], Path, Path]]:
         """(role, tcpdump command line, raw file, log of its stderr) for each tcpdump, without
         starting them (the Kubernetes pod spec runs them in its capture sidecar)."""
+        return [(role, argv, out, log) for _node, role, argv, out, log in self._commands()]
+
+    def _commands(self) -> list[tuple[Node, str, list[str], Path, Path]]:
         common = ["tcpdump", "--immediate-mode", "-U", "-Z", "root"]
-        return [(role, [*common, *args, "-w", str(self.run_dir / name)], self.run_dir / name,
-                 self.run_dir / f"{role}.log") for role, args, name in self.plan()]
+        return [(node, role, [*common, *args, "-w", str(self.run_dir / name)], self.run_dir / name,
+                 self.run_dir / f"{role}.log") for node, role, args, name in self.plan()]
 
     def start(self) -> "Capture":
         if self._procs:
             raise CapabilityError("this capture is already running")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
-            for role, argv, out, log in self.commands():
+            for node, role, argv, out, log in self._commands():
                 out.unlink(missing_ok=True)      # a stale file must not pass for this run's capture
                 with open(log, "wb") as fh:
-                    proc = self.node.popen(argv, role=role, stdout=subprocess.DEVNULL, stderr=fh)
-                self._procs.append((proc, out, log))
+                    proc = node.popen(argv, role=role, stdout=subprocess.DEVNULL, stderr=fh)
+                self._procs.append((proc, out, log, node.name))
             self._wait_listening()
         except Exception:
             self.stop()
@@ -211,28 +237,28 @@ class Capture:
         pending = list(self._procs)
         while pending and time.monotonic() < deadline:
             for item in list(pending):
-                proc, _out, log = item
+                proc, _out, log, where = item
                 text = log.read_text(errors="replace")
                 if "listening on" in text:
                     pending.remove(item)
                 elif proc.poll() is not None:
-                    raise CapabilityError(f"tcpdump on {self.node.name} exited: "
+                    raise CapabilityError(f"tcpdump on {where} exited: "
                                           f"{text.strip().splitlines()[-1:] or proc.returncode}")
             time.sleep(0.005)
         if pending:
             raise CapabilityError(f"tcpdump did not start listening within {self.LISTEN_TIMEOUT:.0f} s")
 
     def stop(self) -> list[Path]:
-        """SIGINT both tcpdumps (they flush and close their files), wait; return the raw pcaps."""
-        for proc, _out, _log in self._procs:
+        """SIGINT every tcpdump (they flush and close their files), wait; return the raw pcaps."""
+        for proc, *_ in self._procs:
             try:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGINT)
             except OSError:
                 pass
-        for proc, _out, _log in self._procs:
-            stop_process(proc, None, timeout=3)      # signalled above: both stop at once
-        raw = [out for _proc, out, _log in self._procs if out.exists()]
+        for proc, *_ in self._procs:
+            stop_process(proc, None, timeout=3)      # signalled above: all stop at once
+        raw = [out for _proc, out, *_ in self._procs if out.exists()]
         self._procs = []
         return raw
 

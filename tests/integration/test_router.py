@@ -3,7 +3,8 @@
 Client and endpoint sockets are opened inside their namespaces by this process (a socket stays in
 the namespace it was made in), so every byte crosses the client's access link, the router's FORWARD
 chains and conntrack, and the core link. Each test proves one fault's signature as the ends see it
-and as the router's NFLOG rules count it; the switch test watches the endpoint's wire with tcpdump.
+and as the router's NFLOG rules count it; the switch test watches the endpoint's wire with tcpdump;
+the capture test reads a router run's capture.pcapng.
 Every namespace, rule and worker goes with the topology's run id, pass or fail.
 """
 from __future__ import annotations
@@ -18,8 +19,10 @@ import time
 
 import pytest
 
+from lab.capture import count, dropped
 from lab.topology import uplink
 from lab.topology.netns import NetnsTopology
+from lab.topology.services import Capture
 from netem.faults import build
 from netem.kernel import in_netns, list_netns
 
@@ -252,3 +255,29 @@ def test_link_rtt_is_made_on_the_router():
     finally:
         t.down()
         uplink.down(t.run_id, current_ns=False)
+
+
+def test_the_capture_holds_the_routers_drops_and_the_cell_traffic_after_a_switch(topo, listener, tmp_path):
+    """capture.pcapng of a router run: a middlebox drop (the router's nflog:5) and, after a switch,
+    the packets of the new flow from the client's cell address (the router's end of the cell link)."""
+    cell = topo.addresses.client_on(topo.router_part.link("cell"))
+    apply(topo, {"kind": "mtu_blackhole", "name": "mtu", "mtu": 1000})
+    cap = Capture.of(topo, tmp_path).start()
+    old = new = None
+    try:
+        old = Pair(topo, listener)
+        old.cli.sendall(b"L" * 1400)                # one segment above the MTU: the router drops it
+        assert not arrives(old.srv, 1, 1)
+        topo.router_part.switch("cell")
+        new = Pair(topo, listener)
+        new.cli.sendall(b"n" * 100)
+        assert arrives(new.srv, 100, 2)
+    finally:
+        for p in (old, new):
+            if p:
+                p.close()
+        raw = cap.stop()
+    assert {p.name for p in raw} == {"raw-eth-wifi.pcap", "raw-eth-cell.pcap", "raw-nflog.pcap", "raw-nflog-router.pcap"}
+    out = cap.finish()
+    assert any(prefix == "ll mtu_blackhole mtu out" for _n, _t, prefix in dropped(out)), "no router drop in the pcapng"
+    assert count(out, f"ip.src == {cell} && tcp.dstport == {PORT} && tcp.len == 100"), f"the new flow's data from {cell} (after the switch) is not in the pcapng"

@@ -52,3 +52,23 @@ def test_compose_yaml_holds_two_idle_nodes_and_no_service_command_lines():
     assert set(services) == set(LAB_SERVICES) == {"endpoint", "client"}
     assert all(s["command"] == ["sleep", "infinity"] for s in services.values())
     assert "NET_ADMIN" in services["client"]["cap_add"]
+
+
+def test_links_layer_the_router_overlay_and_add_the_router_node(tmp_path):
+    import pytest
+    import yaml
+
+    from lab.errors import LabError
+    from lab.topology.compose import ROUTER_FILE
+
+    plain = ComposeTopology("run-1", project="p1", setup=False)
+    routed = ComposeTopology("run-1", project="p1", setup=False, links=["wifi", "cell"])
+    assert plain.router is None and ROUTER_FILE not in plain.files
+    assert routed.router.service == "router" and routed.files[1] == ROUTER_FILE
+    assert [l.name for l in routed.links] == ["wifi", "cell"]
+    over = yaml.safe_load(ROUTER_FILE.read_text())
+    nets = {s: set(v["networks"]) for s, v in over["services"].items()}
+    assert nets == {"router": {"wifi", "cell", "core"}, "client": {"wifi", "cell"}, "endpoint": {"core"}}
+    assert over["services"]["router"]["sysctls"]["net.ipv4.ip_forward"] == "1"
+    with pytest.raises(LabError, match="rtt_ms/loss .*wifi.* netns only"):
+        ComposeTopology("run-1", project="p1", setup=False, links=[{"wifi": {"rtt_ms": 40}}])

@@ -111,7 +111,7 @@ def test_pod_spec_is_composes_client_node_running_the_captures_own_tcpdumps():
 def test_the_manifests_follow_the_service_objects(monkeypatch):
     """Generated, not copied: change a service's command line and the manifests change with it."""
     monkeypatch.setattr(Twin, "argv", lambda self: ["twin-from-the-object", "--san", self.node.host])
-    monkeypatch.setattr(Capture, "plan", lambda self: [("tcpdump-x", ["-i", self.node.dev, "--from-object"], "raw-x.pcap")])
+    monkeypatch.setattr(Capture, "plan", lambda self: [(self.node, "tcpdump-x", ["-i", self.node.dev, "--from-object"], "raw-x.pcap")])
     objs = render()
     (sts,) = by_kind(objs, "StatefulSet")
     assert sts["spec"]["template"]["spec"]["containers"][0]["command"] == [

@@ -95,6 +95,26 @@ def test_capture_starts_two_tcpdumps_on_its_node_and_stops_them_with_sigint(tmp_
     assert cap.stop() == []
 
 
+def test_a_router_capture_listens_on_the_routers_end_of_each_link_and_on_both_nflogs(tmp_path):
+    client, router = LocalNode(fake=_fake_tcpdump), LocalNode(name="router", fake=_fake_tcpdump)
+    cap = Capture(client, tmp_path, router=router, links=("wifi", "cell")).start()
+    assert [r for r, _ in router.started] == ["tcpdump-wifi", "tcpdump-cell", "tcpdump-nflog-router"]
+    assert [r for r, _ in client.started] == ["tcpdump-nflog"]
+    assert [a[a.index("-i") + 1] for _, a in router.started] == ["wifi", "cell", "nflog:5"]
+    raw = cap.stop()
+    assert sorted(p.name for p in raw) == ["raw-eth-cell.pcap", "raw-eth-wifi.pcap", "raw-nflog-router.pcap",
+                                           "raw-nflog.pcap"]
+
+
+def test_the_capture_of_a_topology_has_its_router_only_when_it_has_one():
+    direct = Capture.of(NetnsTopology("svc2", secrets_dir="/tmp/s", subnet=7), "/r")
+    routed = Capture.of(NetnsTopology("svc3", secrets_dir="/tmp/s", subnet=8, links=["wifi", "cell"]), "/r")
+    assert direct.router is None and [r for _n, r, *_ in direct.plan()] == ["tcpdump-eth", "tcpdump-nflog"]
+    assert routed.router.name == "router" and routed.links == ("wifi", "cell")
+    with pytest.raises(CapabilityError, match="needs its access links"):
+        Capture(direct.node, "/r", router=routed.router)
+
+
 def test_a_capture_that_never_listens_is_one_clear_error(tmp_path):
     node = LocalNode(fake=lambda argv: ["sh", "-c", "echo 'tcpdump: nflog: permission denied' >&2; exit 1"])
     with pytest.raises(CapabilityError, match="tcpdump on client exited.*permission denied"):
