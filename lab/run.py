@@ -225,7 +225,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
             argv += ["--ca", str(ca)]
         if spec.endpoint == "twin":
             argv += ["--endpoint-ip", topo.endpoint.ip, "--twin-control", twin_control]
-        if router_kw:
+        if scn.router_links:
             argv += ["--router", json.dumps(topo.router_part.describe())]
         if keylog:
             argv += ["--keylog", str(keylog)]
