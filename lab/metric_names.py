@@ -95,6 +95,12 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("tool_results_unknown", "tool responses for an id the receiving session never issued"),
     _m("replies_per_tool_result", "most model lines between one tool response and the next user line"),
     _m("unscripted_user_turns", "user turns the twin heard beyond the scenario's lines"),
+    # speech spoken during the gap (000 'Not tested'; lab.report.metrics.gap_speech_metrics)
+    _m("speech_lines", "the user's lines spoken as audio"),
+    _m("utterances_heard", "utterances the twin's VAD ended, every session (None: no twin record)"),
+    _m("last_utterance_heard_ms", "audio time the twin heard in the last of them"),
+    _m("speech_replayed", "lines cut by a loss that the client spoke again on the resumed session"),
+    _m("speech_restored_as_text", "lines cut by a loss that a new session's restore carried as text"),
     _m("handle_updates", "resumption handle updates per connection", scalar=False),
     _m("max_handle_updates_per_conn", "most handle updates on one connection"),
     # what the user was told

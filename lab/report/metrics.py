@@ -401,6 +401,7 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     m["server_closes"] = {str(k): v for k, v in Counter(
         c["code"] for c in conns if c["by"] == "server" and c["code"] is not None).items()}
 
+    m.update(gap_speech_metrics(events, twin))
     m.update(tool_result_metrics(events, twin))
     if twin:
         tw = sorted(twin, key=lambda e: e.ms)
@@ -427,6 +428,24 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     m["wrong_replays"] = [e.get("verdict") for e in replays if e.get("verdict") not in ("owed", "ok")] \
         if twin else None
     return m
+
+
+# ---- speech spoken during the gap (000 'Not tested') ----------------------------------------------
+def gap_speech_metrics(events: list[Event], twin: list[Event] | None) -> dict[str, Any]:
+    """What of the user's spoken lines reached the twin: its VAD's ended utterances (twin record,
+    every session), the audio time of the last one (a whole line or a fragment), and what the
+    recovery client did with a line cut by a loss (`user.replay`: spoken again, or carried as text
+    by a new session's restore)."""
+    spoken = [e for e in events if e.kind == "user.say" and e.get("mode") == "speech"]
+    ends = [e for e in sorted(twin or [], key=lambda e: e.ms) if e.kind == "twin.vad" and e.get("event") == "end"]
+    replays = Counter(str(e.get("how")) for e in events if e.kind == "user.replay")
+    return {
+        "speech_lines": len(spoken),
+        "utterances_heard": len(ends) if twin else None,
+        "last_utterance_heard_ms": ends[-1].get("heard_ms") if ends else None,
+        "speech_replayed": replays.get("audio", 0),
+        "speech_restored_as_text": replays.get("restore", 0),
+    }
 
 
 # ---- after the resume (002) ----------------------------------------------------------------------
