@@ -112,6 +112,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("truth_at_answer", "the backend's state when answered"),
     _m("truth_final", "the backend's state at the end"),
     _m("told_truth", "the claim matched the backend (None: never answered)"),
+    _m("answers_heard", "model lines the user heard about the booking after the status question (2: told twice)"),
     _m("first_text_after_recovery", "the model's first words after the recovery"),
     _m("first_claim_after_recovery", "what they claimed"),
     # the stop study (001): what "stop" did to the call in flight, the backend, and what the user was told

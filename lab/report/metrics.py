@@ -384,6 +384,12 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     m["truth_at_answer"] = _truth_at(events, answer.ms) if answer else None
     m["truth_final"] = _truth_at(events, math.inf)
     m["told_truth"] = (m["told"] == m["truth_at_answer"]) if answer else None
+    # a question cut by a loss may be answered twice (a restore's reply, then the late fragment's)
+    m["answers_heard"] = None
+    if question is not None:
+        nxt = next((e.ms for e in says if e.ms > question.ms), math.inf)
+        m["answers_heard"] = sum(1 for e in events if e.kind == "user.heard" and question.ms <= e.ms < nxt
+                                 and claims.classify(e.get("text")) != claims.UNKNOWN)
     m.update(stop_metrics(events))
     m.update(after_resume_metrics(events, first_ok["conn"] if first_ok else None))
     first_text = _first(events, "model.text", after=rec_ms) if rec_ms is not None else None

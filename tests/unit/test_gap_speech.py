@@ -1,39 +1,40 @@
 """Speech spoken during the gap (000 'Not tested'): the recovery client's replay of a line cut by a
 loss, with fake connections, and the metrics that say what of the user's speech reached the twin."""
 import asyncio
+import dataclasses
 
 from lab.backend import Backend
 from lab.clients import get
 from lab.clients.base import ClientContext, Endpoint
 from lab.events import Event, EventLog
-from lab.report.metrics import gap_speech_metrics
+from lab.report.metrics import compute, gap_speech_metrics
 
 CHUNK = b"\x01\x00" * 1600          # 100 ms of 16 kHz audio
 LINE = CHUNK * 6                    # a 0.6 s line
 
 
-class AudioSession:
-    def __init__(self):
-        self.chunks = 0
+@dataclasses.dataclass
+class AudioConn:
+    """A connection that counts the audio chunks handed to it (the SDK session is itself)."""
+    n: int
+    session_no: int
+    usable: bool = True
+    closed: bool = False
+    lost: bool = False
+    chunks: int = 0
 
     async def send_realtime_input(self, audio=None, **kw):
         self.chunks += 1
 
-
-class AudioConn:
-    def __init__(self, n, session_no):
-        self.n, self.session_no, self.usable, self.closed, self.lost = n, session_no, True, False, False
-        self.s = AudioSession()
-
     async def send(self, fn):
-        await fn(self.s)
+        await fn(self)
         return True
 
 
 def _client(**params):
     log = EventLog()
-    ep = Endpoint(base_url="https://127.0.0.1:9", api_key="test", ca_path=None)
-    ctx = ClientContext(endpoint=ep, log=log, backend=Backend(log), params=params, speech=True)
+    ctx = ClientContext(endpoint=Endpoint(base_url="https://127.0.0.1:9", api_key="test"), log=log,
+                        backend=Backend(log), params=params, speech=True)
     return get("recovery")(ctx), log
 
 
@@ -52,7 +53,7 @@ def _speak_through_a_loss(new_session_no, **params):
         old, new = AudioConn(1, 1), AudioConn(2, new_session_no)
         cl._adopt(old)
         said, _ = await asyncio.gather(cl._speak(LINE, old, 1), _cut_and_recover(cl, old, new))
-        return said, old.s.chunks, new.s.chunks, [(e["how"], e["conn"]) for e in log.find("user.replay")]
+        return said, old.chunks, new.chunks, [(e["how"], e["conn"]) for e in log.find("user.replay")]
     return asyncio.run(main())
 
 
@@ -89,3 +90,13 @@ def test_the_metrics_count_what_the_twin_heard_and_what_the_client_replayed():
     assert m == {"speech_lines": 2, "utterances_heard": 2, "last_utterance_heard_ms": 1400.0,
                  "speech_replayed": 1, "speech_restored_as_text": 0}
     assert gap_speech_metrics(events[:1], None)["utterances_heard"] is None
+
+
+def test_a_question_answered_twice_is_counted_from_what_the_user_heard():
+    q = "Did you book it? I need to know now."
+    events = [_ev("run.start", 0, "agent"), _ev("user.say", 1000, conn=1, text=q, line=1, mode="speech"),
+              _ev("user.heard", 3000, conn=2, text="Yes, your 3 pm slot tomorrow has been booked."),
+              _ev("user.heard", 9000, conn=2, text="Your 3 pm slot tomorrow is already booked."),
+              _ev("run.end", 12000, "agent", status="ok")]
+    assert compute(events)["answers_heard"] == 2
+    assert compute(events[:3] + events[4:])["answers_heard"] == 1
