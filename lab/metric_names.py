@@ -47,6 +47,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("loss_cuts_path", "the loss cut the path (false: it only degraded it; None: an old record)"),
     _m("connections", "each connection: purpose, open, setup, close", scalar=False),
     _m("lost_conn", "the connection open at the loss"),
+    _m("lost_conn_server_close_ms", "loss -> the server's own close of the lost connection reaching the client"),
     _m("detected_ms", "the client's first loss.detected after the loss"),
     _m("detection_ms", "loss -> the client detected it (its ping timing against the dead path)"),
     # resume attempts

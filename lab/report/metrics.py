@@ -246,6 +246,10 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
         before = [c for c in conns if c["open_ms"] is not None and c["open_ms"] <= loss_ms]
         lost_conn = before[-1]["conn"] if before else None
     m["lost_conn"] = lost_conn
+    # the server's own close of the lost connection as it reached the client (B3: late, after the path came back)
+    srv_close = next((e for e in events if loss is not None and e.ms >= loss_ms and e.kind == "conn.closed"
+                      and e.get("conn") == lost_conn and e.get("by") == "server"), None)
+    m["lost_conn_server_close_ms"] = _r(srv_close.ms - loss_ms) if srv_close is not None else None
     det = _first(events, "loss.detected", after=loss_ms) if loss is not None else None
     m["detected_ms"] = _r(det.ms) if det else None
     m["detection_ms"] = _r(det.ms - loss_ms) if det else None

@@ -1,5 +1,6 @@
-"""Speech spoken during the gap (000 'Not tested'): the recovery client's replay of a line cut by a
-loss, with fake connections, and the metrics that say what of the user's speech reached the twin."""
+"""Cases seed 000 lists as not tested. Speech spoken during the gap: the recovery client's replay of
+a line cut by a loss (fake connections) and the metrics that say what of it reached the twin. The
+path back after the server's own close: when that late close reached the client."""
 import asyncio
 import dataclasses
 
@@ -100,3 +101,12 @@ def test_a_question_answered_twice_is_counted_from_what_the_user_heard():
               _ev("run.end", 12000, "agent", status="ok")]
     assert compute(events)["answers_heard"] == 2
     assert compute(events[:3] + events[4:])["answers_heard"] == 1
+
+
+def test_the_servers_late_close_of_the_lost_connection_is_timed_from_the_loss():
+    events = [_ev("run.start", 0, "agent"), _ev("conn.open", 10, conn=1, purpose="initial"),
+              _ev("conn.setup_complete", 20, conn=1), _ev("loss", 1000, "agent", how="fault", cuts_path=True),
+              _ev("conn.closed", 5000, conn=2, code=1011, by="server"),
+              _ev("conn.closed", 54000, conn=1, code=1011, by="server"), _ev("run.end", 60000, "agent", status="ok")]
+    assert compute(events)["lost_conn_server_close_ms"] == 53000
+    assert compute(events[:5] + events[6:])["lost_conn_server_close_ms"] is None
