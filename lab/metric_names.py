@@ -47,6 +47,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("loss_cuts_path", "the loss cut the path (false: it only degraded it; None: an old record)"),
     _m("connections", "each connection: purpose, open, setup, close", scalar=False),
     _m("lost_conn", "the connection open at the loss"),
+    _m("lost_conn_server_close_ms", "loss -> the server's own close of the lost connection reaching the client"),
     _m("detected_ms", "the client's first loss.detected after the loss"),
     _m("detection_ms", "loss -> the client detected it (its ping timing against the dead path)"),
     # resume attempts
@@ -95,6 +96,12 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("tool_results_unknown", "tool responses for an id the receiving session never issued"),
     _m("replies_per_tool_result", "most model lines between one tool response and the next user line"),
     _m("unscripted_user_turns", "user turns the twin heard beyond the scenario's lines"),
+    # speech spoken during the gap (000 'Not tested'; lab.report.metrics.gap_speech_metrics)
+    _m("speech_lines", "the user's lines spoken as audio"),
+    _m("utterances_heard", "utterances the twin's VAD ended, every session (None: no twin record)"),
+    _m("last_utterance_heard_ms", "audio time the twin heard in the last of them"),
+    _m("speech_replayed", "lines cut by a loss that the client spoke again on the resumed session"),
+    _m("speech_restored_as_text", "lines cut by a loss that a new session's restore carried as text"),
     _m("handle_updates", "resumption handle updates per connection", scalar=False),
     _m("max_handle_updates_per_conn", "most handle updates on one connection"),
     # what the user was told
@@ -106,6 +113,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("truth_at_answer", "the backend's state when answered"),
     _m("truth_final", "the backend's state at the end"),
     _m("told_truth", "the claim matched the backend (None: never answered)"),
+    _m("answers_heard", "model lines the user heard about the booking after the status question (2: told twice)"),
     _m("first_text_after_recovery", "the model's first words after the recovery"),
     _m("first_claim_after_recovery", "what they claimed"),
     # the stop study (001): what "stop" did to the call in flight, the backend, and what the user was told

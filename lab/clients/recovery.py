@@ -26,6 +26,13 @@
   line (`status_updates`, turn_complete false: no filler turn, no extra reply). A call the model
   issues again is deduplicated by business key in the backend and answered from the existing job.
 * The user's lines said while recovering wait for the recovered session (up to `hold_input_max_s`).
+* Speech cut by a loss is buffered and spoken again (`replay_gap_speech`; the study's rule 8,
+  "buffer anything you need to replay yourself", and rule 10, speech cut by a drop is partly
+  repeated): a line whose audio was streaming when the loss was detected stops there (the rest
+  would land mid-utterance on the next session) and, once recovered, is streamed again whole on a
+  resumed session; a new session already got the line as text in its restore (the transcript), so
+  it is not spoken twice there. A line that ended before the loss was detected is not replayed
+  (the client cannot tell what of it the server heard).
 """
 from __future__ import annotations
 
@@ -69,6 +76,7 @@ class RecoveryClient(SdkClient):
         "new_session_tries": 3,
         "hold_input_while_recovering": True,
         "obey_resume_action": False,
+        "replay_gap_speech": True,      # speech cut by a loss is spoken again once recovered
     }
 
     def __init__(self, ctx: Any):
@@ -278,6 +286,26 @@ class RecoveryClient(SdkClient):
         ok = await c.send(lambda s: s.send_client_content(
             turns=[types.Content(role="user", parts=[types.Part(text=text)])], turn_complete=False))
         self.log.write("session.note", src=SRC, conn=c.n, text=text, sent=ok)
+
+    async def _speak(self, pcm: bytes, c: Connection, line: int, follow: bool = True) -> bool:
+        if not self.p["replay_gap_speech"]:
+            return await super()._speak(pcm, c, line, follow)
+        if await super()._speak(pcm, c, line, follow=False):
+            return True
+        try:
+            await asyncio.wait_for(self.ready.wait(), float(self.p["hold_input_max_s"]))
+        except asyncio.TimeoutError:
+            pass
+        cur = self.current
+        if cur is None or not cur.usable or not self.ready.is_set():
+            self.log.write("user.replay", src=SRC, conn=None, line=line, how="lost")
+            return False
+        if cur.session_no != c.session_no:
+            # the fallback's restore carried the transcript, this line's text included
+            self.log.write("user.replay", src=SRC, conn=cur.n, line=line, how="restore")
+            return False
+        self.log.write("user.replay", src=SRC, conn=cur.n, line=line, how="audio")
+        return await super()._speak(pcm, cur, line, follow=False)
 
     async def scripted_resume(self) -> Connection | None:
         """The recovery client resumes on its own policy; a scripted attempt (meant for the probe)

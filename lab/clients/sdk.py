@@ -176,20 +176,32 @@ class SdkClient(Client):
                 self.log.write("user.say.failed", src=SRC, conn=c.n, line=line)
             return
         pcm = speech.synth(text) + speech.silence(int(self.p["speech_tail_ms"]))
+        await self._speak(pcm, c, line)
+
+    async def _speak(self, pcm: bytes, c: Connection, line: int, follow: bool = True) -> bool:
+        """Stream `pcm` in 100 ms chunks at real-time pace. `follow`: each chunk goes to whatever
+        connection is current then (the rest of the line after a recovery lands mid-utterance);
+        else the line stays on `c` and stops where `c` is found lost or replaced. True when every
+        chunk was handed to a connection that was still current and not known lost."""
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         failed: set[int] = set()
+        whole = True
         for i, chunk in enumerate(speech.chunks(pcm, 100)):
             delay = t0 + i * 0.1 - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
+            if not follow and (self.current is not c or c.lost or c.closed):
+                return False
             cur = self.current or c      # a chunk goes to whatever connection is current now
             if cur.n in failed:
                 continue                 # that socket is gone or blocked: the rest of the line is lost
             blob = types.Blob(data=chunk, mime_type="audio/pcm;rate=16000")
             if not await cur.send(lambda s: s.send_realtime_input(audio=blob)):
                 failed.add(cur.n)
+                whole = False
                 self.log.write("user.say.failed", src=SRC, conn=cur.n, line=line, at_ms=i * 100)
+        return whole
 
     # ---- the camera ----------------------------------------------------------------------------
     def start_video(self) -> None:

@@ -246,6 +246,10 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
         before = [c for c in conns if c["open_ms"] is not None and c["open_ms"] <= loss_ms]
         lost_conn = before[-1]["conn"] if before else None
     m["lost_conn"] = lost_conn
+    # the server's own close of the lost connection as it reached the client (B3: late, after the path came back)
+    srv_close = next((e for e in events if loss is not None and e.ms >= loss_ms and e.kind == "conn.closed"
+                      and e.get("conn") == lost_conn and e.get("by") == "server"), None)
+    m["lost_conn_server_close_ms"] = _r(srv_close.ms - loss_ms) if srv_close is not None else None
     det = _first(events, "loss.detected", after=loss_ms) if loss is not None else None
     m["detected_ms"] = _r(det.ms) if det else None
     m["detection_ms"] = _r(det.ms - loss_ms) if det else None
@@ -384,6 +388,12 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     m["truth_at_answer"] = _truth_at(events, answer.ms) if answer else None
     m["truth_final"] = _truth_at(events, math.inf)
     m["told_truth"] = (m["told"] == m["truth_at_answer"]) if answer else None
+    # a question cut by a loss may be answered twice (a restore's reply, then the late fragment's)
+    m["answers_heard"] = None
+    if question is not None:
+        nxt = next((e.ms for e in says if e.ms > question.ms), math.inf)
+        m["answers_heard"] = sum(1 for e in events if e.kind == "user.heard" and question.ms <= e.ms < nxt
+                                 and claims.classify(e.get("text")) != claims.UNKNOWN)
     m.update(stop_metrics(events))
     m.update(after_resume_metrics(events, first_ok["conn"] if first_ok else None))
     first_text = _first(events, "model.text", after=rec_ms) if rec_ms is not None else None
@@ -401,6 +411,7 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     m["server_closes"] = {str(k): v for k, v in Counter(
         c["code"] for c in conns if c["by"] == "server" and c["code"] is not None).items()}
 
+    m.update(gap_speech_metrics(events, twin))
     m.update(tool_result_metrics(events, twin))
     if twin:
         tw = sorted(twin, key=lambda e: e.ms)
@@ -427,6 +438,24 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     m["wrong_replays"] = [e.get("verdict") for e in replays if e.get("verdict") not in ("owed", "ok")] \
         if twin else None
     return m
+
+
+# ---- speech spoken during the gap (000 'Not tested') ----------------------------------------------
+def gap_speech_metrics(events: list[Event], twin: list[Event] | None) -> dict[str, Any]:
+    """What of the user's spoken lines reached the twin: its VAD's ended utterances (twin record,
+    every session), the audio time of the last one (a whole line or a fragment), and what the
+    recovery client did with a line cut by a loss (`user.replay`: spoken again, or carried as text
+    by a new session's restore)."""
+    spoken = [e for e in events if e.kind == "user.say" and e.get("mode") == "speech"]
+    ends = [e for e in sorted(twin or [], key=lambda e: e.ms) if e.kind == "twin.vad" and e.get("event") == "end"]
+    replays = Counter(str(e.get("how")) for e in events if e.kind == "user.replay")
+    return {
+        "speech_lines": len(spoken),
+        "utterances_heard": len(ends) if twin else None,
+        "last_utterance_heard_ms": ends[-1].get("heard_ms") if ends else None,
+        "speech_replayed": replays.get("audio", 0),
+        "speech_restored_as_text": replays.get("restore", 0),
+    }
 
 
 # ---- after the resume (002) ----------------------------------------------------------------------

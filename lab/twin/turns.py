@@ -452,7 +452,8 @@ class Turns:
         acts = self._transcribe_heard(sid, conn, now, upto=-1)
         line = p.model.next_script_line()
         p.usage.heard_audio(p.heard_ms / 1000)
-        acts.append(Log("twin.vad", {"conn": conn, "session": sid, "event": "end", "line": p.model.utterances - 1}))
+        acts.append(Log("twin.vad", {"conn": conn, "session": sid, "event": "end", "line": p.model.utterances - 1,
+                                     "heard_ms": round(p.heard_ms, 1)}))
         if line:
             acts += self._user_text(sid, conn, line, now, source="speech", interrupt=False)
         return acts
