@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -321,6 +322,9 @@ def add_parser(sub) -> None:
                    help="live mode: the batch's session ledger; each connection is charged before it opens")
     p.add_argument("--keylog", default=None, help="write TLS secrets here (twin runs; live only when asked)")
     p.add_argument("--t0", type=float, default=None)
+    p.add_argument("--go-file", default=None,
+                   help="start early: import and load everything, then wait until this file exists (the "
+                        "orchestrator writes it once the twin and capture are ready) before the run begins")
     p.add_argument("--duration", type=float, default=None)
     p.add_argument("--proxy", default=None, help="HTTP CONNECT proxy URL the client goes through")
     p.add_argument("--proxy-control", default=None)
@@ -337,8 +341,27 @@ def add_parser(sub) -> None:
     p.set_defaults(func=_main)
 
 
+GO_TIMEOUT_S = 120.0    # how long a started-early agent waits for its go before giving up
+GO_POLL_S = 0.005       # the go file is looked for this often: the agent's start waits at most this long
+
+
+def wait_for_go(path: Path, timeout_s: float = GO_TIMEOUT_S) -> None:
+    """Block until `path` exists (the orchestrator's go); LabError if it does not come in time."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise LabError(f"no go from the orchestrator ({path}) within {timeout_s:.0f} s")
+        time.sleep(GO_POLL_S)
+
+
 def _main(args) -> int:
     scn = scenario_mod.load(args.scenario)
+    if args.go_file:
+        # the orchestrator starts this process while the twin and capture start: pay the imports
+        # (the client's SDK is most of them) now, and open nothing until the go
+        if not args.client_cmd:
+            get_client(args.client or scn.client)
+        wait_for_go(Path(args.go_file))
     key = os.environ.get(args.api_key_env)
     if not key:
         raise LabError(f"no API key in ${args.api_key_env} for the agent")

@@ -181,6 +181,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
     services: list = []
     capture = Capture.of(topo, run_dir)
     agent = None
+    go_file = run_dir / GO_FILE
+    go_file.unlink(missing_ok=True)     # a stale go (a re-used folder) must not start the agent early
     status = "error"
     phases = _Phases()
     try:
@@ -204,7 +206,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
                        *(a for k, v in scn.twin.get("set", {}).items() for a in ("--set", f"{k}={json.dumps(v)}")))
             twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl",
                         t0=t0, seed=seed, port=port, extra=sans + script)
-            services.append(twin.start())
+            services.append(twin)
             base_url, ca, key = twin.base_url, topo.ca_path, TWIN_KEY
             twin_control = twin.control_url
         else:
@@ -212,13 +214,12 @@ def run_one(spec: RunSpec, out=print) -> dict:
             if spec.endpoint_hook is not None:
                 base_url, ca = spec.endpoint_hook(topo)
             key = spec.live_key
-        proxy = Proxy(topo.endpoint, idle_timeout_s=scn.endpoint.get("idle_timeout_s")).start() if via_proxy else None
+        proxy = Proxy(topo.endpoint, idle_timeout_s=scn.endpoint.get("idle_timeout_s")) if via_proxy else None
         if proxy:
             services.append(proxy)
-        capture.start()
-        phases.mark("services_ready")
         argv = [_python(), "-m", "lab", "agent", "--scenario", str(run_dir / "scenario.yaml"), "--client", spec.client,
-                "--run-dir", str(run_dir), "--t0", repr(t0), "--duration", str(duration), "--model", spec.model]
+                "--run-dir", str(run_dir), "--t0", repr(t0), "--duration", str(duration), "--model", spec.model,
+                "--go-file", str(go_file)]
         if base_url:
             argv += ["--base-url", base_url]
         if ca:
@@ -238,9 +239,15 @@ def run_one(spec: RunSpec, out=print) -> dict:
             if topo.client.own_files:
                 argv += ["--client-node-files", "own"]
         env = {**os.environ, "LAB_API_KEY": key, "PYTHONUNBUFFERED": "1"}
+        # the agent starts now, while the services start (its imports are most of a run's start-up),
+        # and waits for the go file: it opens nothing before the twin and capture are ready
         agent = topo.client.popen(argv, role="agent", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True)
         relay = _relay(agent, "  ", out)
+        _start_together([svc.start for svc in services] + [capture.start])
+        phases.mark("services_ready")
+        go_file.write_text(repr(t0) + "\n")
+        _preload_report()
         try:
             rc = agent.wait(timeout=duration + 120)
         except subprocess.TimeoutExpired:
@@ -255,6 +262,13 @@ def run_one(spec: RunSpec, out=print) -> dict:
             agent.terminate()
         raise
     finally:
+        if agent is not None and agent.poll() is None:   # a service failed: the agent never got its go
+            agent.terminate()
+            try:
+                agent.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+        go_file.unlink(missing_ok=True)     # a handshake, not a result
         raw = []
         try:
             raw = capture.stop()
@@ -275,6 +289,40 @@ def run_one(spec: RunSpec, out=print) -> dict:
 
 
 PHASES_FILE = "phases.json"
+GO_FILE = ".agent-go"    # written once the services are ready; the started-early agent waits for it
+
+
+def _preload_report() -> None:
+    """Import the timeline's drawing (matplotlib: seconds, once per process) in the background while
+    the scenario plays, so the report after it does not wait for the import. Failures are left to
+    the report, which notes a picture it could not draw."""
+    def load():
+        try:
+            # here, not at the top: matplotlib must not load for `lab` itself (see lab/report/__init__.py)
+            import lab.report.timeline  # noqa: F401
+        except Exception:
+            pass
+    threading.Thread(target=load, daemon=True).start()
+
+
+def _start_together(starts) -> None:
+    """Call each start (a service's, the capture's) at once in its own thread and wait for all;
+    re-raise the first failure. Each waits for its own process to say it is ready, so together they
+    take as long as the slowest, not the sum."""
+    errors: list[BaseException] = []
+
+    def call(start):
+        try:
+            start()
+        except BaseException as e:  # handed to the caller below
+            errors.append(e)
+    threads = [threading.Thread(target=call, args=(s,), daemon=True) for s in starts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 class _Phases:

@@ -6,7 +6,8 @@ phases.json (lab.run: topology up, services ready = twin + capture, agent, teard
 monotonic clock) and events.jsonl (the agent's run.start and run.end, on the run's clock, whose zero
 is the end of topology up). From them:
 
-    agent start  = run.start - services ready          (the agent process up to its first event)
+    agent start  = run.start - services ready          (what the agent, started with the services,
+                                                       still takes after them to its first event)
     scenario     = run.end - run.start                 (the scenario itself: not overhead)
     agent exit   = agent - agent start - scenario      (the agent's own teardown and exit)
     overhead     = topology up + services ready + agent start + agent exit + teardown + report

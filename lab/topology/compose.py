@@ -49,6 +49,8 @@ BASE_IMAGE = os.environ.get("LIVELAB_BASE_IMAGE", "lab-base:bookworm")   # the o
 PUBLIC_BASE_IMAGE = "python:3.11-slim-bookworm"                          # Dockerfile.client's default
 DOT_ENV = REPO / ".env"             # compose reads it; docker-setup.sh writes the image path into it
 COMPOSE_VERSION = "v2.40.3"         # what docker-setup.sh installs; any compose v2 runs the lab
+IMAGE_VARS = ("LAB_IMAGE_TAG", "LAB_IMAGE_BASE", "LAB_BASE_IMAGE")   # compose.yaml's image and build inputs
+_BUILT_IN_PROCESS: set[tuple[str, ...]] = set()   # image keys (ComposeTopology._image_key) built by this process
 LAB_SERVICES = ("endpoint", "client")   # the two nodes; their services are started on them with popen
 UPLINK_MISSING = ("the compose topology has no way out (its network is internal): live mode runs in "
                   "--topology netns")
@@ -405,10 +407,16 @@ class ComposeTopology(Topology):
         if self.containers():
             self.down()                     # leftovers of an earlier run under the same project
         t1 = time.monotonic()
-        r = self.compose("up", "-d", "--build", "--wait", "--wait-timeout", str(self.wait_timeout),
-                         *LAB_SERVICES, *(["router"] if self.router else []), timeout=self.wait_timeout + 300,
-                         check=False)
+        # `--build` costs seconds even when every layer is cached (the build context is sent and
+        # checked); the images one process built are current for its later runs (assumption: the
+        # source tree does not change under a batch), so each image set is built once per process
+        images = self._image_key()
+        build = () if images in _BUILT_IN_PROCESS else ("--build",)
+        r = self.compose("up", "-d", *build, "--wait", "--wait-timeout", str(self.wait_timeout),
+                         *LAB_SERVICES, *(["router"] if self.router else []), timeout=self.wait_timeout + 300, check=False)
         self.timings["up_s"] = time.monotonic() - t1
+        if r.returncode == 0 and build:
+            _BUILT_IN_PROCESS.add(images)
         if r.returncode != 0:
             detail = self._failure_detail(r)
             self.down()
@@ -462,6 +470,11 @@ class ComposeTopology(Topology):
             if p.returncode != 0:
                 raise LabError(f"compose topology: route {dst} via {via} in {service} failed: "
                                f"{(p.stderr.strip().splitlines() or ['rc=%d' % p.returncode])[-1]}")
+
+    def _image_key(self) -> tuple[str, ...]:
+        """What decides the images `up --build` makes: the compose files and the variables they read."""
+        env = self._env()
+        return (*map(str, self.files), *(env.get(k, "") for k in IMAGE_VARS))
 
     def _failure_detail(self, r: subprocess.CompletedProcess) -> str:
         lines = [ln.strip() for ln in (r.stderr + r.stdout).splitlines() if ln.strip()]
