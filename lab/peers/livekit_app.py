@@ -18,8 +18,8 @@ the plugin's websocket, livekit/agents#6479), then returns result_after_update_s
 result reaches the plugin while the restart is under way. When one generation holds several calls
 (seed 003 review finding 2, k3) their bookings run at once; then the first changes the tools and
 the app hands each result over in turn, one update_chat_ctx per result, as two tool rounds would,
-so both results land in the one restart. AgentSession would
-hand one generation's results over in a single round; the two-round case is the one the review names.
+so both results land in the one restart. AgentSession would hand one generation's results over in
+a single round; the two-round case is the one the review names.
 """
 from __future__ import annotations
 
