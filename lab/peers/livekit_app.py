@@ -15,7 +15,11 @@ On cue from the scenario (seed 003; the lab passes the parameters as --params JS
 lab/clients/frameworks): with update_tools_in_tool, book_slot behaves like a tool that changes the
 agent's tools when it succeeds: once the booking is made it calls update_tools() (which restarts
 the plugin's websocket, livekit/agents#6479), then returns result_after_update_s later, so its
-result reaches the plugin while the restart is under way.
+result reaches the plugin while the restart is under way. When one generation holds several calls
+(seed 003 review finding 2, k3) their bookings run at once; then the first changes the tools and
+the app hands each result over in turn, one update_chat_ctx per result, as two tool rounds would,
+so both results land in the one restart. AgentSession would hand one generation's results over in
+a single round; the two-round case is the one the review names.
 """
 from __future__ import annotations
 
@@ -71,30 +75,32 @@ async def main() -> None:
     tasks: set[asyncio.Task] = set()
     restarts = 0
 
-    async def answer_tool(fc) -> None:
+    async def answer_tools(calls) -> None:
         nonlocal restarts
-        args = json.loads(fc.arguments or "{}")
-        result = await asyncio.to_thread(book, args.get("slot"), fc.call_id)
-        out = llm.FunctionCallOutput(call_id=fc.call_id, name=fc.name, output=json.dumps(result), is_error=False)
-        chat.insert(fc)
-        if cue.get("update_tools_in_tool"):
-            # a different tool set each time, so every call restarts the websocket
-            restarts += 1
-            await sess.update_tools(list(tool_sets[restarts % 2]))
-            log(f"update_tools at {time.time():.3f}: restart asked")
-            await asyncio.sleep(float(cue.get("result_after_update_s", 0.0)))
-        chat.insert(out)
-        await sess.update_chat_ctx(chat)
-        log(f"tool result {out.call_id} handed over at {time.time():.3f}")
+        # the bookings run at once, as AgentSession runs one generation's tools
+        results = await asyncio.gather(*(asyncio.to_thread(book, json.loads(fc.arguments or "{}").get("slot"),
+                                                           fc.call_id) for fc in calls))
+        for i, (fc, result) in enumerate(zip(calls, results)):
+            out = llm.FunctionCallOutput(call_id=fc.call_id, name=fc.name, output=json.dumps(result), is_error=False)
+            chat.insert(fc)
+            if i == 0 and cue.get("update_tools_in_tool"):
+                # a different tool set each time, so every turn's first booking restarts the websocket
+                restarts += 1
+                await sess.update_tools(list(tool_sets[restarts % 2]))
+                log(f"update_tools at {time.time():.3f}: restart asked")
+                await asyncio.sleep(float(cue.get("result_after_update_s", 0.0)))
+            chat.insert(out)
+            await sess.update_chat_ctx(chat)
+            log(f"tool result {out.call_id} handed over at {time.time():.3f}")
 
     async def consume(ev) -> None:
         said: list[str] = []
         calls = await drain_generation(ev, on_text=said.append)
         if said:
             log("model:", "".join(said))
-        for fc in calls:
-            if fc.name == "book_slot":
-                await answer_tool(fc)
+        booking = [fc for fc in calls if fc.name == "book_slot"]
+        if booking:
+            await answer_tools(booking)
 
     def spawn(coro) -> None:
         t = asyncio.create_task(coro)

@@ -3,7 +3,10 @@
 What it models (seeds 000 and 001):
 - intents by keywords in the user's text: BOOK, STATUS ("did you book", "is it booked"), STOP
   ("stop", "don't book"); anything else is OTHER;
-- BOOK -> a book_slot toolCall (NON_BLOCKING by default: the turn holds only the call);
+- BOOK -> a book_slot toolCall (NON_BLOCKING by default: the turn holds only the call); a BOOK line
+  that names two or more times ("the 3pm and the 4pm slots") -> one toolCall carrying one
+  functionCall per time, all pending at once (functionCalls is a list: protocol.md, the toolCall
+  row; one toolCall rather than one per call is an assumption, no seed records the real split);
 - STATUS before a FunctionResponse -> an in-progress sentence (000: 3/3);
 - a FunctionResponse for a known id, also one issued before a resume, is accepted and answered;
 - STOP (seed 001, fidelity.md section 4; every rate and delay a profile parameter, drawn from the
@@ -59,6 +62,8 @@ SAY_PENDING_OTHER = ("I am booking the 3 PM slot for you now. Please bring your 
 
 _STATUS_PATTERNS = ("did you book", "is it booked", "was it booked", "have you booked", "is the booking",
                     "did it book", "has it been booked")
+# a time in a user line ("3pm", "4 pm"): two or more distinct ones ask for that many bookings at once
+_TIME = re.compile(r"\b(\d{1,2})\s?(am|pm)\b")
 _STOP_PATTERNS = ("stop", "don't book", "dont book", "do not book", "cancel")
 
 BOOKED_WORDS = ("booked", "committed", "confirmed", "done", "ok", "success", "succeeded", "completed")
@@ -76,6 +81,17 @@ def classify(text: str) -> str:
     if re.search(r"\bbook", t):
         return BOOK
     return OTHER
+
+
+def slots_asked(text: str) -> tuple[str, ...]:
+    """The slots a BOOK line asks for when it names two or more distinct times ("tomorrow 3pm",
+    "tomorrow 4pm"); () otherwise, so every one-slot script keeps the profile's slot and one call."""
+    times: list[str] = []
+    for hour, half in _TIME.findall((text or "").lower()):
+        t = f"{int(hour)}{half}"
+        if t not in times:
+            times.append(t)
+    return tuple(f"tomorrow {t}" for t in times) if len(times) > 1 else ()
 
 
 def status_word(value: Any) -> str | None:
@@ -131,6 +147,7 @@ class Step:
     delay: float = 0.0        # seconds after the previous step finished (or after the plan started)
     text: str = ""            # say: the sentence
     slot: str = ""            # call: the slot argument
+    also: tuple[str, ...] = ()  # call: further slots, each its own functionCall in the same toolCall
 
 
 @dataclass
@@ -153,6 +170,7 @@ class Call:
     slot: str
     blocking: bool
     status: str = "pending"   # pending | booked | not_booked
+    batch: tuple[str, ...] = ()  # the ids issued in the same toolCall, this one included
 
 
 @dataclass
@@ -248,13 +266,22 @@ class ScriptedModel:
             return "not_booked", "tool"
         return None, ""
 
-    def new_call(self) -> Call:
-        """Called by the core when a call step is actually sent: only then does the id exist."""
+    def new_call(self, slot: str | None = None) -> Call:
+        """Called by the core when a call step is actually sent: only then does the id exist.
+        `slot`: a further slot of a multi-slot request; the profile's slot otherwise."""
         self.call_seq += 1
         self.call_planned = False
-        c = Call(id=self._next_call_id(self.blocking) if self._next_call_id else f"fc-{self.call_seq}", name=self.tool_name, slot=self.cfg.slot, blocking=self.blocking)
+        c = Call(id=self._next_call_id(self.blocking) if self._next_call_id else f"fc-{self.call_seq}",
+                 name=self.tool_name, slot=slot or self.cfg.slot, blocking=self.blocking)
         self.calls[c.id] = c
         return c
+
+    def new_calls(self, slots: tuple[str, ...]) -> list[Call]:
+        """The calls of one toolCall, one per slot, each knowing its batch (see tool_response)."""
+        calls = [self.new_call(slot) for slot in slots]
+        for c in calls:
+            c.batch = tuple(x.id for x in calls)
+        return calls
 
     def next_script_line(self) -> str:
         """The text the next detected utterance stands for (line N of the script; '' past its end)."""
@@ -282,7 +309,7 @@ class ScriptedModel:
             if status == "booked":
                 return Plan([Step("say", d(), "Your 3 pm slot tomorrow is already booked."),
                              Step("turn_complete")], why="book-booked")
-            return self._call_plan(draw(self.cfg.tool_call_delay_s, self.rng), why="book")
+            return self._call_plan(draw(self.cfg.tool_call_delay_s, self.rng), why="book", slots=slots_asked(text))
         if intent == STATUS:
             if status == "pending":
                 return Plan([Step("say", d(), SAY_IN_PROGRESS), Step("turn_complete")], why="status-pending")
@@ -332,12 +359,13 @@ class ScriptedModel:
                     why="stop")
 
     def _call_plan(self, delay: float, why: str, say_first: str | None = None,
-                   say_delay: float = 0.0) -> Plan:
+                   say_delay: float = 0.0, slots: tuple[str, ...] = ()) -> Plan:
         self.call_planned = True
         steps: list[Step] = []
         if say_first:
             steps.append(Step("say", say_delay, say_first))
-        steps.append(Step("call", 0.0 if say_first else delay, slot=self.cfg.slot))
+        steps.append(Step("call", 0.0 if say_first else delay, slot=slots[0] if slots else self.cfg.slot,
+                          also=slots[1:]))
         if self.blocking:
             return Plan(steps, hold=True, why=why)
         steps.append(Step("turn_complete"))
@@ -357,6 +385,10 @@ class ScriptedModel:
             call.status = "pending"
             return True, status, None
         scheduling = response_scheduling(fr)
+        if any(self.calls[i].status == "pending" for i in call.batch if i != cid):
+            # assumption (no seed has a multi-call toolCall): the model answers a batch once, when
+            # its last response is in; until then it waits, so a lost one leaves the turn hanging
+            return True, status, None
         if cid in self.quiet_ids:
             return True, status, (Plan([Step("turn_complete")], why="response-quiet")
                                   if call.blocking and not any(c.status == "pending" for c in self.calls.values())

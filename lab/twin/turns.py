@@ -562,14 +562,14 @@ class Turns:
                 t.first_audio_at = now
             return [Log("twin.say", {"conn": conn, "session": sid, "text": step.text})] + self._on_chunk(sid, p, now)
         if step.kind == "call":
-            call = p.model.new_call()
+            # one toolCall frame; a multi-slot step carries one functionCall per slot (lab.twin.model)
+            calls = p.model.new_calls((step.slot, *step.also))
             t.emitted = True
-            args = {"slot": call.slot}
-            frame = wire.tool_call(call.id, call.name, args)
+            frame = wire.tool_calls([(c.id, c.name, {"slot": c.slot}) for c in calls])
             p.usage.said_text(len(str(frame)))
-            acts = [self.wire.send(conn, frame, now),
-                    Log("twin.tool_call", {"conn": conn, "session": sid, "id": call.id, "name": call.name,
-                                           "args": dict(args), "blocking": call.blocking})]
+            acts = [self.wire.send(conn, frame, now)]
+            acts += [Log("twin.tool_call", {"conn": conn, "session": sid, "id": c.id, "name": c.name,
+                                            "args": {"slot": c.slot}, "blocking": c.blocking}) for c in calls]
             return acts + self._advance(sid, p, now)
         if step.kind == "turn_complete":
             return self._end_turn(sid, p, conn, now)

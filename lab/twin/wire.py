@@ -362,7 +362,12 @@ def go_away(time_left: str) -> dict:
 
 
 def tool_call(call_id: str, name: str, args: dict) -> dict:
-    return {"toolCall": {"functionCalls": [{"id": call_id, "name": name, "args": args}]}}
+    return tool_calls([(call_id, name, args)])
+
+
+def tool_calls(calls: list[tuple[str, str, dict]]) -> dict:
+    """One toolCall with several functionCalls, all pending at once (protocol.md: a list)."""
+    return {"toolCall": {"functionCalls": [{"id": i, "name": n, "args": a} for i, n, a in calls]}}
 
 
 def audio_chunk(pcm: bytes, rate: int = 24000) -> dict:

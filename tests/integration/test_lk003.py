@@ -9,7 +9,10 @@ reads twin.jsonl by call id. The venvs are skipped only when the package index c
   never speaks again (the hang of livekit#6479);
 - the same release with our patch of the PR's approach (tests/fixtures/livekit-pr003.patch), k1:
   the result held over the restart reaches the resumed session, followed by the "." nudge, a user
-  turn the scenario never said (review finding 3).
+  turn the scenario never said (review finding 3);
+- the same build, k3: two calls pending at once, both results land in one restart; the one-slot
+  buffer replays only the last, so the twin never receives a response for the first call id
+  (review finding 2).
 """
 import json
 import subprocess
@@ -70,6 +73,21 @@ def test_the_prs_approach_replays_the_result_and_nudges(tmp_path):
     assert responses[0]["conn"] == accepts[-1]["conn"] and accepts[-1]["resume"]    # on the resumed session
     assert verdict["metrics"]["tool_results_missing"] == 0
     assert verdict["metrics"]["unscripted_user_turns"] == 1      # the "." after the replay
+
+
+def test_the_prs_one_slot_buffer_replays_only_the_last_of_two_results(tmp_path):
+    run, twin, verdict = _run(tmp_path, "k3-two-results-in-restart", "livekit@1.8.0+pr003")
+    calls = _ids(twin, "twin.tool_call")
+    assert len(calls) == 2 and len({e["conn"] for e in twin if e["kind"] == "twin.tool_call"}) == 1   # one toolCall
+    log = (run / "client.log").read_text()
+    # the app handed both results over, both bookings committed ...
+    assert all(f"tool result {c} handed over" in log for c in calls)
+    assert sorted(e.get("call_id") for e in read_events(run / "events.jsonl") if e.kind == "backend.commit") == sorted(calls)
+    # ... and the twin received a response for the last only, on the resumed session
+    accepts = [e for e in twin if e["kind"] == "twin.accept"]
+    responses = [e for e in twin if e["kind"] == "twin.tool_response"]
+    assert [e["id"] for e in responses] == calls[1:] and responses[0]["conn"] == accepts[-1]["conn"]
+    assert verdict["metrics"]["tool_results_missing"] == 1 and not verdict["pass"]
 
 
 def test_pipecat_drops_the_result_that_lands_while_it_resumes_after_a_goaway(tmp_path):

@@ -23,7 +23,7 @@ SHORT = {"b1-silent-loss": 25, "h1-healthy-jitter-loss": 45}
 # pipecat 1.14.0: findings, not lab failures) and whose builds test_lk003.py picks
 OWN_MODULE = {"stop-": "test_stop.py", "t1-": "test_transparent.py", "t2-": "test_transparent.py",
               "t3-": "test_transparent.py", "t4-": "test_transparent.py", "k1-": "test_lk003.py",
-              "k2-": "test_lk003.py", "p1-": "test_lk003.py"}
+              "k2-": "test_lk003.py", "k3-": "test_lk003.py", "p1-": "test_lk003.py"}
 CATALOGUE = [n for n in names() if not n.startswith(tuple(OWN_MODULE))]
 
 

@@ -155,3 +155,29 @@ def test_audio_turn_detector():
 
 def test_tone_length():
     assert len(M.tone(0.5, 24000)) == 24000
+
+
+def test_a_line_naming_two_times_asks_for_two_calls_and_one_naming_one_time_for_the_profiles_slot():
+    assert M.slots_asked("Book me the 3pm and the 4 pm slots tomorrow, please.") == ("tomorrow 3pm", "tomorrow 4pm")
+    assert M.slots_asked("Book me the 3pm slot tomorrow, please.") == ()
+    assert M.slots_asked("Book the 3pm, or 3 pm if not") == ()          # one distinct time
+    step = fresh().user_turn("Book me the 3pm and the 4pm slots tomorrow, please.").steps[0]
+    assert (step.kind, step.slot, step.also) == ("call", "tomorrow 3pm", ("tomorrow 4pm",))
+    one = fresh().user_turn("Book me the 5pm slot tomorrow, please.").steps[0]
+    assert (one.slot, one.also) == ("tomorrow 3pm", ())                  # as before: the profile's slot
+
+
+def test_a_batch_of_calls_is_answered_once_when_its_last_response_is_in():
+    m = fresh()
+    a, b = m.new_calls(("tomorrow 3pm", "tomorrow 4pm"))
+    assert (a.batch, b.batch) == ((a.id, b.id), (a.id, b.id)) and (a.slot, b.slot) == ("tomorrow 3pm", "tomorrow 4pm")
+    assert m.tool_response({"id": b.id, "response": {"status": "booked"}}) == (True, "booked", None)
+    known, status, plan = m.tool_response({"id": a.id, "response": {"status": "booked"}})
+    assert known and plan.texts() == [M.SAY_BOOKED]
+
+
+def test_a_lone_call_is_answered_although_an_older_call_is_still_pending():
+    m = fresh()
+    old, new = m.new_call(), m.new_call()          # two toolCalls, not one batch
+    assert m.tool_response({"id": new.id, "response": {"status": "booked"}})[2].texts() == [M.SAY_BOOKED]
+    assert old.status == "pending"

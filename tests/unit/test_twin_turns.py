@@ -303,3 +303,26 @@ def test_a_per_turn_handle_also_precedes_an_interrupted_turns_turn_complete():
     tail = [next(iter(f)) for f in sim.frames(1)[-3:]]
     assert tail == ["serverContent", "sessionResumptionUpdate", "serverContent"]   # interrupted, handle, turnComplete
     assert len(sim.frames(1, "sessionResumptionUpdate")) == before + 1
+
+
+# ------------------------------------------------------------------------------------------ two calls at once
+
+TWO = "Book me the 3pm and the 4pm slots tomorrow, please."
+
+
+def test_two_slots_go_out_as_one_tool_call_and_the_model_speaks_once_both_are_answered():
+    sim = Sim(tool_call_delay_s=0.1, response_reply_delay_s=0.1)
+    new_session(sim)
+    sim.text(1, TWO)
+    sim.after(1)
+    (frame,) = sim.frames(1, "toolCall")
+    calls = frame["toolCall"]["functionCalls"]
+    assert [c["args"]["slot"] for c in calls] == ["tomorrow 3pm", "tomorrow 4pm"]
+    assert [c["id"] for c in calls] == [lg["id"] for lg in sim.logs_of("twin.tool_call")]
+    said = len(sim.logs_of("twin.say"))
+    sim.send(1, {"tool_response": {"functionResponses": [{"id": calls[1]["id"], "response": {"status": "booked"}}]}})
+    sim.after(2)
+    assert len(sim.logs_of("twin.say")) == said            # one of two answered: the model waits
+    sim.send(1, {"tool_response": {"functionResponses": [{"id": calls[0]["id"], "response": {"status": "booked"}}]}})
+    sim.after(2)
+    assert [s["text"] for s in sim.logs_of("twin.say")[said:]] == ["Your 3 pm slot tomorrow is booked."]
