@@ -285,6 +285,7 @@ DECLARED: dict[str, Spec] = {
     "quota_exhausted": Flag(),
     "quota_code": CLOSE_CODE,
     "quota_reason": Text(),
+    "held_sessions_max": Number(lo=1, integer=True, nullable=True),
     "connection_max_s": Number(lo=0, nullable=True),
     "goaway_lead_s": Number(lo=0),
     "goaway_resume_release_s": SECONDS,

@@ -84,6 +84,7 @@ class SessionParams:
     roleless_turn_reason: str
     quota_code: int
     quota_reason: str
+    held_sessions_max: int | None
     connection_max_s: float | None
     goaway_lead_s: float
     goaway_resume_release_s: float
@@ -434,7 +435,7 @@ class Sessions:
         log = {"conn": c.id, "resume": bool(handle), **redact_handle(handle), "route": c.route,
                "model": setup.get("model")}
         acts: list = [Log("twin.setup", log)]
-        refusal = self._setup_refusal(c, setup, sr)
+        refusal = self._setup_refusal(c, setup, sr, now)
         if refusal is not None:
             code, reason, why = refusal
             return acts + self._refuse(c, code, reason, now + self.prm.setup_error_close_s, why)
@@ -451,7 +452,13 @@ class Sessions:
             self.replays.started(c.id, s.id)
         return acts + [Timer(SetupDone(c.id), now + draw(self.prm.new_setup_s, self.rng))]
 
-    def _setup_refusal(self, c: Conn, setup: dict, sr: dict) -> tuple[int, str, str] | None:
+    def held_sessions(self, now: float) -> int:
+        """Sessions the server still holds: on a connection it has not seen end (a silent loss keeps
+        it open for ~2 min of retransmissions), or locked after its TCP gave up (000), and not dead."""
+        return sum(1 for s in self.sessions.values() if not s.dead and (
+            s.conn is not None or (s.locked_until is not None and now < s.locked_until)))
+
+    def _setup_refusal(self, c: Conn, setup: dict, sr: dict, now: float) -> tuple[int, str, str] | None:
         """(code, reason, why) when the setup is refused before any session rule, in the real
         service's order: the key, the quota, the fields, the model, the modalities (fidelity §5)."""
         p = self.prm
@@ -461,6 +468,11 @@ class Sessions:
             return p.wrong_key_code, p.wrong_key_reason, "wrong_key"
         if QUOTA in self.faults:
             return p.quota_code, p.quota_reason, "quota"
+        if (p.held_sessions_max is not None and not sr.get("handle")
+                and self.held_sessions(now) >= p.held_sessions_max):
+            # assumption (000 left "how many lost sessions the server holds at once" untested): a new
+            # session past the limit is refused as a held session's resume is (1011, the study's reason)
+            return p.refuse_code, p.refuse_reason, "held_sessions"
         if "transparent" in sr and not p.transparent_supported:
             return p.transparent_reject_code, p.transparent_reject_reason, "transparent"
         if c.model not in p.served_models:
