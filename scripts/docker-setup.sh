@@ -10,7 +10,8 @@
 # Idempotent: each step is skipped when its result is already there. Prints the time of each step.
 # Environment: DEBIAN_MIRROR (default: the host's apt mirror), LIVELAB_TOOLS (default /opt/livelab-tools),
 #              LIVELAB_BASE_IMAGE (default lab-base:bookworm), DOCKERD_WAIT (seconds, default 60),
-#              LAB_IMAGE_BASE=public|offline (default: public if the registry answers one probe).
+#              LAB_IMAGE_BASE=public|offline (default: the choice already in .env, else offline when
+#              the offline base exists, else public if the registry answers one probe).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -95,8 +96,12 @@ PY
 }
 MODE=${LAB_IMAGE_BASE:-}
 why="LAB_IMAGE_BASE=$MODE was set"
+# the choice made before on this machine, or a base already here, is kept without asking the network
+PREVIOUS=$(sed -n 's/^LAB_IMAGE_BASE=//p' .env 2>/dev/null | tail -n1)
 if [ -z "$MODE" ]; then
   if docker image inspect "$PUBLIC_BASE" >/dev/null 2>&1; then MODE=public; why="$PUBLIC_BASE is present"
+  elif [ "$PREVIOUS" = public ] || [ "$PREVIOUS" = offline ]; then MODE=$PREVIOUS; why=".env chose it before"
+  elif docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then MODE=offline; why="$BASE_IMAGE is present"
   elif registry_answers; then MODE=public; why="$REGISTRY_PROBE answers"
   else MODE=offline; why="no registry answers at $REGISTRY_PROBE: building from debootstrap and a wheelhouse"
   fi
