@@ -35,7 +35,15 @@ network_error() {
 }
 
 # setup_peer NAME DIR CHECK PATCH PKG...   (PATCH: "" or a patch applied, -p1, to the venv's site-packages)
+# One build of a venv at a time: parallel test workers may ask for the same venv at once, and the
+# second then waits for the first and finds it stamped, instead of two pips writing one venv.
 setup_peer() {
+  local dir=$2
+  mkdir -p "$(dirname "$dir")"
+  ( flock 9 && setup_peer_locked "$@" ) 9>"$dir.lock"
+}
+
+setup_peer_locked() {
   local name=$1 dir=$2 check=$3 patchfile=$4; shift 4
   local stamp="$dir/.peer-installed" want t0 log site
   want="$(printf '%s\n' "$PY" "$@")"
