@@ -14,9 +14,12 @@ def _is_root() -> bool:
 
 
 SHARED_SCOPES = ("class", "module", "package")
-# files whose tests share one worker: each starts framework clients (LiveKit, pipecat, ADK) from their
-# venvs, heavy on a 2-core machine, and two at once only slow each other (and may build the same venv)
-FRAMEWORK_FILES = ("test_frameworks.py", "test_matrix.py", "test_lk003.py", "test_peers.py")
+# files that start framework clients (LiveKit, pipecat, ADK) from their venvs, in two worker groups:
+# each client is heavy on a 2-core machine, so more than two at once only slow each other, and one
+# group of all four files (~13 minutes) was the suite's longest tail. Two groups may ask for the same
+# venv at once: scripts/peers-setup.sh builds each venv under a lock, so the second waits for it.
+FRAMEWORK_GROUPS = {"test_lk003.py": "frameworks-003",
+                    "test_frameworks.py": "frameworks", "test_matrix.py": "frameworks", "test_peers.py": "frameworks"}
 
 
 def _group(item) -> str | None:
@@ -28,8 +31,8 @@ def _group(item) -> str | None:
     worker is free: test_scenarios.py alone is ~9 minutes of independent runs."""
     if f"{os.sep}e2e{os.sep}" in str(item.path):
         return "docker"
-    if item.path.name in FRAMEWORK_FILES:
-        return "frameworks"
+    if item.path.name in FRAMEWORK_GROUPS:
+        return FRAMEWORK_GROUPS[item.path.name]
     defs = getattr(item, "_fixtureinfo", None)
     for fixturedefs in (defs.name2fixturedefs.values() if defs is not None else ()):
         if any(d.scope in SHARED_SCOPES for d in fixturedefs):

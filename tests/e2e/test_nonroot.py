@@ -27,7 +27,7 @@ from lab.topology.compose import REPO, docker_ready, ensure_docker
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-DURATION = "60"
+DURATION = "25"  # B1 holds at 25 s, as test_compose_scenario runs it
 TAG = "nonroot-e2e"            # LAB_IMAGE_TAG: never the shared :dev image
 LAB = str(Path(sys.executable).parent / "lab")
 RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"
