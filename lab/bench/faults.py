@@ -54,6 +54,7 @@ from netem.table import FaultTable
 MODES = ("silent", "eperm", "reject", "loss")
 B2B = "silent-b2b"  # silent, applied immediately after another fault was cleared
 FLOOR_MS = 5.0
+PROGRESS = "progress: "  # a worker's stderr line that run_worker prints at once
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -170,6 +171,7 @@ def worker(config: dict) -> dict:
     try:
         with FaultTable(handle_signals=False) as table:
             for mode in config.get("modes", MODES + (B2B,)):
+                progress(f"  onset: {mode}")
                 for i in range(n + 2):  # two warm-up rounds, not recorded
                     busy = Busy(host, port)
                     try:
@@ -252,6 +254,7 @@ def accuracy_rows(config: dict) -> dict:
     try:
         with FaultTable(handle_signals=False) as table:
             for label, delay, jitter in ACCURACY:
+                progress(f"  held connects: {label}")
                 base = [_connect_ms(host, port) for _ in range(n)]
                 f = build({"kind": "delay", "name": "bench-acc", "delay_ms": delay, "jitter_ms": jitter,
                            "direction": "out", "target": {"dst": host, "dport": port}})
@@ -276,14 +279,19 @@ def accuracy_rows(config: dict) -> dict:
     return out
 
 
+def _head(part: dict, what: str, title: str) -> list[str]:
+    """A part's first line: none when it was not run, its error when it failed, else its title."""
+    if not part:
+        return []
+    return [f"{what}: not measured: {part['error']}" if part.get("error") else title]
+
+
 def accuracy_lines(acc: dict) -> list[str]:
     """Added vs asked per case; for jitter, the observed spread over the asked uniform one."""
-    if not acc:
-        return []
-    if acc.get("error"):
-        return [f"accuracy (userspace holding): not measured: {acc['error']}"]
-    lines = ["accuracy, held connects (the application's view: the client's own wake-up on the SYN-ACK is in "
-             "each figure, the no-fault connects' too):"]
+    lines = _head(acc, "accuracy (userspace holding)", "accuracy, held connects (the application's view: "
+                  "the client's own wake-up on the SYN-ACK is in each figure, the no-fault connects' too):")
+    if not lines or acc.get("error"):
+        return lines
     for label, r in acc.items():
         added, asked, j = r["added_ms"], r["asked_ms"], r["jitter_ms"]
         err = [a - asked for a in added]
@@ -388,6 +396,8 @@ def one_way_rows(config: dict) -> dict:
                     send_n(f"base/{load}")
                     for realtime in (1, 0):
                         for asked in ONE_WAY_ASKED_MS:
+                            progress(f"  one-way: {'real-time' if realtime else 'ordinary'} worker, {asked:g} ms, "
+                                     f"{'+%d busy' % load if load else 'no added load'}")
                             os.environ[REALTIME_ENV] = str(realtime)   # the fault's worker inherits it
                             f = build({"kind": "delay", "name": "bench-1way", "delay_ms": asked, "direction": "out",
                                        "target": {"dst": host, "dport": port, "proto": "udp"}})
@@ -408,12 +418,11 @@ def one_way_rows(config: dict) -> dict:
 
 def one_way_lines(sent: dict, got: dict[str, list[float]]) -> list[str]:
     """Error (added - asked) p50/p99 per load, worker kind and asked delay, against the in-run baseline."""
-    if not sent:
-        return []
-    if sent.get("error"):
-        return [f"accuracy one-way (UDP, kernel receive stamps): not measured: {sent['error']}"]
-    lines = ["accuracy one-way (UDP, each datagram's send time vs the endpoint kernel's receive stamp; "
-             "added = one-way minus the no-fault one-way p50 of the same load):"]
+    lines = _head(sent, "accuracy one-way (UDP, kernel receive stamps)", "accuracy one-way (UDP, each "
+                  "datagram's send time vs the endpoint kernel's receive stamp; added = one-way minus the "
+                  "no-fault one-way p50 of the same load):")
+    if not lines or sent.get("error"):
+        return lines
     for load in sent["loads"]:
         base = got.get(f"base/{load}", [])
         b50 = pct(base, .5)
@@ -446,10 +455,32 @@ def one_way_lines(sent: dict, got: dict[str, list[float]]) -> list[str]:
 def run_worker(prefix: list[str], config: dict, python: str = sys.executable, env: dict | None = None) -> dict:
     """Run worker(config) under an exec prefix (ip netns exec NS / docker exec -i C); its result."""
     argv = [*prefix, python, "-m", "lab.bench.faults", "--worker", json.dumps(config)]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
-    if p.returncode != 0:
-        raise LabError(f"bench worker failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    last: list[str] = []
+
+    def relay() -> None:   # the worker's progress lines as they come; the rest kept for the error
+        for line in proc.stderr:
+            if line.startswith(PROGRESS):
+                print(line[len(PROGRESS):].rstrip(), flush=True)
+            elif line.strip():
+                last[:] = [line.strip()]
+    th = threading.Thread(target=relay, daemon=True)
+    th.start()
+    try:
+        out, _ = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise LabError("bench worker failed: no result after 600 s") from None
+    th.join(5)
+    if proc.returncode != 0:
+        raise LabError(f"bench worker failed: {(last or ['?'])[-1]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def progress(text: str) -> None:
+    """A line for whoever runs the worker (run_worker prints it as it comes)."""
+    print(PROGRESS + text, file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------------ baselines
