@@ -480,7 +480,8 @@ def run_worker(prefix: list[str], config: dict, python: str = sys.executable, en
 
 def progress(text: str) -> None:
     """A line for whoever runs the worker (run_worker prints it as it comes)."""
-    print(PROGRESS + text, file=sys.stderr, flush=True)
+    sys.stderr.flush()
+    os.write(2, (PROGRESS + text + "\n").encode())   # one write: a whole line even beside other writers
 
 
 # ------------------------------------------------------------------------------------ baselines

@@ -112,3 +112,15 @@ def test_become_realtime_is_fifo_where_permitted_or_says_why_not():
     fifo, notes, is_fifo, gc_on = json.loads(out.stdout)
     assert fifo == is_fifo and not gc_on
     assert fifo or any("no SCHED_FIFO" in n for n in notes)
+
+
+def test_a_refused_sched_fifo_is_one_note_and_the_process_runs_on_ordinary():
+    code = ("import json, os\n"
+            "def refuse(*a):\n    raise PermissionError(1, 'Operation not permitted')\n"
+            "os.sched_setscheduler = refuse\n"
+            "from netem.realtime import become_realtime\n"
+            "print(json.dumps(become_realtime(lock_memory=False)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    fifo, notes = json.loads(out.stdout)
+    assert fifo is False
+    assert notes == ["no SCHED_FIFO (Operation not permitted): an ordinary process, wake-ups wait behind other work"]
