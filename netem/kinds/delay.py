@@ -42,7 +42,7 @@ from netem import cleanup
 from netem import spec as S
 from netem.errors import NetemError
 from netem.fault import InstalledFault, MatchFault
-from netem.holding import Releases, arrival, wait_until
+from netem.holding import Releases, arrival, spin_for, wait_until
 from netem.kernel import in_netns, netns_name
 from netem.nfqueue import NfQueue
 from netem.realtime import become_realtime
@@ -225,7 +225,7 @@ def hold_and_release(queue: NfQueue, delay_ms: float, jitter_ms: float, lifeline
     """
     sched = Schedule(plan or Plan(delay_ms=delay_ms, jitter_ms=jitter_ms), rng)
     held = Releases()
-    handled = 0
+    handled, last_release = 0, float("-inf")
 
     def release(items: list[tuple[int, bytes | None]]) -> None:
         if not items:
@@ -240,8 +240,13 @@ def hold_and_release(queue: NfQueue, delay_ms: float, jitter_ms: float, lifeline
 
     try:
         while True:
-            release(held.due(clock()))
-            ready = wait_until([queue, lifeline], held.next_at(), clock)
+            now = clock()
+            due = held.due(now)
+            if due:
+                release(due)
+                last_release = now
+            at = held.next_at()
+            ready = wait_until([queue, lifeline], at, clock, spin_for(at, last_release))
             if lifeline in ready and not os.read(lifeline, 4096):
                 return handled
             if queue in ready:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from netem.holding import SPIN_S, STAMP_MAX_AGE_S, Releases, arrival, wait_until
+from netem.holding import SPIN_MIN_GAP_S, SPIN_S, STAMP_MAX_AGE_S, Releases, arrival, spin_for, wait_until
 from netem.nfqueue import NfQueue, Packet
 
 
@@ -27,13 +27,14 @@ def test_releases_come_out_by_time_then_by_push_order_and_only_when_due():
     assert r.all() == [(30, None)] and len(r) == 0 and r.next_at() is None
 
 
-def test_wait_until_returns_at_the_deadline_never_before_and_soon_after():
+@pytest.mark.parametrize("spin", [SPIN_S, 0.0])
+def test_wait_until_returns_at_the_deadline_never_before_and_soon_after(spin):
     a, b = socket.socketpair()
     try:
         lates = []
         for _ in range(20):
             deadline = time.monotonic() + 0.005
-            assert wait_until([a], deadline) == []
+            assert wait_until([a], deadline, spin_s=spin) == []
             lates.append(time.monotonic() - deadline)
         assert min(lates) >= 0                                         # never early
         assert sorted(lates)[len(lates) // 2] < 0.005                  # not one more coarse sleep
@@ -54,6 +55,14 @@ def test_wait_until_hands_back_a_readable_fd_before_the_deadline():
     finally:
         a.close()
         b.close()
+
+
+def test_the_spin_is_for_releases_apart_not_for_a_dense_flow():
+    assert spin_for(None, 0.0) == 0.0                               # nothing held: no deadline
+    assert spin_for(10.0, float("-inf")) == SPIN_S                  # the first release
+    assert spin_for(10.0, 10.0 - SPIN_MIN_GAP_S) == SPIN_S
+    assert spin_for(10.0, 10.0 - SPIN_MIN_GAP_S / 2) == 0.0         # right after another one
+    assert SPIN_S <= 200e-6 and SPIN_S / SPIN_MIN_GAP_S <= 0.1       # the bound: <= 10 % of a core
 
 
 def test_arrival_takes_the_kernel_stamp_on_either_clock_and_ignores_an_implausible_one():
