@@ -5,8 +5,8 @@ wheel), which needs gcc and libnetfilter-queue-dev on every machine and cannot g
 images' wheel-only installs. The part of the protocol the lab needs is four messages:
 
     config BIND queue N, PARAMS copy-meta (or copy-packet), QUEUE_MAXLEN, FLAGS fail-open (us -> kernel)
-    PACKET: packet id, hook [, payload: the IP packet] (one per queued packet)             (kernel -> us)
-    VERDICT id ACCEPT|DROP                                                                (us -> kernel)
+    PACKET: packet id, hook [, payload: the IP packet] [, timestamp] (one per queued packet) (kernel -> us)
+    VERDICT id ACCEPT|DROP (several in one send: one system call for all that are due)      (us -> kernel)
 
 The kernel holds each queued packet until its verdict comes, in any order. Closing the socket
 unbinds the queue; with the rule's `--queue-bypass`, packets then pass as if there were no rule.
@@ -22,6 +22,7 @@ import os
 import select
 import socket
 import struct
+from typing import NamedTuple
 
 from netem.errors import FaultUnsupported, NetemError
 
@@ -33,7 +34,7 @@ NFQNL_CFG_CMD_BIND, NFQNL_CFG_CMD_UNBIND = 1, 2
 NFQNL_COPY_META, NFQNL_COPY_PACKET = 1, 2
 COPY_RANGE = 0xFFFF     # the whole packet, when payloads are asked for (the duplicate fault re-sends it)
 NFQA_CFG_F_FAIL_OPEN = 1  # a full queue accepts instead of dropping: a delay fault never becomes loss
-NFQA_PACKET_HDR, NFQA_VERDICT_HDR, NFQA_PAYLOAD = 1, 2, 10
+NFQA_PACKET_HDR, NFQA_VERDICT_HDR, NFQA_TIMESTAMP, NFQA_PAYLOAD = 1, 2, 4, 10
 NF_DROP, NF_ACCEPT = 0, 1
 NLM_F_REQUEST, NLM_F_ACK = 1, 4
 NLMSG_ERROR = 2
@@ -55,6 +56,12 @@ def _attrs(data: bytes) -> dict[int, bytes]:
         found[kind & NLA_TYPE_MASK] = data[off + 4:off + length]
         off += (length + 3) & ~3
     return found
+
+
+class Packet(NamedTuple):
+    id: int
+    payload: bytes | None   # the IP packet, when the queue asks for payloads
+    stamp: float | None     # NFQA_TIMESTAMP in seconds (skb->tstamp: its clock varies, see netem/holding.py)
 
 
 class NfQueue:
@@ -86,15 +93,18 @@ class NfQueue:
         except BaseException:
             self.sock.close()
             raise
-        self._early: list[tuple[int, bytes | None]] = []  # packets that came while waiting for a config ack
+        self._early: list[Packet] = []  # packets that came while waiting for a config ack
 
     # ---- wire -------------------------------------------------------------------------------
-    def _send(self, msg_type: int, flags: int, body: bytes) -> int:
+    def _message(self, msg_type: int, flags: int, body: bytes) -> bytes:
         self._seq += 1
         head = struct.pack("BB", socket.AF_UNSPEC, 0) + struct.pack("!H", self.queue)  # nfgenmsg
         payload = head + body
-        self.sock.send(_NLMSGHDR.pack(16 + len(payload), (NFNL_SUBSYS_QUEUE << 8) | msg_type,
-                                      NLM_F_REQUEST | flags, self._seq, 0) + payload)
+        return _NLMSGHDR.pack(16 + len(payload), (NFNL_SUBSYS_QUEUE << 8) | msg_type,
+                              NLM_F_REQUEST | flags, self._seq, 0) + payload
+
+    def _send(self, msg_type: int, flags: int, body: bytes) -> int:
+        self.sock.send(self._message(msg_type, flags, body))
         return self._seq
 
     def _config(self, body: bytes) -> None:
@@ -123,10 +133,17 @@ class NfQueue:
             off += (length + 3) & ~3
 
     @staticmethod
-    def _packet(data: bytes) -> list[tuple[int, bytes | None]]:
+    def _packet(data: bytes) -> list["Packet"]:
         found = _attrs(data[4:])  # after the nfgenmsg
         hdr = found.get(NFQA_PACKET_HDR)
-        return [(struct.unpack_from("!I", hdr, 0)[0], found.get(NFQA_PAYLOAD))] if hdr and len(hdr) >= 4 else []
+        if not hdr or len(hdr) < 4:
+            return []
+        ts = found.get(NFQA_TIMESTAMP)   # only when the skb has one (struct nfqnl_msg_packet_timestamp)
+        stamp = None
+        if ts and len(ts) >= 16:
+            sec, usec = struct.unpack_from("!QQ", ts, 0)
+            stamp = sec + usec / 1e6
+        return [Packet(struct.unpack_from("!I", hdr, 0)[0], found.get(NFQA_PAYLOAD), stamp)]
 
     # ---- use --------------------------------------------------------------------------------
     def fileno(self) -> int:
@@ -138,6 +155,10 @@ class NfQueue:
 
     def receive_packets(self, timeout: float | None = 0) -> list[tuple[int, bytes | None]]:
         """(id, IP packet or None without `payloads`) of packets queued since the last call."""
+        return [(p.id, p.payload) for p in self.receive_stamped(timeout)]
+
+    def receive_stamped(self, timeout: float | None = 0) -> list["Packet"]:
+        """The packets queued since the last call, with the kernel's stamp where it sent one."""
         ids, self._early = self._early, []
         if ids:
             timeout = 0
@@ -153,8 +174,18 @@ class NfQueue:
                     ids += self._packet(data)
 
     def verdict(self, packet_id: int, accept: bool = True) -> None:
-        self._send(NFQNL_MSG_VERDICT, 0,
-                   _attr(NFQA_VERDICT_HDR, struct.pack("!II", NF_ACCEPT if accept else NF_DROP, packet_id)))
+        self.verdict_many([packet_id], accept)
+
+    def verdict_many(self, packet_ids: list[int], accept: bool = True) -> None:
+        """One VERDICT message per id, all in one send (the kernel reads a buffer of messages).
+
+        Not NFQNL_MSG_VERDICT_BATCH: that one accepts every id up to the one named, and packets
+        that jump the queue (reorder) are released out of id order."""
+        code = NF_ACCEPT if accept else NF_DROP
+        buf = b"".join(self._message(NFQNL_MSG_VERDICT, 0, _attr(NFQA_VERDICT_HDR, struct.pack("!II", code, pid)))
+                       for pid in packet_ids)
+        if buf:
+            self.sock.send(buf)
 
     def close(self) -> None:
         """Unbind and close; packets still held without a verdict are dropped by the kernel."""

@@ -15,15 +15,18 @@ decided by `Schedule`, a pure function of its arrival time and a seeded draw.
 The worker belongs to the fault: started by install() in the fault's namespace, recorded as a
 pidfile (role fault-delay) so `lab down` ends it, stopped by uninstall() after the rules went.
 Its stdin is a pipe from the owner: end of file (the owner cleared it, exited or was killed -9)
-makes it release every held packet and exit. Run by hand: `python -m netem.kinds.delay --queue N
---delay-ms D [--jitter-ms J] [--reorder P] [--duplicate P] [--loss P]` prints `ready` once bound.
+makes it release every held packet and exit. It runs as a real-time process where root permits
+(netem/realtime.py: SCHED_FIFO, locked memory, no GC pauses; one stderr line says what was
+refused), because as an ordinary one its wake-ups came late by tens of ms under load (issue 14,
+an instrumented run with two busy processes on this 2-core machine: one-way error p99 +44 ms,
++0.8 ms as SCHED_FIFO); $LIVELAB_DELAY_REALTIME=0 keeps it ordinary (the bench's comparison).
+Run by hand: `python -m netem.kinds.delay --queue N --delay-ms D [--jitter-ms J] [--reorder P]
+[--duplicate P] [--loss P]` prints `ready` once bound.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
-import heapq
-import itertools
 import os
 import random
 import select
@@ -39,14 +42,17 @@ from netem import cleanup
 from netem import spec as S
 from netem.errors import NetemError
 from netem.fault import InstalledFault, MatchFault
+from netem.holding import Releases, arrival, spin_for, wait_until
 from netem.kernel import in_netns, netns_name
 from netem.nfqueue import NfQueue
+from netem.realtime import become_realtime
 from netem.rules import Rules
 
 QUEUE_BASE, QUEUE_SPAN = 20000, 10000  # default queues, by name hash: far from blackhole's 99
 READY_TIMEOUT_S = 5.0
 DUP_MARK = 0x1AB0D  # the duplicate's copy carries this fwmark, so the rule lets it pass unqueued
 SO_MARK = 36
+REALTIME_ENV = "LIVELAB_DELAY_REALTIME"  # "0": an ordinary process (the bench's in-run comparison)
 
 
 def default_queue(name: str) -> int:
@@ -212,43 +218,51 @@ def hold_and_release(queue: NfQueue, delay_ms: float, jitter_ms: float, lifeline
 
     `plan` (default: delay_ms ± jitter_ms) may also reorder, drop or duplicate; a duplicate's copy
     goes out through `resend(packet)` right after the original's ACCEPT (the queue must then hand
-    out payloads). Returns when `lifeline` (a file descriptor) reaches end of file; everything
-    still held is released first. Returns the number of packets handled.
+    out payloads). The hold counts from the packet's arrival (`holding.arrival`), the wake-up is on
+    the deadline (`holding.wait_until`), and the verdicts due at once go in one send. Returns when
+    `lifeline` (a file descriptor) reaches end of file; everything still held is released first.
+    Returns the number of packets handled.
     """
     sched = Schedule(plan or Plan(delay_ms=delay_ms, jitter_ms=jitter_ms), rng)
-    held: list[tuple[float, int, int, bytes | None]] = []   # heap: (release, arrival no, id, copy)
-    order, handled = itertools.count(), 0
+    held = Releases()
+    handled, last_release = 0, float("-inf")
 
-    def release(item) -> None:
-        _at, _n, packet_id, copy = item
-        queue.verdict(packet_id)
-        if copy is not None and resend is not None:
-            try:
-                resend(copy)
-            except OSError:
-                pass              # a copy that cannot go is one duplicate fewer, never a stall
+    def release(items: list[tuple[int, bytes | None]]) -> None:
+        if not items:
+            return
+        queue.verdict_many([packet_id for packet_id, _copy in items])
+        for _id, copy in items:
+            if copy is not None and resend is not None:
+                try:
+                    resend(copy)
+                except OSError:
+                    pass          # a copy that cannot go is one duplicate fewer, never a stall
 
     try:
         while True:
             now = clock()
-            while held and held[0][0] <= now:
-                release(heapq.heappop(held))
-            wait = max(0.0, held[0][0] - now) if held else 1.0
-            ready = select.select([queue, lifeline], [], [], wait)[0]
+            due = held.due(now)
+            if due:
+                release(due)
+                last_release = now
+            at = held.next_at()
+            ready = wait_until([queue, lifeline], at, clock, spin_for(at, last_release))
             if lifeline in ready and not os.read(lifeline, 4096):
                 return handled
             if queue in ready:
-                arrived = clock()
-                for packet_id, payload in queue.receive_packets(0):
+                read_at = clock()
+                dropped = []
+                for packet in queue.receive_stamped(0):
                     handled += 1
-                    at, twice = sched.place(arrived)
+                    at, twice = sched.place(arrival(packet.stamp, read_at, clock))
                     if at is None:
-                        queue.verdict(packet_id, accept=False)
-                        continue
-                    heapq.heappush(held, (at, next(order), packet_id, payload if twice else None))
+                        dropped.append(packet.id)
+                    else:
+                        held.push(at, packet.id, packet.payload if twice else None)
+                if dropped:
+                    queue.verdict_many(dropped, accept=False)
     finally:
-        while held:
-            release(heapq.heappop(held))
+        release(held.all())
 
 
 def raw_sender(mark: int = DUP_MARK) -> Callable[[bytes], None]:
@@ -271,6 +285,10 @@ def _worker_main(argv: list[str] | None = None) -> int:
     p.add_argument("--loss", type=float, default=0.0)
     a = p.parse_args(argv)
     plan = Plan(a.delay_ms, a.jitter_ms, a.reorder, a.duplicate, a.loss)
+    if os.environ.get(REALTIME_ENV, "1") != "0":
+        _fifo, notes = become_realtime()
+        if notes:
+            print(f"netem delay worker: {'; '.join(notes)}", file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leave through finally: release what is held
     try:
         q = NfQueue(a.queue, payloads=bool(plan.duplicate))

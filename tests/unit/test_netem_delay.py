@@ -13,7 +13,7 @@ import pytest
 from netem.errors import FaultSpecError, NetemError
 from netem.faults import build
 from netem.kinds.delay import QUEUE_BASE, QUEUE_SPAN, Delay, hold_and_release
-from netem.nfqueue import NfQueue
+from netem.nfqueue import NfQueue, Packet
 
 FLOW = {"src": "10.203.7.1", "sport": 40000, "dst": "10.203.7.2", "dport": 8443}
 OUT = "-s 10.203.7.1/32 -d 10.203.7.2/32 -p tcp --sport 40000 --dport 8443"
@@ -78,8 +78,12 @@ class FakeQueue:
             ids, self.pending = self.pending, []
         return ids
 
-    def receive_packets(self, timeout=0):
-        return [(pid, None) for pid in self.receive(timeout)]
+    def receive_stamped(self, timeout=0):
+        return [Packet(pid, None, None) for pid in self.receive(timeout)]
+
+    def verdict_many(self, ids, accept=True):
+        for pid in ids:
+            self.verdict(pid, accept)
 
     def verdict(self, packet_id, accept=True):
         self.verdicts.append((time.monotonic(), packet_id))
@@ -171,14 +175,14 @@ def _error_msg(seq: int, err: int) -> bytes:
 
 def test_packet_ids_are_read_from_a_buffer_of_several_messages():
     buf = _packet_msg(7) + _packet_msg(8)
-    assert [NfQueue._packet(d) for _k, _s, d in NfQueue._messages(buf)] == [[(7, None)], [(8, None)]]
+    assert [NfQueue._packet(d) for _k, _s, d in NfQueue._messages(buf)] == [[(7, None, None)], [(8, None, None)]]
 
 
 def test_config_waits_for_its_ack_keeps_early_packets_and_names_a_refusal():
     s = FakeSock([_packet_msg(5) + _error_msg(1, 0)])
     q = _queue(s)
     q._config(b"")
-    assert q._early == [(5, None)]
+    assert q._early == [(5, None, None)]
     with pytest.raises(NetemError, match=r"^nfqueue 4242: refused \(EPERM\): another listener holds this queue, "
                                          r"or no CAP_NET_ADMIN here$"):
         _queue(FakeSock([_error_msg(1, errno.EPERM)]))._config(b"")

@@ -11,6 +11,7 @@ from netem.errors import FaultSpecError
 from netem.faults import REGISTRY, build, path_of, unmet
 from netem.kernel import Capabilities
 from netem.kinds.delay import DUP_MARK, Plan, Schedule, hold_and_release
+from netem.nfqueue import Packet
 
 FLOW = {"src": "10.203.7.1", "sport": 40000, "dst": "10.203.7.2", "dport": 8443}
 
@@ -89,14 +90,14 @@ class FakeQueue:
     def fileno(self):
         return self.r.fileno()
 
-    def receive_packets(self, timeout=0):
+    def receive_stamped(self, timeout=0):
         self.r.recv(4096)
         with self.lock:
             got, self.pending = self.pending, []
-        return got
+        return [Packet(pid, payload, None) for pid, payload in got]
 
-    def verdict(self, pid, accept=True):
-        self.verdicts.append((pid, accept))
+    def verdict_many(self, ids, accept=True):
+        self.verdicts += [(pid, accept) for pid in ids]
 
 
 def test_the_loop_drops_accepts_and_resends_copies():
