@@ -50,3 +50,14 @@ def become_realtime(priority: int = FIFO_PRIORITY, lock_memory: bool = True) -> 
     except (OSError, AttributeError) as e:   # no libc to load (not glibc/musl): skip both
         notes.append(f"no libc for prctl/mlockall: {e}")
     return fifo, notes
+
+
+def thread_realtime(priority: int = FIFO_PRIORITY) -> str | None:
+    """Give the calling thread alone SCHED_FIFO (Linux schedules threads as tasks: pid 0 is this
+    thread), for a watcher thread that must act at a deadline inside a process that stays ordinary
+    (no memory lock, no GC change: those are process-wide). None, or a note on what was refused."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        return None
+    except (OSError, AttributeError) as e:
+        return f"no SCHED_FIFO for the thread ({getattr(e, 'strerror', None) or e}): it wakes behind other work"

@@ -6,26 +6,31 @@ the path (issue 15, "relays that close every flow at a fixed age"); a load balan
 connection lifetime does the same.
 
 While the fault is active a watcher thread in the owner's process reads the namespace's conntrack
-table every POLL_S (a netlink dump filtered to the target) and deletes the entry of each target flow
-that has reached age_s, counted from the entry's creation (conntrack's own start timestamp, which
-`nf_conntrack_timestamp` turns on; a router node turns it on at up(), and the fault turns it on for
-flows that start after it). The flow's next packet then finds no entry and is dropped or reset by
-the rules of netem.conntrack, so the cut shows on the wire at age_s + (time to the next packet) +
-up to POLL_S. A flow older than age_s when the fault starts is cut at once. The thread ends with
-uninstall(), or with its owner (`lives_with_owner`).
+table (a netlink dump filtered to the target) every scan_s(age_s) to learn each target flow's
+deadline, its creation plus age_s (conntrack's own start timestamp, which `nf_conntrack_timestamp`
+turns on; a router node turns it on at up(), and the fault turns it on for flows that start after
+it), and sleeps until the next deadline, where it deletes that flow's entry. The flow's next packet
+then finds no entry and is dropped or reset by the rules of netem.conntrack, so the cut shows on
+the wire at age_s + (time to the next packet) + the thread's wake-up. A flow older than age_s when
+the fault starts is cut at once. Deadlines, not a dump every few ms: a dump costs a few ms of
+Python, and under load a watcher busy dumping was 170 ms late (a 1.5 s relay cut at 1.67 s); the
+thread runs SCHED_FIFO where allowed (netem.realtime), so a deadline is not kept waiting behind the
+other processes. The thread ends with uninstall(), or with its owner (`lives_with_owner`).
 """
 from __future__ import annotations
 
 import ipaddress
 import socket
+import sys
 import threading
 import time
 
 from netem import spec as S
 from netem.conntrack import ForgottenFlowFault
 from netem.errors import NetemError
+from netem.realtime import thread_realtime
 
-POLL_S = 0.01
+SCAN_S = 0.25          # how often new flows are looked for, at most (a flow is cut at its deadline)
 TIMESTAMP_KEY = "nf_conntrack_timestamp"
 
 
@@ -92,25 +97,52 @@ class RelayAge(ForgottenFlowFault):
     def _watch(self, ct) -> None:
         from pyroute2.netlink.nfnetlink.nfctsocket import NFCTAttrTuple  # see install()
 
+        note = thread_realtime()
+        if note:   # one line, as the delay worker says it: the cut is then only as punctual as the load allows
+            print(f"relay_age {self.name}: {note}", file=sys.stderr, flush=True)
         first_seen: dict[tuple, int] = {}  # flows without a timestamp (begun before it was on)
         age_ns = int(self.spec["age_s"] * 1e9)
+        scan_ns = int(scan_s(self.spec["age_s"]) * 1e9)
+        deadlines: dict[tuple, int] = {}
+        next_scan = 0
         try:
-            while not self._stop.wait(POLL_S):
+            while True:
                 now = time.time_ns()
-                for key, start in list(self._flows(ct)):
-                    start = start or first_seen.setdefault(key, now)
-                    if now - start < age_ns:
-                        continue
+                if now >= next_scan:
+                    deadlines = {}
+                    for key, start in list(self._flows(ct)):
+                        deadlines[key] = (start or first_seen.setdefault(key, now)) + age_ns
+                    first_seen = {k: v for k, v in first_seen.items() if k in deadlines}
+                    next_scan = now + scan_ns
+                due, wake = due_and_next(deadlines, now, next_scan)
+                for key in due:
                     src, sport, dst, dport = key
                     try:
                         ct.entry("del", tuple_orig=NFCTAttrTuple(saddr=src, daddr=dst, proto=socket.IPPROTO_TCP,
                                                                  sport=sport, dport=dport))
-                        self.cut.append((now / 1e9, key))
+                        self.cut.append((time.time_ns() / 1e9, key))
                     except Exception:
                         pass  # gone already (closed, or reaped by another timeout)
+                    deadlines.pop(key, None)
                     first_seen.pop(key, None)
+                if self._stop.wait(max(0.0, (wake - time.time_ns()) / 1e9)):
+                    return
         finally:
             ct.close()
+
+
+def scan_s(age_s: float) -> float:
+    """How often the watcher looks for new flows: often enough that a flow is known well before its
+    deadline (a quarter of the age), and never more than SCAN_S."""
+    return min(SCAN_S, age_s / 4)
+
+
+def due_and_next(deadlines: dict[tuple, int], now: int, next_scan: int) -> tuple[list[tuple], int]:
+    """(the flows whose deadline has come, in deadline order; when to wake next: the next deadline
+    or the next scan, whichever is first). Times in ns on one clock."""
+    due = sorted((d, k) for k, d in deadlines.items() if d <= now)
+    later = [d for d in deadlines.values() if d > now]
+    return [k for _, k in due], min([next_scan, *later])
 
 
 def _is_target(key: tuple, t: dict) -> bool:

@@ -53,3 +53,14 @@ def test_the_kinds_say_what_the_kernel_must_have():
     assert faults.unmet("nat_reap", caps) and "conntrack" in faults.unmet("nat_reap", caps)[0]
     caps.conntrack = caps.length = True
     assert faults.unmet("relay_age", caps) == [] and faults.unmet("mtu_blackhole", caps) == []
+
+
+def test_relay_watcher_wakes_at_the_next_deadline_or_scan_and_cuts_due_flows_oldest_first():
+    from netem.kinds.relay_age import due_and_next, scan_s
+    a, b, c = ("10.0.0.2", 1, "10.0.0.1", 443), ("10.0.0.2", 2, "10.0.0.1", 443), ("10.0.0.2", 3, "10.0.0.1", 443)
+    due, wake = due_and_next({a: 900, b: 800, c: 5_000}, now=1_000, next_scan=3_000)
+    assert due == [b, a] and wake == 3_000        # both past their deadline, the older first; next: the scan
+    due, wake = due_and_next({c: 2_000}, now=1_000, next_scan=3_000)
+    assert due == [] and wake == 2_000            # a deadline before the scan wakes the watcher for it
+    assert due_and_next({}, now=1_000, next_scan=3_000) == ([], 3_000)
+    assert scan_s(150) == 0.25 and scan_s(0.4) == 0.1   # a short relay is scanned within a quarter of its age
