@@ -309,19 +309,11 @@ class RecoveryClient(SdkClient):
         """One round: a resume with the handle and a new session at once; the resume is preferred
         (it keeps the conversation), a new session given too is closed. (got, refused)"""
         resume = self.spawn(self.attempt_resume("held"), name="recovery-held-resume") if self.handle else None
-        new = self.spawn(self._open_new(new_session), name="recovery-held-new")
+        new = self.spawn(self._first_new_session(None, new_session), name="recovery-held-new")
         await asyncio.wait([t for t in (resume, new) if t is not None])
         resumed = (resume.result() if resume is not None and not resume.cancelled() and resume.exception() is None
                    else None)
-        opened, refused = None, False
-        if new.cancelled():
-            pass
-        elif new.exception() is not None:
-            e = new.exception()
-            self.log.write("fallback.new_failed", src=SRC, error=f"{type(e).__name__}: {e}"[:200])
-            refused = isinstance(e, LabError)
-        else:
-            opened = new.result()
+        opened, refused = (None, False) if new.cancelled() or new.exception() is not None else new.result()
         if resumed is not None:
             if opened is not None:
                 self.spawn(opened.close(float(self.p["close_wait_s"])), name="recovery-drop-spare")
