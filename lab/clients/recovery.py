@@ -238,7 +238,7 @@ class RecoveryClient(SdkClient):
     async def _fallback(self, lost: Connection, hedge: asyncio.Task | None, new_session: int) -> None:
         old_session = lost.session_no
         note_on = bool(self.p["status_note"])
-        new, refused = await self._first_new_session(hedge, new_session)
+        new, refused = await self._new_session(hedge, new_session)
         if new is None and not refused:
             got = await self._wait_out_hold(lost, new_session)
             if got is not None and got[0] == "resume":
@@ -267,11 +267,10 @@ class RecoveryClient(SdkClient):
                        superseded=[x.id for x in superseded])
         self._adopt(new, ready=True)
 
-    async def _first_new_session(self, hedge: asyncio.Task | None,
-                                 new_session: int) -> tuple[Connection | None, bool]:
-        """The hedge opened at the loss, else one new session now: (it or None, refused). refused: a
-        LabError, ctx.before_connect refusing the open (the SDK raises none); asking again later
-        would be refused again, so the fallback stops there."""
+    async def _new_session(self, hedge: asyncio.Task | None, new_session: int) -> tuple[Connection | None, bool]:
+        """The hedge's session (opened at the loss) when there is a hedge, else one opened now:
+        (it or None, refused). refused: a LabError, ctx.before_connect refusing the open (the SDK
+        raises none); asking again later would be refused again, so the fallback stops there."""
         try:
             return (await hedge if hedge is not None else await self._open_new(new_session)), False
         except asyncio.CancelledError:
@@ -309,7 +308,7 @@ class RecoveryClient(SdkClient):
         """One round: a resume with the handle and a new session at once; the resume is preferred
         (it keeps the conversation), a new session given too is closed. (got, refused)"""
         resume = self.spawn(self.attempt_resume("held"), name="recovery-held-resume") if self.handle else None
-        new = self.spawn(self._first_new_session(None, new_session), name="recovery-held-new")
+        new = self.spawn(self._new_session(None, new_session), name="recovery-held-new")
         await asyncio.wait([t for t in (resume, new) if t is not None])
         resumed = (resume.result() if resume is not None and not resume.cancelled() and resume.exception() is None
                    else None)
