@@ -114,6 +114,11 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("truth_final", "the backend's state at the end"),
     _m("told_truth", "the claim matched the backend (None: never answered)"),
     _m("answers_heard", "model lines the user heard about the booking after the status question (2: told twice)"),
+    _m("loss_to_answer_ms", "loss -> the status answer"),
+    # while the server holds the lost session (lab.clients.held; lab.report.metrics.held_metrics)
+    _m("new_sessions_failed", "new sessions the client could not open after the loss (fallback.new_failed)"),
+    _m("loss_to_status_ms", "loss -> the client's first status line to the user (user.status) after it"),
+    _m("false_status_lines", "the client's status lines after the loss that contradicted the backend at that moment"),
     _m("first_text_after_recovery", "the model's first words after the recovery"),
     _m("first_claim_after_recovery", "what they claimed"),
     # the stop study (001): what "stop" did to the call in flight, the backend, and what the user was told

@@ -25,6 +25,12 @@
   session; a job of the old session that commits later is told as a note before the user's next
   line (`status_updates`, turn_complete false: no filler turn, no extra reply). A call the model
   issues again is deduplicated by business key in the backend and answered from the existing job.
+* The server still holds the lost session and refuses the new one too (lab.clients.held): the
+  client tells the user at once, from the backend, that it is reconnecting and what the booking's
+  state is (`user.status`; again when that state changes), and retries a resume and a new session
+  together on a bounded backoff (`retry_first_s` 1 s, x`retry_factor` 2, at most `retry_max_s`
+  10 s apart, for `retry_for_s` 600 s: past 000's ~480 s server close), whichever the server gives
+  first (the resume preferred); a refusal by `ctx.before_connect` (the live budget) ends it.
 * The user's lines said while recovering wait for the recovered session (up to `hold_input_max_s`).
 * Speech cut by a loss is buffered and spoken again (`replay_gap_speech`; the study's rule 8,
   "buffer anything you need to replay yourself", and rule 10, speech cut by a drop is partly
@@ -45,6 +51,7 @@ from google.genai import types
 
 from lab.backend import status_line
 from lab.clients.connection import SRC, Connection
+from lab.clients.held import Backoff, held_status
 from lab.clients.ledger import ToolCall
 from lab.clients.liveness import Detector
 from lab.clients.restore import restore_contents
@@ -73,7 +80,11 @@ class RecoveryClient(SdkClient):
         "status_updates": True,
         "restore_turns": 6,
         "restore_turn_complete": True,
-        "new_session_tries": 3,
+        "retry_first_s": 1.0,           # the server refuses the new session too: retry rounds ...
+        "retry_factor": 2.0,            # ... growing by this factor ...
+        "retry_max_s": 10.0,            # ... at most this far apart ...
+        "retry_for_s": 600.0,           # ... for this long (000: the server's own close at ~480 s)
+        "tell_user_when_held": True,    # user.status from the backend while the session is held
         "hold_input_while_recovering": True,
         "obey_resume_action": False,
         "replay_gap_speech": True,      # speech cut by a loss is spoken again once recovered
@@ -85,6 +96,10 @@ class RecoveryClient(SdkClient):
         self._notes: list[str] = []
         self._recover_task: asyncio.Task | None = None
         self._early: _Early | None = None
+        self._backoff = Backoff(float(self.p["retry_first_s"]), float(self.p["retry_factor"]),
+                                float(self.p["retry_max_s"]), float(self.p["retry_for_s"]))
+        self._held = False                   # waiting out a server that holds the lost session
+        self._told: tuple[str, str] | None = None
         if self.p["tcp_witness"]:
             det = Detector(suspect_after_s=float(self.p["suspect_after_s"]), lost_after_s=float(self.p["lost_after_s"]),
                            stall_after_s=float(self.p["stall_after_s"]), suspect_rtos=float(self.p["suspect_rtos"]),
@@ -222,32 +237,19 @@ class RecoveryClient(SdkClient):
     # ---- fallback ----------------------------------------------------------------------------
     async def _fallback(self, lost: Connection, hedge: asyncio.Task | None, new_session: int) -> None:
         old_session = lost.session_no
-        new: Connection | None = None
-        tries = int(self.p["new_session_tries"])
         note_on = bool(self.p["status_note"])
-        # a LabError is ctx.before_connect refusing the open (the SDK raises none): asking again
-        # half a second later would be refused again, so the fallback stops there
-        refused = False
-        if hedge is not None:
-            try:
-                new = await hedge
-            except BaseException as e:
-                if isinstance(e, asyncio.CancelledError):
-                    raise
-                self.log.write("fallback.new_failed", src=SRC, error=f"{type(e).__name__}: {e}"[:200])
-                refused = isinstance(e, LabError)
-        while new is None and tries > 0 and not refused:
-            tries -= 1
-            try:
-                new = await self._open_new(new_session)
-            except asyncio.CancelledError:
-                raise
-            except BaseException as e:
-                self.log.write("fallback.new_failed", src=SRC, error=f"{type(e).__name__}: {e}"[:200])
-                refused = isinstance(e, LabError)
-                if not refused:
-                    await asyncio.sleep(0.5)
+        new, refused = await self._new_session(hedge, new_session)
+        if new is None and not refused:
+            got = await self._wait_out_hold(lost, new_session)
+            if got is not None and got[0] == "resume":
+                await self.accept_resume(got[1])
+                return
+            new = got[1] if got is not None else None
         if new is None:
+            cur = self.current
+            if cur is not lost and cur is not None and cur.usable:
+                self.recovering = False           # resumed by other means meanwhile
+                return
             self.log.write("fallback.failed", src=SRC, conn=lost.n)
             self.recovering = False
             return
@@ -264,6 +266,73 @@ class RecoveryClient(SdkClient):
         self.log.write("session.restored", src=SRC, conn=new.n, note=bool(note), turns=len(contents),
                        superseded=[x.id for x in superseded])
         self._adopt(new, ready=True)
+
+    async def _new_session(self, hedge: asyncio.Task | None, new_session: int) -> tuple[Connection | None, bool]:
+        """The hedge's session (opened at the loss) when there is a hedge, else one opened now:
+        (it or None, refused). refused: a LabError, ctx.before_connect refusing the open (the SDK
+        raises none); asking again later would be refused again, so the fallback stops there."""
+        try:
+            return (await hedge if hedge is not None else await self._open_new(new_session)), False
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:
+            self.log.write("fallback.new_failed", src=SRC, error=f"{type(e).__name__}: {e}"[:200])
+            return None, isinstance(e, LabError)
+
+    # ---- the server still holds the lost session (lab.clients.held) ---------------------------
+    async def _wait_out_hold(self, lost: Connection, new_session: int) -> tuple[str, Connection] | None:
+        """The new session was refused: the user is told, then retry rounds on the backoff until the
+        server gives a session, ("resume", c) or ("new", c); None when the backoff ran out, the open
+        was refused by before_connect, or the session came back by other means."""
+        t0 = time.monotonic()
+        self._held = True
+        self._tell_held()
+        try:
+            k = 0
+            while True:
+                delay = self._backoff.next_delay(k, time.monotonic() - t0)
+                if delay is None:
+                    self._tell_held(gave_up=True)
+                    return None
+                await asyncio.sleep(delay)
+                k += 1
+                if self.current is not lost:
+                    return None
+                got, refused = await self._held_round(new_session)
+                if got is not None or refused:
+                    return got
+        finally:
+            self._held = False
+
+    async def _held_round(self, new_session: int) -> tuple[tuple[str, Connection] | None, bool]:
+        """One round: a resume with the handle and a new session at once; the resume is preferred
+        (it keeps the conversation), a new session given too is closed. (got, refused)"""
+        resume = self.spawn(self.attempt_resume("held"), name="recovery-held-resume") if self.handle else None
+        new = self.spawn(self._new_session(None, new_session), name="recovery-held-new")
+        await asyncio.wait([t for t in (resume, new) if t is not None])
+        resumed = (resume.result() if resume is not None and not resume.cancelled() and resume.exception() is None
+                   else None)
+        opened, refused = (None, False) if new.cancelled() or new.exception() is not None else new.result()
+        if resumed is not None:
+            if opened is not None:
+                self.spawn(opened.close(float(self.p["close_wait_s"])), name="recovery-drop-spare")
+            return ("resume", resumed), False
+        return (("new", opened) if opened is not None else None), refused
+
+    def _tell_held(self, gave_up: bool = False) -> None:
+        """user.status from the backend, when it says something new."""
+        if not self.p["tell_user_when_held"]:
+            return
+        told = held_status(self.backend.ledger() if self.backend is not None else [], gave_up)
+        if told == self._told:
+            return
+        self._told = told
+        self.log.write("user.status", src=SRC, conn=None, status=told[0], text=told[1])
+
+    async def _deliver(self, call: ToolCall, result: dict[str, Any]) -> None:
+        await super()._deliver(call, result)
+        if self._held:
+            self._tell_held()            # a job committed while the user waits: say so now
 
     def on_superseded_result(self, call: ToolCall) -> None:
         """A job of the replaced session committed after the restore: tell the new session before the

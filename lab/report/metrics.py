@@ -22,7 +22,10 @@ Definitions (all times in ms on the run's clock):
   question that says something about the booking, classified with `claims.classify`; the truth
   is the backend at that moment (committed -> booked, requested and not cancelled -> in_progress,
   else not_booked);
-  told_truth is None when the question was never answered ("never told").
+  told_truth is None when the question was never answered ("never told"); loss_to_answer_ms from the loss.
+- while the server holds the lost session (`held_metrics`): `fallback.new_failed` after the loss,
+  and the client's own status lines (`user.status`) after it: the first one's time from the loss,
+  and how many said other than the backend at that moment (pending is in_progress).
 - the stop (seed 001, `stop_metrics`): from the first user.say that withdraws the booking
   (lab.anchors.is_stop): cancellations, `interrupted`, calls and commits after it, and every
   statement the user got after it (model turns from their first audio, the client's user.status
@@ -394,6 +397,8 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
         nxt = next((e.ms for e in says if e.ms > question.ms), math.inf)
         m["answers_heard"] = sum(1 for e in events if e.kind == "user.heard" and question.ms <= e.ms < nxt
                                  and claims.classify(e.get("text")) != claims.UNKNOWN)
+    m["loss_to_answer_ms"] = _r(answer.ms - loss_ms) if answer and loss_ms is not None else None
+    m.update(held_metrics(events, loss_ms))
     m.update(stop_metrics(events))
     m.update(after_resume_metrics(events, first_ok["conn"] if first_ok else None))
     first_text = _first(events, "model.text", after=rec_ms) if rec_ms is not None else None
@@ -455,6 +460,23 @@ def gap_speech_metrics(events: list[Event], twin: list[Event] | None) -> dict[st
         "last_utterance_heard_ms": ends[-1].get("heard_ms") if ends else None,
         "speech_replayed": replays.get("audio", 0),
         "speech_restored_as_text": replays.get("restore", 0),
+    }
+
+
+# ---- while the server holds the lost session (000 'Not tested'; lab.clients.held) -----------------
+USER_STATUS_CLAIM = {"booked": claims.BOOKED, "pending": claims.IN_PROGRESS, "not_booked": claims.NOT_BOOKED}
+
+
+def held_metrics(events: list[Event], loss_ms: float | None) -> dict[str, Any]:
+    """New sessions refused after the loss, and what the client itself told the user meanwhile
+    (`user.status`, its status word against the backend at that moment)."""
+    if loss_ms is None:
+        return {"new_sessions_failed": None, "loss_to_status_ms": None, "false_status_lines": None}
+    told = [e for e in events if e.kind == "user.status" and e.ms >= loss_ms]
+    return {
+        "new_sessions_failed": sum(1 for e in events if e.kind == "fallback.new_failed" and e.ms >= loss_ms),
+        "loss_to_status_ms": _r(told[0].ms - loss_ms) if told else None,
+        "false_status_lines": sum(1 for e in told if USER_STATUS_CLAIM.get(str(e.get("status"))) != _truth_at(events, e.ms)),
     }
 
 
