@@ -19,6 +19,7 @@ The client side is lab/topology/forked.py; the messages are lab/topology/forkpro
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import io
 import os
@@ -185,6 +186,11 @@ def main(argv: list[str]) -> None:
     preload()
     if threading.active_count() != 1:    # a fork would copy a thread's held locks, not the thread
         sys.exit(f"forkserver: the pre-imports started {threading.active_count() - 1} thread(s); cannot fork safely")
+    # the pre-imported heap into the collector's permanent generation (the gc module's advice for a
+    # process that forks without exec): a child's collections, its last one at exit included, no
+    # longer walk it; a child's exit goes from 0.3-0.7 s to ~0.02 s here (measured under load), and
+    # pages stay shared instead of being copied when the collector touches them
+    gc.freeze()
     got = serve(argv[0])
     if got is None:
         return
