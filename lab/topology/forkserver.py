@@ -38,6 +38,11 @@ from lab.topology.forkproto import FDS, MAX_MESSAGE, ProtocolError, Request, enc
 # (the CLI, the agent, the clients, the twin), which a topology module must not import as a
 # dependency; the server only warms the interpreter its children inherit.
 PRELOAD = ("lab.cli", "lab.agent", "lab.twin.server", "lab.twin.cli", "lab.proxy")
+# What the children still imported after the fork, by a module list taken at their exit (a control
+# run, 2026-12-01): the twin's certificate maker and event loop, the SDK's connection stack (it
+# imports it when it first connects). Each is optional: one a build lacks is simply not warmed.
+PRELOAD_LAZY = ("trustme", "cryptography.x509", "uvloop", "httpcore2", "h11", "anyio.streams.tls", "truststore",
+                "google.auth.aio.credentials", "concurrent.futures.thread")
 
 
 def preload() -> None:
@@ -49,6 +54,11 @@ def preload() -> None:
     clients = importlib.import_module("lab.clients")
     for name in clients.names():
         clients.get(name)
+    for name in PRELOAD_LAZY:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
 
 
 def serve(sock_path: str, control_fd: int = 0) -> tuple[Request, list[int]] | None:
