@@ -3,12 +3,10 @@ exec`'s view of /sys, says ready on its pipe, ends on a signal with Popen's retu
 the orchestrator leaves the fork server gone and its children to `lab down`, as exec'd ones."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -20,8 +18,10 @@ from lab.topology.services import Proxy
 from netem import cleanup
 from netem.kernel import list_netns
 
+sys.path.insert(0, str(Path(__file__).parent))   # its helper beside it (pytest's importlib mode adds no path)
+import killable  # noqa: E402
+
 pytestmark = pytest.mark.netns
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def test_a_short_command_gives_its_output_and_exit_code(topo):
 def test_kill_9_of_the_orchestrator_ends_the_fork_server_and_down_ends_its_children(tmp_path):
     run_id = f"fx{os.getpid()}"
     piddir = tmp_path / "pids"
-    script = textwrap.dedent(f"""
+    p, info = killable.start(f"""
         import json, pathlib, time
         from lab.topology import forked
         from lab.topology.netns import NetnsTopology
@@ -79,14 +79,9 @@ def test_kill_9_of_the_orchestrator_ends_the_fork_server_and_down_ends_its_child
               flush=True)
         time.sleep(60)
     """)
-    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
-    info: dict = {}
     try:
-        info = json.loads(p.stdout.readline())
         assert info["forked"]
-        p.kill()                                           # SIGKILL: no handler, no atexit
-        p.wait()
+        killable.kill_9(p)
         _wait_gone(info["server"])                         # its stdin pipe closed: it ends
         assert not Path(info["socket"]).exists() and not Path(info["socket"]).parent.exists()
         assert cleanup._alive(info["child"], None)          # the child runs on, like an exec'd one
@@ -96,12 +91,9 @@ def test_kill_9_of_the_orchestrator_ends_the_fork_server_and_down_ends_its_child
         assert not [n for n in list_netns() if n.startswith(f"ll-{run_id}-")]
         assert list(piddir.glob("*.pid")) == []
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        for pid in (info.get("child"), info.get("server")):
-            if pid:
-                cleanup.stop_pid(pid, grace=0.2)
+        killable.kill_9(p)
+        for pid in (info["child"], info["server"]):
+            cleanup.stop_pid(pid, grace=0.2)
         cleanup.down(run_id, pid_dir=piddir)
 
 
