@@ -77,14 +77,7 @@ def serve(sock_path: str, control_fd: int = 0) -> tuple[Request, list[int]] | No
     while True:
         readable, _, _ = select.select([listener, control_fd, wake_r, *conns.values()], [], [])
         if control_fd in readable and not os.read(control_fd, 4096):
-            # the orchestrator is done (or was killed): the socket and its private folder go with us
-            listener.close()
-            os.unlink(sock_path)
-            try:
-                os.rmdir(os.path.dirname(sock_path))
-            except OSError:
-                pass
-            return None
+            return None             # the orchestrator is done, or was killed
         if wake_r in readable:
             while True:
                 try:
@@ -190,18 +183,35 @@ def _text_stream(fd: int, unbuffered: bool, errors: str = "strict") -> io.TextIO
     return io.TextIOWrapper(raw, errors=errors, write_through=unbuffered, line_buffering=os.isatty(fd))
 
 
+def _remove_socket(sock_path: str) -> None:
+    for remove, path in ((os.unlink, sock_path), (os.rmdir, os.path.dirname(sock_path))):
+        try:
+            remove(path)
+        except OSError:
+            pass
+
+
 def main(argv: list[str]) -> None:
     if len(argv) != 1:
         sys.exit("usage: python -m lab.topology.forkserver SOCKET")
-    preload()
-    if threading.active_count() != 1:    # a fork would copy a thread's held locks, not the thread
-        sys.exit(f"forkserver: the pre-imports started {threading.active_count() - 1} thread(s); cannot fork safely")
-    # the pre-imported heap into the collector's permanent generation (the gc module's advice for a
-    # process that forks without exec): a child's collections, its last one at exit included, no
-    # longer walk it; a child's exit goes from 0.3-0.7 s to ~0.02 s here (measured under load), and
-    # pages stay shared instead of being copied when the collector touches them
-    gc.freeze()
-    got = serve(argv[0])
+    server = os.getpid()
+    try:
+        preload()
+        if threading.active_count() != 1:    # a fork would copy a thread's held locks, not the thread
+            sys.exit(f"forkserver: the pre-imports started {threading.active_count() - 1} thread(s); "
+                     "cannot fork safely")
+        # the pre-imported heap into the collector's permanent generation (the gc module's advice for
+        # a process that forks without exec): a child's collections, its last one at exit included,
+        # no longer walk it; a child's exit goes from 0.3-0.7 s to ~0.02 s here (measured under
+        # load), and pages stay shared instead of being copied when the collector touches them
+        gc.freeze()
+        got = serve(argv[0])
+    finally:
+        # however the server ends (its orchestrator gone, even before "ready" could be read; an
+        # import that failed), the socket and its private folder go with it; a child returning from
+        # serve() keeps them
+        if os.getpid() == server:
+            _remove_socket(argv[0])
     if got is None:
         return
     req, fds = got

@@ -102,3 +102,20 @@ def _wait_gone(pid: int, timeout: float = 10.0) -> None:
     while cleanup._alive(pid, None):
         assert time.monotonic() < deadline, f"pid {pid} still alive after {timeout} s"
         time.sleep(0.05)
+
+
+def test_a_fork_server_whose_orchestrator_died_before_it_was_ready_leaves_nothing():
+    p, info = killable.start("""
+        import json, time
+        from lab.topology import forked
+        server = forked.shared()          # started, still importing
+        print(json.dumps({"server": server._proc.pid, "socket": server.socket_path}), flush=True)
+        time.sleep(60)
+    """)
+    try:
+        killable.kill_9(p)
+        _wait_gone(info["server"], timeout=60)   # it finishes its imports, finds no one, ends
+        assert not Path(info["socket"]).parent.exists()
+    finally:
+        killable.kill_9(p)
+        cleanup.stop_pid(info["server"], grace=0.2)
