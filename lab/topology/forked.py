@@ -80,6 +80,8 @@ class ForkServer:
         env = dict(popen_kw.get("env") or os.environ)
         if set(popen_kw) - POPEN_KW or servable(argv, env, sys.executable, self.env) or not self.ready():
             return None
+        if self._proc.poll() is not None:   # it was ready and has ended since: exec from now on
+            return None
         req = Request(tuple(argv), env, os.path.abspath(popen_kw.get("cwd") or os.getcwd()), netns,
                       bool(popen_kw.get("start_new_session", False)))
         return ForkedProcess(self.socket_path, req, popen_kw)

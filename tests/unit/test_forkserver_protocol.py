@@ -101,3 +101,13 @@ def test_the_namespaces_etc_files_are_bound_over_etc(tmp_path):
     assert etc_binds("ll-r-c", tmp_path) == [(tmp_path / "ll-r-c" / "hosts", forked.Path("/etc/hosts")),
                                              (tmp_path / "ll-r-c" / "resolv.conf", forked.Path("/etc/resolv.conf"))]
     assert etc_binds("ll-none", tmp_path) == []
+
+
+def test_a_fork_server_that_cannot_start_says_so_once_and_every_command_is_exec_d():
+    lines = []
+    server = forked.ForkServer(log=lines.append)
+    server._proc.kill()                      # it ends before it could say ready
+    assert server.ready(timeout=30) is False and server.ready() is False
+    assert len(lines) == 1 and "before it was ready" in lines[0] and "ip netns exec" in lines[0]
+    assert server.spawn("ll-x-c", [PY, "-m", "lab", "agent"], stdout=subprocess.PIPE) is None
+    assert not forked.Path(server.socket_path).parent.exists()
