@@ -209,7 +209,8 @@ class ContainerProcess(subprocess.Popen):
             return
         script = f'kill -{int(sig)} "$(cat {self.pidfile})"'
         try:
-            r = self.node.topo.compose("exec", "-T", self.node.service, "sh", "-c", script, timeout=30, check=False)
+            r = _run([*self.node.topo.exec_prefix(self.node.service), "sh", "-c", script], timeout=30,
+                     env=self.node.topo._env(), cwd=REPO)
             if r.returncode == 0:
                 return
         except (OSError, subprocess.TimeoutExpired):
@@ -266,8 +267,8 @@ class ComposeNode(Node):
                 extra += ["-e", f"{k}={self.topo.container_path(v)}"]
         self._n += 1
         pidfile = f"/tmp/livelab-{re.sub(r'[^A-Za-z0-9_.-]', '_', role)}-{os.getpid()}-{self._n}.pid"
-        return self.topo.compose_argv("exec", "-T", *extra, self.service, "sh", "-c", self.WRAP, pidfile,
-                                      *self.topo.container_argv(argv)), pidfile
+        return [*self.topo.exec_prefix(self.service, *extra), "sh", "-c", self.WRAP, pidfile,
+                *self.topo.container_argv(argv)], pidfile
 
     def popen(self, argv: list[str], role: str = "proc", env: dict[str, str] | None = None,
               **popen_kw) -> subprocess.Popen:
@@ -316,6 +317,7 @@ class ComposeTopology(Topology):
         self.wait_timeout = wait_timeout
         self._log = log
         self.timings: dict[str, float] = {}
+        self._ids: dict[str, str] = {}      # service -> container id, while the lab is up
         self.client = ComposeNode(self, "client", "client")
         self.endpoint = ComposeNode(self, "endpoint", "endpoint")
         self.router = ComposeNode(self, "router", "router") if self.links else None
@@ -428,6 +430,17 @@ class ComposeTopology(Topology):
             except Exception:
                 self.down()
                 raise
+        self._ids = {svc: c.id for svc, c in self.containers().items()}
+
+    def exec_prefix(self, service: str, *opts: str) -> list[str]:
+        """The host command line that runs a command in `service`'s container: `docker exec -i` by
+        the container's id while the lab is up (0.2-0.4 s a call here), else `docker compose exec -T`
+        (0.6 s: the compose CLI loads the project's files on every call). Both attach stdin and no
+        TTY, and run as the service's user in its working directory."""
+        cid = self._ids.get(service)
+        if cid:
+            return ["docker", "exec", "-i", *opts, cid]
+        return self.compose_argv("exec", "-T", *opts, service)
 
     def _bridge_rules(self, verb: str) -> None:
         """Let each router network's bridge carry packets for other subnets (`-I`; `-D` takes it back).
@@ -502,6 +515,7 @@ class ComposeTopology(Topology):
         if shutil.which("docker") is None:
             return
         self.give_back_run_dir()
+        self._ids = {}                      # the containers go: no exec by their ids any more
         if self.router and os.geteuid() == 0:
             try:
                 self._bridge_rules("-D")    # before the networks go: their bridge names come from them

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from lab.errors import CapabilityError, LabError
 from lab.topology.base import Node, Topology, require_tools
+from lab.topology import forked
 from lab.topology import uplink as uplinks  # the module; `uplink` is the flag below
 from lab.topology.router import Router, parse_links
 from netem import cleanup
@@ -102,7 +103,8 @@ class NetnsTopology(Topology):
                  pid_dir: Path | None = None, uplink: bool = False, secrets_dir: Path | str | None = None,
                  run_dir: Path | str | None = None, log=print, links=()):
         # secrets_dir: the twin's certificates go under it (both namespaces see the host's files);
-        # run_dir and log: part of every topology's signature, nothing to do with them here
+        # run_dir: part of every topology's signature, nothing to do with it here; log: the fork
+        # server's one line if it cannot start
         if not _RUN_ID_RE.match(run_id):
             raise LabError(f"run id {run_id!r}: use 1-64 characters of A-Z a-z 0-9 _ . -")
         self.run_id = run_id
@@ -115,7 +117,9 @@ class NetnsTopology(Topology):
         self.sysctls = dict(sysctls or {})
         self._subnet = subnet
         self.pid_dir = pid_dir
-        self._procs: list[tuple[subprocess.Popen, Path]] = []
+        self._procs: list[tuple[subprocess.Popen | forked.ForkedProcess, Path]] = []
+        self.log = log
+        self._forks: forked.ForkServer | None = None   # the invocation's fork server, from up() on
         self.uplink = bool(uplink)
         self.uplink_ifname = uplinks.uplink_ifname(run_id)  # root-namespace end of the uplink veth
         self.uplink_dev = UPLINK_DEV                          # client-namespace end
@@ -235,6 +239,8 @@ class NetnsTopology(Topology):
                 raise LabError(f"namespace {ns} already exists: run id {self.run_id!r} is in use (or run `lab down`)")
         if self._subnet is None:
             self._subnet = self._pick_subnet()
+        # started now, its imports run while the namespaces are made (a second run finds it ready)
+        self._forks = forked.shared(self.log)
         self._up = True  # from here on, down() has something to remove
         try:
             netns.create(self.ns_client)
@@ -366,11 +372,21 @@ class NetnsTopology(Topology):
         self._up = False
 
     # --------------------------------------------------------------------------- processes
-    def _exec(self, ns: str, role: str, argv: list[str], **popen_kw) -> subprocess.Popen:
+    def _exec(self, ns: str, role: str, argv: list[str], **popen_kw) -> subprocess.Popen | forked.ForkedProcess:
+        """The lab's own Python processes forked, pre-imported, by the fork server (lab/topology/
+        forkserver.py); anything else (tcpdump, another venv's app) exec'd with `ip netns exec`.
+        Either way the same namespace, /sys and /etc view, stdio, pidfile."""
         if not self._up:
             raise LabError("the topology is not up")
         popen_kw.setdefault("start_new_session", True)  # a Ctrl-C to the lab does not hit it twice
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, *argv], **popen_kw)
+        proc = None
+        if self._forks is not None:
+            try:
+                proc = self._forks.spawn(ns, argv, **popen_kw)
+            except OSError as e:
+                self.log(f"  fork server: {e}; this one started with `ip netns exec`")
+        if proc is None:
+            proc = subprocess.Popen(["ip", "netns", "exec", ns, *argv], **popen_kw)
         pidfile = cleanup.record(role, proc.pid, self.run_id, self.pid_dir, argv=argv[:4], netns=ns)
         self._procs.append((proc, pidfile))
         return proc

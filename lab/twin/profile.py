@@ -111,9 +111,14 @@ def _override_items(overrides) -> list[tuple[str, Any]]:
     return items
 
 
+# libyaml's parser where PyYAML has it: the same safe documents, ~7x faster (a profile is read at
+# every twin start, twice; 0.1-0.2 s each on a loaded machine with the pure-Python one)
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _read(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_SAFE_LOADER)
     except OSError as e:
         raise LabError(f"cannot read twin profile {path}: {e.strerror}")
     except yaml.YAMLError as e:

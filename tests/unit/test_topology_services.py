@@ -61,6 +61,15 @@ def test_a_compose_node_runs_through_exec_with_a_pidfile_and_container_paths(tmp
     assert topo.endpoint.host == "endpoint" and topo.client.dev == "eth0"
 
 
+def test_a_compose_node_that_is_up_execs_by_container_id_not_through_the_compose_cli(tmp_path):
+    topo = ComposeTopology("x", run_dir=tmp_path / "r1", setup=False)
+    topo._ids = {"client": "c0ffee"}           # what up() reads once the containers are there
+    argv, pidfile = topo.client.exec_argv(["tcpdump", "-i", "eth0"], role="tcpdump", env={"A": "b"})
+    assert argv[:6] == ["docker", "exec", "-i", "-e", "A=b", "c0ffee"]
+    assert argv[6:10] == ["sh", "-c", topo.client.WRAP, pidfile] and argv[10:] == ["tcpdump", "-i", "eth0"]
+    assert topo.endpoint.exec_argv(["true"])[0][:3] == ["docker", "compose", "-p"]   # no id: compose exec
+
+
 def test_the_wrapper_writes_the_pid_of_the_process_it_becomes(tmp_path):
     pidfile = tmp_path / "p.pid"
     p = subprocess.Popen(["sh", "-c", ComposeNode.WRAP, str(pidfile), "sleep", "30"])
