@@ -97,7 +97,8 @@ PY
 MODE=${LAB_IMAGE_BASE:-}
 why="LAB_IMAGE_BASE=$MODE was set"
 # the choice made before on this machine, or a base already here, is kept without asking the network
-PREVIOUS=$(sed -n 's/^LAB_IMAGE_BASE=//p' .env 2>/dev/null | tail -n1)
+PREVIOUS=""
+if [ -f .env ]; then PREVIOUS=$(sed -n 's/^LAB_IMAGE_BASE=//p' .env | tail -n1); fi
 if [ -z "$MODE" ]; then
   if docker image inspect "$PUBLIC_BASE" >/dev/null 2>&1; then MODE=public; why="$PUBLIC_BASE is present"
   elif [ "$PREVIOUS" = public ] || [ "$PREVIOUS" = offline ]; then MODE=$PREVIOUS; why=".env chose it before"

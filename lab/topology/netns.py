@@ -365,10 +365,19 @@ class NetnsTopology(Topology):
             return
         if self.router_part:
             self.router_part.down()
-        try:
-            uplinks.down(self.run_id, current_ns=False, pid_dir=self.pid_dir)
-        except Exception:
-            pass
+        # A loaded machine can make one pass fail part-way (a slow `ip netns pids`, a namespace busy
+        # for a moment): a run must not leave its namespaces behind, so a second pass takes what the
+        # first left, and what still stays is said, not swallowed.
+        errors: list[str] = []
+        for _ in range(2):
+            try:
+                errors = uplinks.down(self.run_id, current_ns=False, pid_dir=self.pid_dir)["errors"]
+            except Exception as e:
+                errors = [f"{type(e).__name__}: {e}"]
+            if not any(n.startswith(f"ll-{self.run_id}-") for n in list_netns()):
+                break
+        else:
+            self.log(f"  teardown left namespaces of {self.run_id}: {'; '.join(errors) or 'no error said why'}")
         self._up = False
 
     # --------------------------------------------------------------------------- processes
