@@ -7,8 +7,12 @@ command lines as in the netns topology (lab/topology/services.py): the container
 service command of their own, so nothing can drift between the topologies (as `--freeze-first`
 and the twin's `--t0` once did). With `links=[...]` a third container, `router`, sits between them
 (compose.router.yaml, layered on compose.yaml; `topo.router`): client and endpoint share no network
-and reach each other only by its forwarding. Its middlebox faults and the switch still run in the
-netns topology only (the agent in the client container cannot reach the router's chains). Lifecycle goes through the compose v2 CLI
+and reach each other only by its forwarding. `topo.router_part` is the same Router as in netns
+(lab/topology/router.py) on Docker's addresses: up() names each container's access-link devices
+after their links (wifi, cell, as in netns), brings the client to the start state (`Router.settle`,
+in the client container) and starts the router service in the router container, which holds the
+router's FaultTable for the agent (lab/topology/router_service.py); the switch is played by the
+agent on its own container's addresses. Lifecycle goes through the compose v2 CLI
 (`docker compose -p <project> ...`); container inspection through the Docker SDK.
 `up()` first runs scripts/docker-setup.sh when something is missing (dockerd, compose v2, and on the
 offline image path the base image and the wheelhouse, or a project wheel older than its sources), so a
@@ -32,12 +36,16 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from lab.errors import CapabilityError, LabError
 from lab.topology.base import Node, Topology, require_tools
-from lab.topology.router import parse_links
+from lab.topology.router import LINKS, Assigned, Place, Router, parse_links
+from lab.topology.router_service import PORT as ROUTER_SERVICE_PORT
+from lab.topology.router_service import READY_LINE as ROUTER_SERVICE_READY
+from lab.topology.services import Service
 from netem.kernel import Capabilities
 
 REPO = Path(__file__).resolve().parents[2]
@@ -293,12 +301,11 @@ class ComposeTopology(Topology):
                  secrets_dir: Path | str | None = None, uplink: bool = False, links=None):
         if uplink:
             raise CapabilityError(UPLINK_MISSING)
-        # links: a router container between the nodes (compose.router.yaml); its access links have no
-        # RTT or loss of their own here yet (in netns the router's delay/loss kinds make them)
+        # links: a router container between the nodes (compose.router.yaml)
         self.links = parse_links(links) if links else ()
-        shaped = [l.name for l in self.links if l.rtt_ms or l.loss]
-        if shaped:
-            raise LabError(f"compose topology: access links with rtt_ms/loss ({', '.join(shaped)}) run in netns only for now")
+        why = links_unsupported(self.links)
+        if why:
+            raise LabError(f"compose topology: {why}")
         self.run_id = run_id
         if run_dir is not None:
             run_dir = Path(run_dir).resolve()
@@ -319,6 +326,9 @@ class ComposeTopology(Topology):
         self.client = ComposeNode(self, "client", "client")
         self.endpoint = ComposeNode(self, "endpoint", "endpoint")
         self.router = ComposeNode(self, "router", "router") if self.links else None
+        # its addresses and the router service's are Docker's: known once up() has the containers
+        self.router_part = Router(Place(self.run_id, None, None, None), self.links) if self.links else None
+        self._router_service: RouterService | None = None
 
     @classmethod
     def preflight(cls, client_tools: frozenset[str] = frozenset(), uplink: bool = False) -> None:
@@ -425,6 +435,7 @@ class ComposeTopology(Topology):
             try:
                 self._bridge_rules("-I")
                 self._route_through_router()
+                self._router_up()
             except Exception:
                 self.down()
                 raise
@@ -457,19 +468,40 @@ class ComposeTopology(Topology):
                 raise LabError(f"compose topology: iptables {verb} {' '.join(rule[:5])} failed: {r.stderr.strip()}")
 
     def _route_through_router(self) -> None:
-        """The routes that make client and endpoint, which share no network, reach each other by the
-        router: Docker picks the subnets, so they are read from the containers once they are up."""
-        def subnet(node: ComposeNode, network: str) -> str:
-            return str(ipaddress.ip_interface("%s/%d" % node.address(network)).network)
-
+        """The endpoint's routes back to the access networks by the router: Docker picks the subnets,
+        so they are read from the containers once they are up (the client's way there is the
+        Router's, set by _router_up)."""
         r = self.router
-        routes = [("client", subnet(r, "core"), r.address("wifi")[0])]
-        routes += [("endpoint", subnet(r, net), r.address("core")[0]) for net in ("wifi", "cell")]
+        routes = [("endpoint", _subnet(r, net), r.address("core")[0]) for net in LINKS]
         for service, dst, via in routes:
             p = self.compose("exec", "-T", service, "ip", "route", "replace", dst, "via", via, timeout=30, check=False)
             if p.returncode != 0:
                 raise LabError(f"compose topology: route {dst} via {via} in {service} failed: "
                                f"{(p.stderr.strip().splitlines() or ['rc=%d' % p.returncode])[-1]}")
+
+    def _router_up(self) -> None:
+        """The router part on Docker's addresses: devices named after their links in client and
+        router (what the Router and the capture name), the client at its start state, and the
+        router service listening on the router's ctl address."""
+        r, part = self.router, self.router_part
+        part.assigned = Assigned(routed=_subnet(r, "core"), client={n: self.client.address(n) for n in LINKS},
+                                 router={n: r.address(n)[0] for n in LINKS})
+        for node in (self.client, r):
+            pairs = [f"{node.address(n)[0]}={n}" for n in LINKS]
+            p = self.compose("exec", "-T", node.service, "sh", "-c", RENAME_SCRIPT, "rename", *pairs,
+                             timeout=30, check=False)
+            if p.returncode != 0:
+                raise LabError(f"compose topology: naming the {node.service}'s link devices failed: "
+                               f"{(p.stderr.strip().splitlines() or ['rc=%d' % p.returncode])[-1]}")
+        settle = self.client.popen([sys.executable, "-m", "lab.topology.router", "settle",
+                                    json.dumps(part.describe())], role="router-settle",
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _out, err = settle.communicate(timeout=60)
+        if settle.returncode != 0:
+            raise LabError(f"compose topology: the client's start state on {part.links[0].name} failed: "
+                           f"{(err.strip().splitlines() or ['rc=%d' % settle.returncode])[-1]}")
+        self._router_service = RouterService(r, r.address("ctl")[0], self.run_id).start()
+        part.control = self._router_service.address
 
     def _image_key(self) -> tuple[str, ...]:
         """What decides the images `up --build` makes: the compose files and the variables they read."""
@@ -502,6 +534,9 @@ class ComposeTopology(Topology):
         if shutil.which("docker") is None:
             return
         self.give_back_run_dir()
+        if self._router_service is not None:
+            self._router_service.stop()     # it heals its table on SIGTERM, before the containers go
+            self._router_service = None
         if self.router and os.geteuid() == 0:
             try:
                 self._bridge_rules("-D")    # before the networks go: their bridge names come from them
@@ -583,6 +618,48 @@ class ComposeTopology(Topology):
             subprocess.run(["docker", "exec", cid, "iptables", "-S"], capture_output=True, check=True)
             out["docker_exec_iptables"].append(time.perf_counter() - t0)
         return out
+
+
+def _subnet(node: ComposeNode, network: str) -> str:
+    return str(ipaddress.ip_interface("%s/%d" % node.address(network)).network)
+
+
+def links_unsupported(links) -> str | None:
+    """Why these access links cannot run in Compose (one line), or None: a link's RTT and loss are
+    made by the router's userspace delay and loss kinds in netns, not yet in the router container."""
+    shaped = [l.name for l in links if l.rtt_ms or l.loss]
+    return f"access links with rtt_ms/loss ({', '.join(shaped)}) run in netns only for now" if shaped else None
+
+
+# Runs in a container: each `ADDRESS=NAME` argument renames the device holding ADDRESS to NAME (two
+# passes, so names Docker gave in another order can swap); the device comes back up with its address.
+RENAME_SCRIPT = r"""
+set -e
+dev_of() { ip -o -4 addr show | awk -v a="$1" '{split($4, p, "/"); if (p[1] == a) {sub(/@.*/, "", $2); print $2}}'; }
+for pair; do
+  d=$(dev_of "${pair%%=*}"); [ -n "$d" ] || { echo "no device holds ${pair%%=*}" >&2; exit 1; }
+  ip link set dev "$d" down; ip link set dev "$d" name "llr-${pair#*=}"
+done
+for pair; do n=${pair#*=}; ip link set dev "llr-$n" name "$n"; ip link set dev "$n" up; done
+"""
+
+
+class RouterService(Service):
+    """The router service (lab/topology/router_service.py) on the router container, on its ctl address."""
+
+    role = "router-service"
+    ready_words = (ROUTER_SERVICE_READY,)
+
+    def __init__(self, node: Node, listen_ip: str, run_id: str):
+        super().__init__(node)
+        self.listen_ip, self.run_id = listen_ip, run_id
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "lab.topology.router_service", "--listen", self.address, "--run-id", self.run_id]
+
+    @property
+    def address(self) -> str:
+        return f"{self.listen_ip}:{ROUTER_SERVICE_PORT}"
 
 
 def exec_latency_samples(n: int = 10, topology: ComposeTopology | None = None) -> dict[str, list[float]]:

@@ -68,7 +68,10 @@ def test_links_layer_the_router_overlay_and_add_the_router_node(tmp_path):
     assert [l.name for l in routed.links] == ["wifi", "cell"]
     over = yaml.safe_load(ROUTER_FILE.read_text())
     nets = {s: set(v["networks"]) for s, v in over["services"].items()}
-    assert nets == {"router": {"wifi", "cell", "core"}, "client": {"wifi", "cell"}, "endpoint": {"core"}}
+    # ctl: the agent's way to the router service, shared by client and router only
+    assert nets == {"router": {"wifi", "cell", "core", "ctl"}, "client": {"wifi", "cell", "ctl"}, "endpoint": {"core"}}
     assert over["services"]["router"]["sysctls"]["net.ipv4.ip_forward"] == "1"
+    assert over["services"]["router"]["security_opt"] == ["systempaths=unconfined"]   # conntrack's sysctls
+    assert [l.name for l in routed.router_part.links] == ["wifi", "cell"] and plain.router_part is None
     with pytest.raises(LabError, match="rtt_ms/loss .*wifi.* netns only"):
         ComposeTopology("run-1", project="p1", setup=False, links=[{"wifi": {"rtt_ms": 40}}])
