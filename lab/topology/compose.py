@@ -493,6 +493,14 @@ class ComposeTopology(Topology):
             if p.returncode != 0:
                 raise LabError(f"compose topology: naming the {node.service}'s link devices failed: "
                                f"{(p.stderr.strip().splitlines() or ['rc=%d' % p.returncode])[-1]}")
+        # Docker's DNS names only the containers of a network the client is on, and the endpoint is
+        # on none of them: its name goes into the client's own /etc/hosts (what the twin's URL and
+        # certificate name)
+        ep = self.endpoint.ip
+        p = self.compose("exec", "-T", "client", "sh", "-c", f'echo "{ep} {self.endpoint.host}" >> /etc/hosts',
+                         timeout=30, check=False)
+        if p.returncode != 0:
+            raise LabError(f"compose topology: naming the endpoint ({ep}) in the client failed: rc={p.returncode}")
         settle = self.client.popen([sys.executable, "-m", "lab.topology.router", "settle",
                                     json.dumps(part.describe())], role="router-settle",
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
