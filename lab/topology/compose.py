@@ -578,9 +578,7 @@ class ComposeTopology(Topology):
     def container_argv(self, argv: list[str]) -> list[str]:
         """Translate a host command line: the host's Python becomes the image's, host paths container paths."""
         argv = [self.container_path(a) for a in argv]
-        if argv and "/" in argv[0] and Path(argv[0]).name.startswith("python"):
-            argv[0] = "python"
-        return argv
+        return [image_python(argv[0]), *argv[1:]] if argv else argv
 
     # -- inspection (Docker SDK, with the CLI as a fallback)
     def containers(self) -> dict[str, object]:
@@ -626,6 +624,12 @@ class ComposeTopology(Topology):
             subprocess.run(["docker", "exec", cid, "iptables", "-S"], capture_output=True, check=True)
             out["docker_exec_iptables"].append(time.perf_counter() - t0)
         return out
+
+
+def image_python(program: str) -> str:
+    """A command's program as the image runs it: the host's Python (a path to python*, e.g. a
+    venv's) is the image's `python`; anything else stays as it is."""
+    return "python" if "/" in program and Path(program).name.startswith("python") else program
 
 
 def _subnet(node: ComposeNode, network: str) -> str:
@@ -726,8 +730,8 @@ def app_command(cmd: str, app_dir: Path) -> str:
     for i, a in enumerate(shlex.split(cmd)):
         if a == root or a.startswith(root + "/"):
             a = APP_DIR + a[len(root):]
-        elif i == 0 and "/" in a and Path(a).name.startswith("python"):
-            a = "python"
+        elif i == 0:
+            a = image_python(a)
         argv.append(a)
     return shlex.join(argv)
 
