@@ -109,11 +109,11 @@ def test_m4_the_mtu_black_hole_in_the_router_container_drops_large_packets_only(
     # the drops are the router's (its nflog:5, merged into the run's pcapng), while the fault was on
     drops = [t for _n, t, prefix in dropped(run / "capture.pcapng") if prefix.startswith("ll mtu_blackhole")]
     cleared = next(e for e in evs if e.kind == "fault.clear")
-    assert drops and all(applied["t"] <= t <= cleared["t"] + 0.5 for t in drops), drops
+    assert drops and all(applied.t <= t <= cleared.t + 0.5 for t in drops), drops
     assert (run / "raw-nflog-router.pcap").stat().st_size > 24, "nothing from the router's nflog:5"
     # on the client's link, while the fault was on: the endpoint's small packets still came through,
     # none of its large ones (a zombie session), and the client fell back once it noticed
-    ep, window = applied["spec"]["target"]["dst"], f"frame.time_epoch >= {applied['t']} && frame.time_epoch <= {cleared['t']}"
+    ep, window = applied["spec"]["target"]["dst"], f"frame.time_epoch >= {applied.t} && frame.time_epoch <= {cleared.t}"
     from_ep = f"ip.src == {ep} && tcp.srcport == 8443 && {window}"
     assert count(run / "raw-eth-wifi.pcap", f"{from_ep} && ip.len <= 1280") > 0
     assert count(run / "raw-eth-wifi.pcap", f"{from_ep} && ip.len > 1280") == 0
