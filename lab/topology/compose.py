@@ -701,11 +701,24 @@ def down_all(prefix: str = PROJECT_PREFIX) -> list[str]:
     projects = sorted({p for p in r.stdout.split() if p.startswith(prefix)})
     for p in projects:
         try:
-            _run(["docker", "compose", "-p", p, "-f", str(COMPOSE_FILE), "down", "-v", "--remove-orphans",
-                  "-t", "2"], timeout=120, cwd=REPO)
+            _drop_router_rules(p)
+            # the router overlay too: a router project's networks are defined there (harmless for others)
+            _run(["docker", "compose", "-p", p, "-f", str(COMPOSE_FILE), "-f", str(ROUTER_FILE), "down", "-v",
+                  "--remove-orphans", "-t", "2"], timeout=120, cwd=REPO)
         except (OSError, subprocess.TimeoutExpired):
             pass
     return projects
+
+
+def _drop_router_rules(project: str) -> None:
+    """Delete the DOCKER-USER rules a router project's up() made (ComposeTopology._bridge_rules), by
+    their comment: a killed run never reached its down()."""
+    if os.geteuid() != 0 or shutil.which("iptables") is None:
+        return
+    mark = f'--comment "livelab {project} router"'
+    for line in _run(["iptables", "-w", "-S", "DOCKER-USER"], timeout=30).stdout.splitlines():
+        if line.startswith("-A DOCKER-USER ") and mark in line:
+            _run(["iptables", "-w", "-D", *shlex.split(line)[1:]], timeout=30)
 
 
 # ---- a user's app (--client-cmd) in the client container -------------------------------------------

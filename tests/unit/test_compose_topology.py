@@ -75,3 +75,27 @@ def test_links_layer_the_router_overlay_and_add_the_router_node(tmp_path):
     assert [l.name for l in routed.router_part.links] == ["wifi", "cell"] and plain.router_part is None
     with pytest.raises(LabError, match="rtt_ms/loss .*wifi.* netns only"):
         ComposeTopology("run-1", project="p1", setup=False, links=[{"wifi": {"rtt_ms": 40}}])
+
+
+def test_lab_down_drops_a_killed_router_projects_docker_user_rules_only(monkeypatch):
+    import subprocess
+
+    from lab.topology import compose
+
+    listing = ('-N DOCKER-USER\n'
+               '-A DOCKER-USER -i br-1 -o br-1 -m comment --comment "livelab livelab-a router" -j ACCEPT\n'
+               '-A DOCKER-USER -i br-2 -o br-2 -m comment --comment "livelab livelab-ab router" -j ACCEPT\n'
+               '-A DOCKER-USER -j RETURN\n')
+    calls = []
+
+    def fake_run(argv, timeout=None, **kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, listing if "-S" in argv else "", "")
+
+    monkeypatch.setattr(compose, "_run", fake_run)
+    monkeypatch.setattr(compose.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(compose.shutil, "which", lambda tool: "/usr/sbin/" + tool)
+    compose._drop_router_rules("livelab-a")
+    deleted = [c for c in calls if "-D" in c]
+    assert deleted == [["iptables", "-w", "-D", "DOCKER-USER", "-i", "br-1", "-o", "br-1", "-m", "comment",
+                        "--comment", "livelab livelab-a router", "-j", "ACCEPT"]]
