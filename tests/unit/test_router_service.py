@@ -2,6 +2,7 @@
 addresses: requests answered from a stand-in FaultTable over a real loopback socket, no root."""
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from lab.topology.router_service import RemoteTable, accept_forever, answer
 from netem.errors import RuleError
 from netem.faults import build
 
+SCENARIOS = Path(__file__).resolve().parents[2] / "lab" / "scenarios"
 EP = {"dst": "172.30.0.2", "dport": 8443}
 ROUTER_SPECS = [{"kind": "nat_reap", "name": "reap", "target": EP, "idle_s": 5},
                 {"kind": "relay_age", "name": "relay", "target": EP, "age_s": 1.5, "mode": "rst"},
@@ -99,3 +101,16 @@ def test_a_compose_router_description_carries_dockers_addresses_and_the_service(
         ("172.32.0.3", 24, "172.31.0.2")
     assert isinstance(again.table(), RemoteTable) and again.table().address == "172.33.0.2:8450"
     assert again.topo.ns_client is None     # the switch acts on the agent's own container
+
+
+def test_a_router_scenario_is_refused_before_anything_starts_where_it_cannot_run(tmp_path):
+    from lab.run import preflight
+
+    with pytest.raises(LabError, match="netns and compose topologies, not pod"):
+        preflight(["n1-network-switch"], "probe", "pod", "twin")
+    shaped = tmp_path / "x1-shaped.yaml"
+    shaped.write_text(Path(SCENARIOS / "m2-fixed-age-relay.yaml").read_text()
+                      .replace("links: [wifi]", "links: [{wifi: {rtt_ms: 40}}]")
+                      .replace("node: router, ", ""))
+    with pytest.raises(LabError, match=r"scenario m2-fixed-age-relay: in the compose topology access links with rtt_ms/loss \(wifi\)"):
+        preflight([str(shaped)], "probe", "compose", "twin")
