@@ -123,7 +123,7 @@ class Addresses:
         return str(self.subnet)
 
     def links(self) -> tuple[str, ...]:
-        """Every access link the client node has a device for (netns: those the run made)."""
+        """The links settle() withdraws first: none in netns, where up() attached only the first."""
         return ()
 
 
