@@ -43,9 +43,7 @@ from pathlib import Path
 from lab.errors import CapabilityError, LabError
 from lab.topology.base import Node, Topology, require_tools
 from lab.topology.router import LINKS, Assigned, Place, Router, parse_links
-from lab.topology.router_service import PORT as ROUTER_SERVICE_PORT
-from lab.topology.router_service import READY_LINE as ROUTER_SERVICE_READY
-from lab.topology.services import Service
+from lab.topology.services import RouterService
 from netem.kernel import Capabilities
 
 REPO = Path(__file__).resolve().parents[2]
@@ -654,24 +652,6 @@ for pair; do
 done
 for pair; do n=${pair#*=}; ip link set dev "llr-$n" name "$n"; ip link set dev "$n" up; done
 """
-
-
-class RouterService(Service):
-    """The router service (lab/topology/router_service.py) on the router container, on its ctl address."""
-
-    role = "router-service"
-    ready_words = (ROUTER_SERVICE_READY,)
-
-    def __init__(self, node: Node, listen_ip: str, run_id: str):
-        super().__init__(node)
-        self.listen_ip, self.run_id = listen_ip, run_id
-
-    def argv(self) -> list[str]:
-        return [sys.executable, "-m", "lab.topology.router_service", "--listen", self.address, "--run-id", self.run_id]
-
-    @property
-    def address(self) -> str:
-        return f"{self.listen_ip}:{ROUTER_SERVICE_PORT}"
 
 
 def exec_latency_samples(n: int = 10, topology: ComposeTopology | None = None) -> dict[str, list[float]]:

@@ -15,7 +15,6 @@ import os
 import select
 import socket
 import subprocess
-import sys
 import threading
 import time
 
@@ -24,10 +23,8 @@ import pytest
 from lab.capture import count, dropped
 from lab.topology import uplink
 from lab.topology.netns import NetnsTopology
-from lab.topology.router_service import PORT as ROUTER_SERVICE_PORT
-from lab.topology.router_service import READY_LINE as ROUTER_SERVICE_READY
 from lab.topology.router_service import RemoteTable
-from lab.topology.services import Capture, stop_process, wait_ready
+from lab.topology.services import Capture, RouterService
 from netem.faults import build
 from netem.kernel import in_netns, list_netns
 
@@ -179,19 +176,16 @@ def test_relay_cuts_a_busy_flow_at_its_age(topo, listener, mode):
 def router_service(topo: NetnsTopology):
     """The router service (Compose's way to the router's chains) in the router namespace, and a
     RemoteTable to it from the client namespace, as the agent in a client container has one."""
-    addr = f"{topo.addresses.router_core}:{ROUTER_SERVICE_PORT}"
-    proc = topo.router.popen([sys.executable, "-m", "lab.topology.router_service", "--listen", addr,
-                              "--run-id", topo.run_id], role="router-service", stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT)
-    remote = RemoteTable(addr)
+    service = RouterService(topo.router, topo.addresses.router_core, topo.run_id)
+    remote = RemoteTable(service.address)
     try:
-        wait_ready(proc, "router service", (ROUTER_SERVICE_READY,), 20)
+        service.start()
         with in_netns(topo.ns_client):
             remote._connect()                  # the socket stays in the client namespace
         yield remote
     finally:
         remote._drop()
-        stop_process(proc)
+        service.stop()
 
 
 @pytest.mark.parametrize("via", ["table", "service"])
