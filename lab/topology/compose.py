@@ -675,19 +675,27 @@ def down_all(prefix: str = PROJECT_PREFIX) -> list[str]:
     if shutil.which("docker") is None or not docker_ready():
         return []
     try:
-        r = _run(["docker", "ps", "-a", "--format", '{{.Label "com.docker.compose.project"}}'], timeout=30)
+        r = _run(["docker", "ps", "-a", "--format",
+                  '{{.Label "com.docker.compose.project"}} {{.Label "com.docker.compose.service"}}'], timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return []
-    projects = sorted({p for p in r.stdout.split() if p.startswith(prefix)})
-    for p in projects:
+    services: dict[str, set[str]] = {}
+    for line in r.stdout.splitlines():
+        project, _, service = line.partition(" ")
+        if project.startswith(prefix):
+            services.setdefault(project, set()).add(service.strip())
+    for p, svcs in sorted(services.items()):
+        # a router project's networks are the overlay's; a plain project's `default` is compose.yaml's
+        # alone (layering the overlay on it would leave that network behind)
+        files = [COMPOSE_FILE, *([ROUTER_FILE] if "router" in svcs else [])]
         try:
-            _drop_router_rules(p)
-            # the router overlay too: a router project's networks are defined there (harmless for others)
-            _run(["docker", "compose", "-p", p, "-f", str(COMPOSE_FILE), "-f", str(ROUTER_FILE), "down", "-v",
+            if "router" in svcs:
+                _drop_router_rules(p)
+            _run(["docker", "compose", "-p", p, *(a for f in files for a in ("-f", str(f))), "down", "-v",
                   "--remove-orphans", "-t", "2"], timeout=120, cwd=REPO)
         except (OSError, subprocess.TimeoutExpired):
             pass
-    return projects
+    return sorted(services)
 
 
 def _drop_router_rules(project: str) -> None:

@@ -99,3 +99,26 @@ def test_lab_down_drops_a_killed_router_projects_docker_user_rules_only(monkeypa
     deleted = [c for c in calls if "-D" in c]
     assert deleted == [["iptables", "-w", "-D", "DOCKER-USER", "-i", "br-1", "-o", "br-1", "-m", "comment",
                         "--comment", "livelab livelab-a router", "-j", "ACCEPT"]]
+
+
+def test_lab_down_layers_the_router_overlay_only_on_router_projects(monkeypatch):
+    import subprocess
+
+    from lab.topology import compose
+
+    calls = []
+
+    def fake_run(argv, timeout=None, **kw):
+        calls.append(argv)
+        out = "livelab-r1 router\nlivelab-r1 client\nlivelab-p1 client\nother x\n" if argv[:2] == ["docker", "ps"] else ""
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    monkeypatch.setattr(compose, "_run", fake_run)
+    monkeypatch.setattr(compose, "docker_ready", lambda: True)
+    monkeypatch.setattr(compose.shutil, "which", lambda tool: "/usr/bin/" + tool)
+    monkeypatch.setattr(compose.os, "geteuid", lambda: 0)
+    assert compose.down_all() == ["livelab-p1", "livelab-r1"]
+    downs = {c[3]: [c[i + 1] for i, a in enumerate(c) if a == "-f"] for c in calls if "down" in c}
+    assert downs == {"livelab-p1": [str(compose.COMPOSE_FILE)],
+                     "livelab-r1": [str(compose.COMPOSE_FILE), str(compose.ROUTER_FILE)]}
+    assert any(c[:4] == ["iptables", "-w", "-S", "DOCKER-USER"] for c in calls)   # the router project's rules
