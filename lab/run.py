@@ -31,9 +31,8 @@ from lab.errors import CapabilityError, LabError
 from lab.topology import AUTO, TOPOLOGIES
 from lab.topology import choose as choose_topology
 from lab.topology import get as get_topology
-from lab.topology.compose import APP_DIR, app_command, app_mount_file, links_unsupported
+from lab.topology.compose import APP_DIR, app_command, app_mount_file
 from lab.topology.hostnames import ENDPOINT_NAMES, ENDPOINT_PORT
-from lab.topology.router import parse_links
 from lab.topology.services import Capture, Proxy, Twin
 from netem import faults as netem_faults
 
@@ -63,9 +62,6 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
         if s.router_links and topology not in ("netns", "compose"):
             raise LabError(f"scenario {s.name} has a router (topology: {{router: true}}): it runs in the netns "
                            f"and compose topologies, not {topology} (no router node there)")
-        why = s.router_links and topology == "compose" and links_unsupported(parse_links(s.router_links))
-        if why:
-            raise LabError(f"scenario {s.name}: in the compose topology {why}")
         if s.router_links and endpoint == "live":
             raise LabError(f"scenario {s.name} has a router: live mode has no uplink behind a router yet")
         name = client or s.client

@@ -301,9 +301,6 @@ class ComposeTopology(Topology):
             raise CapabilityError(UPLINK_MISSING)
         # links: a router container between the nodes (compose.router.yaml)
         self.links = parse_links(links) if links else ()
-        why = links_unsupported(self.links)
-        if why:
-            raise LabError(f"compose topology: {why}")
         self.run_id = run_id
         if run_dir is not None:
             run_dir = Path(run_dir).resolve()
@@ -506,7 +503,9 @@ class ComposeTopology(Topology):
         if settle.returncode != 0:
             raise LabError(f"compose topology: the client's start state on {part.links[0].name} failed: "
                            f"{(err.strip().splitlines() or ['rc=%d' % settle.returncode])[-1]}")
-        self._router_service = RouterService(r, r.address("ctl")[0], self.run_id).start()
+        # the links' RTT and loss go into the router service's table before it answers the agent
+        link_faults = tuple(spec for link in part.links for spec in part.link_faults(link))
+        self._router_service = RouterService(r, r.address("ctl")[0], self.run_id, link_faults).start()
         part.control = self._router_service.address
 
     def _image_key(self) -> tuple[str, ...]:
@@ -632,13 +631,6 @@ def image_python(program: str) -> str:
 
 def _subnet(node: ComposeNode, network: str) -> str:
     return str(ipaddress.ip_interface("%s/%d" % node.address(network)).network)
-
-
-def links_unsupported(links) -> str | None:
-    """Why these access links cannot run in Compose (one line), or None: a link's RTT and loss are
-    made by the router's userspace delay and loss kinds in netns, not yet in the router container."""
-    shaped = [l.name for l in links if l.rtt_ms or l.loss]
-    return f"access links with rtt_ms/loss ({', '.join(shaped)}) run in netns only for now" if shaped else None
 
 
 # Runs in a container: each `ADDRESS=NAME` argument renames the device holding ADDRESS to NAME (two

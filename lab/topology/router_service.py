@@ -102,8 +102,12 @@ def accept_forever(ls: socket.socket, table) -> None:
         threading.Thread(target=_serve_connection, args=(table, conn), daemon=True).start()
 
 
-def serve(host: str, port: int, run_id: str) -> None:
+def serve(host: str, port: int, run_id: str, start_faults: tuple[dict, ...] = ()) -> None:
+    """Serve the router's table on host:port; `start_faults` (the access links' RTT and loss:
+    Router.link_faults) go in first, so the links' faults and the agent's share one table."""
     table = forwarding_table(None, run_id, handle_signals=True)   # SIGTERM at down: the table heals
+    for spec in start_faults:
+        table.add(build(spec))
     ls = socket.create_server((host, port))
     print(f"{READY_LINE} {host}:{port}", flush=True)
     try:
@@ -184,10 +188,12 @@ def main(argv: list[str] | None = None) -> int:
                                 description="the router's faults for an agent in another container")
     p.add_argument("--listen", required=True, help="ADDRESS:PORT (the router's address on the ctl network)")
     p.add_argument("--run-id", required=True)
+    p.add_argument("--fault", action="append", default=[], metavar="SPEC_JSON",
+                   help="a fault applied before the service listens (an access link's RTT or loss)")
     a = p.parse_args(argv)
     host, port = a.listen.rsplit(":", 1)
     try:
-        serve(host, int(port), a.run_id)
+        serve(host, int(port), a.run_id, tuple(json.loads(f) for f in a.fault))
     except (NetemError, LabError, OSError) as e:
         print(f"router service: {e}", file=sys.stderr, flush=True)
         return 2

@@ -13,6 +13,7 @@ A service is ready when it says so on its output (the twin prints its https:// U
 """
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -176,12 +177,13 @@ class RouterService(Service):
     role = "router-service"
     ready_words = (ROUTER_SERVICE_READY,)
 
-    def __init__(self, node: Node, listen_ip: str, run_id: str):
+    def __init__(self, node: Node, listen_ip: str, run_id: str, faults: tuple[dict, ...] = ()):
         super().__init__(node)
-        self.listen_ip, self.run_id = listen_ip, run_id
+        self.listen_ip, self.run_id, self.faults = listen_ip, run_id, tuple(faults)
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "lab.topology.router_service", "--listen", self.address, "--run-id", self.run_id]
+        return [sys.executable, "-m", "lab.topology.router_service", "--listen", self.address, "--run-id", self.run_id,
+                *(a for spec in self.faults for a in ("--fault", json.dumps(spec)))]
 
     @property
     def address(self) -> str:

@@ -129,3 +129,42 @@ def test_n1_the_switch_in_compose_moves_the_client_to_its_cell_address(tmp_path,
     after = [ip for t, ip in peers if t > switch["t_made"]]
     # the endpoint sees the new connections from the new address, and nothing from the old one
     assert after and set(after) == {switch["new_ip"]}, peers
+
+
+# Runs in the client container: connect times (s) to the endpoint across the shaped link (no
+# listener there: SYN and the reset are one round trip) and, as the same run's baseline, to the
+# router service on the ctl network, which no link fault touches.
+RTT = r"""
+import json, socket, sys, time
+def once(addr):
+    s = socket.socket(); t0 = time.monotonic()
+    try:
+        s.connect(addr)
+    except ConnectionRefusedError:
+        pass
+    s.close(); return time.monotonic() - t0
+host, port = sys.argv[2].rsplit(":", 1)
+ep, ctl = (sys.argv[1], 9), (host, int(port))
+print(json.dumps({"link": sorted(once(ep) for _ in range(5)), "ctl": sorted(once(ctl) for _ in range(5))}))
+"""
+
+
+def test_a_links_rtt_is_made_in_the_router_container(tmp_path):
+    if os.geteuid() != 0 or not docker_ready():
+        pytest.skip("needs root and a running dockerd")
+    topo = ComposeTopology(f"e2e-rtt-{os.getpid()}", captures_dir=tmp_path, setup=True,
+                           links=[{"wifi": {"rtt_ms": 40}}], env={"LAB_IMAGE_TAG": TAG, "COMPOSE_BAKE": "false"})
+    try:
+        topo.up()
+        p = topo.client.popen(["python", "-c", RTT, topo.endpoint.ip, topo.router_part.control],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        got = json.loads(out)
+        link, ctl = got["link"][2], got["ctl"][2]          # medians of 5
+        print(f"connect over the 40 ms wifi link {link * 1000:.1f} ms, to the router service {ctl * 1000:.1f} ms")
+        assert 0.035 <= link <= 0.5, got
+        assert ctl < link, got
+    finally:
+        topo.down()
+        assert not topo.containers(), "the router lab's containers outlived the test"

@@ -1,8 +1,8 @@
 """The router service's protocol (lab/topology/router_service.py) and the Router on Docker's
 addresses: requests answered from a stand-in FaultTable over a real loopback socket, no root."""
+import json
 import socket
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -12,7 +12,6 @@ from lab.topology.router_service import RemoteTable, accept_forever, answer
 from netem.errors import RuleError
 from netem.faults import build
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "lab" / "scenarios"
 EP = {"dst": "172.30.0.2", "dport": 8443}
 ROUTER_SPECS = [{"kind": "nat_reap", "name": "reap", "target": EP, "idle_s": 5},
                 {"kind": "relay_age", "name": "relay", "target": EP, "age_s": 1.5, "mode": "rst"},
@@ -103,14 +102,16 @@ def test_a_compose_router_description_carries_dockers_addresses_and_the_service(
     assert again.topo.ns_client is None     # the switch acts on the agent's own container
 
 
-def test_a_router_scenario_is_refused_before_anything_starts_where_it_cannot_run(tmp_path):
+def test_a_router_scenario_is_refused_before_anything_starts_where_it_cannot_run():
     from lab.run import preflight
 
     with pytest.raises(LabError, match="netns and compose topologies, not pod"):
         preflight(["n1-network-switch"], "probe", "pod", "twin")
-    shaped = tmp_path / "x1-shaped.yaml"
-    shaped.write_text(Path(SCENARIOS / "m2-fixed-age-relay.yaml").read_text()
-                      .replace("links: [wifi]", "links: [{wifi: {rtt_ms: 40}}]")
-                      .replace("node: router, ", ""))
-    with pytest.raises(LabError, match=r"scenario m2-fixed-age-relay: in the compose topology access links with rtt_ms/loss \(wifi\)"):
-        preflight([str(shaped)], "probe", "compose", "twin")
+
+
+def test_the_service_puts_the_links_faults_in_before_it_listens():
+    from lab.topology.services import RouterService
+
+    spec = {"kind": "delay", "name": "link-wifi-rtt", "target": {"dst": "172.31.0.3"}, "direction": "both", "delay_ms": 20}
+    argv = RouterService(object(), "172.30.0.2", "run", faults=(spec,)).argv()
+    assert argv[argv.index("--fault") + 1] == json.dumps(spec) and "172.30.0.2:8450" in argv
