@@ -110,7 +110,9 @@ class Agent:
         if node == "router":
             if self.router is None:
                 raise LabError("a fault on the router, but this run has no router (topology: {router: true})")
-            return self.router.table()   # the router namespace's chains, hooked from FORWARD
+            # the router's chains, hooked from FORWARD: its namespace's, or in Compose the router
+            # service's in the router container (lab/topology/router_service.py)
+            return self.router.table()
         if self.table is None:
             from netem.table import FaultTable  # lazy: the table needs root, a run with no fault does not
             # the agent handles SIGINT/SIGTERM itself (and heals in its finally), so the table must not

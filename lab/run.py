@@ -59,9 +59,9 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
     """Validate everything up front; raise one clear LabError on the first problem."""
     scns = [scenario_mod.load(s) for s in scenarios]
     for s in scns:
-        if s.router_links and topology != "netns":
+        if s.router_links and topology not in ("netns", "compose"):
             raise LabError(f"scenario {s.name} has a router (topology: {{router: true}}): it runs in the netns "
-                           "topology only for now (the Compose router container has no way yet to take the agent's faults and switch)")
+                           f"and compose topologies, not {topology} (no router node there)")
         if s.router_links and endpoint == "live":
             raise LabError(f"scenario {s.name} has a router: live mode has no uplink behind a router yet")
         name = client or s.client
@@ -173,7 +173,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
     if spec.client_cmd and spec.topology == "compose":
         topo_kw["extra_files"] = [app_mount_file(spec.app_dir, secrets / "compose.app.yaml")]
         app_cmd, app_cwd = app_command(spec.client_cmd, spec.app_dir), APP_DIR
-    # a router scenario (topology: {router: true, links}) puts a router between the nodes (netns only)
+    # a router scenario (topology: {router: true, links}) puts a router between the nodes
     if scn.router_links:
         topo_kw["links"] = scn.router_links
     topo = get_topology(spec.topology)(run_id=topo_id, run_dir=run_dir, secrets_dir=secrets,

@@ -7,8 +7,12 @@ command lines as in the netns topology (lab/topology/services.py): the container
 service command of their own, so nothing can drift between the topologies (as `--freeze-first`
 and the twin's `--t0` once did). With `links=[...]` a third container, `router`, sits between them
 (compose.router.yaml, layered on compose.yaml; `topo.router`): client and endpoint share no network
-and reach each other only by its forwarding. Its middlebox faults and the switch still run in the
-netns topology only (the agent in the client container cannot reach the router's chains). Lifecycle goes through the compose v2 CLI
+and reach each other only by its forwarding. `topo.router_part` is the same Router as in netns
+(lab/topology/router.py) on Docker's addresses: up() names each container's access-link devices
+after their links (wifi, cell, as in netns), brings the client to the start state (`Router.settle`,
+in the client container) and starts the router service in the router container, which holds the
+router's FaultTable for the agent (lab/topology/router_service.py); the switch is played by the
+agent on its own container's addresses. Lifecycle goes through the compose v2 CLI
 (`docker compose -p <project> ...`); container inspection through the Docker SDK.
 `up()` first runs scripts/docker-setup.sh when something is missing (dockerd, compose v2, and on the
 offline image path the base image and the wheelhouse, or a project wheel older than its sources), so a
@@ -32,12 +36,14 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from lab.errors import CapabilityError, LabError
 from lab.topology.base import Node, Topology, require_tools
-from lab.topology.router import parse_links
+from lab.topology.router import LINKS, Assigned, Place, Router, parse_links
+from lab.topology.services import RouterService
 from netem.kernel import Capabilities
 
 REPO = Path(__file__).resolve().parents[2]
@@ -294,12 +300,8 @@ class ComposeTopology(Topology):
                  secrets_dir: Path | str | None = None, uplink: bool = False, links=None):
         if uplink:
             raise CapabilityError(UPLINK_MISSING)
-        # links: a router container between the nodes (compose.router.yaml); its access links have no
-        # RTT or loss of their own here yet (in netns the router's delay/loss kinds make them)
+        # links: a router container between the nodes (compose.router.yaml)
         self.links = parse_links(links) if links else ()
-        shaped = [l.name for l in self.links if l.rtt_ms or l.loss]
-        if shaped:
-            raise LabError(f"compose topology: access links with rtt_ms/loss ({', '.join(shaped)}) run in netns only for now")
         self.run_id = run_id
         if run_dir is not None:
             run_dir = Path(run_dir).resolve()
@@ -321,6 +323,9 @@ class ComposeTopology(Topology):
         self.client = ComposeNode(self, "client", "client")
         self.endpoint = ComposeNode(self, "endpoint", "endpoint")
         self.router = ComposeNode(self, "router", "router") if self.links else None
+        # its addresses and the router service's are Docker's: known once up() has the containers
+        self.router_part = Router(Place(self.run_id, None, None, None), self.links) if self.links else None
+        self._router_service: RouterService | None = None
 
     @classmethod
     def preflight(cls, client_tools: frozenset[str] = frozenset(), uplink: bool = False) -> None:
@@ -427,6 +432,7 @@ class ComposeTopology(Topology):
             try:
                 self._bridge_rules("-I")
                 self._route_through_router()
+                self._router_up()
             except Exception:
                 self.down()
                 raise
@@ -470,19 +476,50 @@ class ComposeTopology(Topology):
                 raise LabError(f"compose topology: iptables {verb} {' '.join(rule[:5])} failed: {r.stderr.strip()}")
 
     def _route_through_router(self) -> None:
-        """The routes that make client and endpoint, which share no network, reach each other by the
-        router: Docker picks the subnets, so they are read from the containers once they are up."""
-        def subnet(node: ComposeNode, network: str) -> str:
-            return str(ipaddress.ip_interface("%s/%d" % node.address(network)).network)
-
+        """The endpoint's routes back to the access networks by the router: Docker picks the subnets,
+        so they are read from the containers once they are up (the client's way there is the
+        Router's, set by _router_up)."""
         r = self.router
-        routes = [("client", subnet(r, "core"), r.address("wifi")[0])]
-        routes += [("endpoint", subnet(r, net), r.address("core")[0]) for net in ("wifi", "cell")]
+        routes = [("endpoint", _subnet(r, net), r.address("core")[0]) for net in LINKS]
         for service, dst, via in routes:
             p = self.compose("exec", "-T", service, "ip", "route", "replace", dst, "via", via, timeout=30, check=False)
             if p.returncode != 0:
                 raise LabError(f"compose topology: route {dst} via {via} in {service} failed: "
                                f"{(p.stderr.strip().splitlines() or ['rc=%d' % p.returncode])[-1]}")
+
+    def _router_up(self) -> None:
+        """The router part on Docker's addresses: devices named after their links in client and
+        router (what the Router and the capture name), the client at its start state, and the
+        router service listening on the router's ctl address."""
+        r, part = self.router, self.router_part
+        part.assigned = Assigned(routed=_subnet(r, "core"), client={n: self.client.address(n) for n in LINKS},
+                                 router={n: r.address(n)[0] for n in LINKS})
+        for node in (self.client, r):
+            pairs = [f"{node.address(n)[0]}={n}" for n in LINKS]
+            p = self.compose("exec", "-T", node.service, "sh", "-c", RENAME_SCRIPT, "rename", *pairs,
+                             timeout=30, check=False)
+            if p.returncode != 0:
+                raise LabError(f"compose topology: naming the {node.service}'s link devices failed: "
+                               f"{(p.stderr.strip().splitlines() or ['rc=%d' % p.returncode])[-1]}")
+        # Docker's DNS names only the containers of a network the client is on, and the endpoint is
+        # on none of them: its name goes into the client's own /etc/hosts (what the twin's URL and
+        # certificate name)
+        ep = self.endpoint.ip
+        p = self.compose("exec", "-T", "client", "sh", "-c", f'echo "{ep} {self.endpoint.host}" >> /etc/hosts',
+                         timeout=30, check=False)
+        if p.returncode != 0:
+            raise LabError(f"compose topology: naming the endpoint ({ep}) in the client failed: rc={p.returncode}")
+        settle = self.client.popen([sys.executable, "-m", "lab.topology.router", "settle",
+                                    json.dumps(part.describe())], role="router-settle",
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _out, err = settle.communicate(timeout=60)
+        if settle.returncode != 0:
+            raise LabError(f"compose topology: the client's start state on {part.links[0].name} failed: "
+                           f"{(err.strip().splitlines() or ['rc=%d' % settle.returncode])[-1]}")
+        # the links' RTT and loss go into the router service's table before it answers the agent
+        link_faults = tuple(spec for link in part.links for spec in part.link_faults(link))
+        self._router_service = RouterService(r, r.address("ctl")[0], self.run_id, link_faults).start()
+        part.control = self._router_service.address
 
     def _image_key(self) -> tuple[str, ...]:
         """What decides the images `up --build` makes: the compose files and the variables they read."""
@@ -515,6 +552,9 @@ class ComposeTopology(Topology):
         if shutil.which("docker") is None:
             return
         self.give_back_run_dir()
+        if self._router_service is not None:
+            self._router_service.stop()     # it heals its table on SIGTERM, before the containers go
+            self._router_service = None
         self._ids = {}                      # the containers go: no exec by their ids any more
         if self.router and os.geteuid() == 0:
             try:
@@ -549,9 +589,7 @@ class ComposeTopology(Topology):
     def container_argv(self, argv: list[str]) -> list[str]:
         """Translate a host command line: the host's Python becomes the image's, host paths container paths."""
         argv = [self.container_path(a) for a in argv]
-        if argv and "/" in argv[0] and Path(argv[0]).name.startswith("python"):
-            argv[0] = "python"
-        return argv
+        return [image_python(argv[0]), *argv[1:]] if argv else argv
 
     # -- inspection (Docker SDK, with the CLI as a fallback)
     def containers(self) -> dict[str, object]:
@@ -599,6 +637,29 @@ class ComposeTopology(Topology):
         return out
 
 
+def image_python(program: str) -> str:
+    """A command's program as the image runs it: the host's Python (a path to python*, e.g. a
+    venv's) is the image's `python`; anything else stays as it is."""
+    return "python" if "/" in program and Path(program).name.startswith("python") else program
+
+
+def _subnet(node: ComposeNode, network: str) -> str:
+    return str(ipaddress.ip_interface("%s/%d" % node.address(network)).network)
+
+
+# Runs in a container: each `ADDRESS=NAME` argument renames the device holding ADDRESS to NAME (two
+# passes, so names Docker gave in another order can swap); the device comes back up with its address.
+RENAME_SCRIPT = r"""
+set -e
+dev_of() { ip -o -4 addr show | awk -v a="$1" '{split($4, p, "/"); if (p[1] == a) {sub(/@.*/, "", $2); print $2}}'; }
+for pair; do
+  d=$(dev_of "${pair%%=*}"); [ -n "$d" ] || { echo "no device holds ${pair%%=*}" >&2; exit 1; }
+  ip link set dev "$d" down; ip link set dev "$d" name "llr-${pair#*=}"
+done
+for pair; do n=${pair#*=}; ip link set dev "llr-$n" name "$n"; ip link set dev "$n" up; done
+"""
+
+
 def exec_latency_samples(n: int = 10, topology: ComposeTopology | None = None) -> dict[str, list[float]]:
     """The baseline of the faults benchmark: exec round trips into the client container, in seconds.
 
@@ -620,17 +681,38 @@ def down_all(prefix: str = PROJECT_PREFIX) -> list[str]:
     if shutil.which("docker") is None or not docker_ready():
         return []
     try:
-        r = _run(["docker", "ps", "-a", "--format", '{{.Label "com.docker.compose.project"}}'], timeout=30)
+        r = _run(["docker", "ps", "-a", "--format",
+                  '{{.Label "com.docker.compose.project"}} {{.Label "com.docker.compose.service"}}'], timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return []
-    projects = sorted({p for p in r.stdout.split() if p.startswith(prefix)})
-    for p in projects:
+    services: dict[str, set[str]] = {}
+    for line in r.stdout.splitlines():
+        project, _, service = line.partition(" ")
+        if project.startswith(prefix):
+            services.setdefault(project, set()).add(service.strip())
+    for p, svcs in sorted(services.items()):
+        # a router project's networks are the overlay's; a plain project's `default` is compose.yaml's
+        # alone (layering the overlay on it would leave that network behind)
+        files = [COMPOSE_FILE, *([ROUTER_FILE] if "router" in svcs else [])]
         try:
-            _run(["docker", "compose", "-p", p, "-f", str(COMPOSE_FILE), "down", "-v", "--remove-orphans",
-                  "-t", "2"], timeout=120, cwd=REPO)
+            if "router" in svcs:
+                _drop_router_rules(p)
+            _run(["docker", "compose", "-p", p, *(a for f in files for a in ("-f", str(f))), "down", "-v",
+                  "--remove-orphans", "-t", "2"], timeout=120, cwd=REPO)
         except (OSError, subprocess.TimeoutExpired):
             pass
-    return projects
+    return sorted(services)
+
+
+def _drop_router_rules(project: str) -> None:
+    """Delete the DOCKER-USER rules a router project's up() made (ComposeTopology._bridge_rules), by
+    their comment: a killed run never reached its down()."""
+    if os.geteuid() != 0 or shutil.which("iptables") is None:
+        return
+    mark = f'--comment "livelab {project} router"'
+    for line in _run(["iptables", "-w", "-S", "DOCKER-USER"], timeout=30).stdout.splitlines():
+        if line.startswith("-A DOCKER-USER ") and mark in line:
+            _run(["iptables", "-w", "-D", *shlex.split(line)[1:]], timeout=30)
 
 
 # ---- a user's app (--client-cmd) in the client container -------------------------------------------
@@ -655,8 +737,8 @@ def app_command(cmd: str, app_dir: Path) -> str:
     for i, a in enumerate(shlex.split(cmd)):
         if a == root or a.startswith(root + "/"):
             a = APP_DIR + a[len(root):]
-        elif i == 0 and "/" in a and Path(a).name.startswith("python"):
-            a = "python"
+        elif i == 0:
+            a = image_python(a)
         argv.append(a)
     return shlex.join(argv)
 

@@ -1,4 +1,4 @@
-"""A router node between client and endpoint, reached over one or two access links (netns).
+"""A router node between client and endpoint, reached over one or two access links (netns, Compose).
 
     client ll-<run>-c                  router ll-<run>-r                       endpoint ll-<run>-e
       wifi 10.203.N.18/28 <── veth ──> wifi 10.203.N.17/28
@@ -25,6 +25,12 @@ at the start; `switch()` moves the client to another one, as a phone moving from
 The client routes by source address (one table per link, `ip rule from <addr>`), so during an
 overlap an old flow keeps its old path; once the old address is gone its packets reach the router
 by the new link with a source that does not belong there and die silently (rp_filter).
+
+In Compose the same Router runs on addresses Docker assigned (`Assigned`, read from the containers
+by lab/topology/compose.py), its client side in the client container's own namespace (the agent's:
+`ns_client` None), and its FaultTable in the router container, reached through the router service
+(`control`: lab/topology/router_service.py). The switch is the same code in both: it changes only
+the client's addresses, rules and routes; the router's ends of the links stay up.
 """
 from __future__ import annotations
 
@@ -34,9 +40,9 @@ import time
 from dataclasses import dataclass
 
 from lab.errors import LabError
+from lab.topology.router_service import RemoteTable, forwarding_table
 from netem import faults as fault_registry
-from netem.kernel import in_netns
-from netem.table import ROUTER_HOOKS, FaultTable
+from netem.table import FaultTable
 
 CORE_DEV = "eth0"         # the router's and the endpoint's ends of the core link
 LINKS = ("wifi", "cell")  # the access links a scenario may name, in slot order (slot 1, 2 of the /24)
@@ -108,6 +114,48 @@ class Addresses:
     def client_on(self, link: AccessLink) -> str:
         return str(self.slot(link.slot).network_address + 2)
 
+    def prefixlen(self, link: AccessLink) -> int:
+        return 28
+
+    @property
+    def routed(self) -> str:
+        """What the client reaches by its access link: the whole run subnet."""
+        return str(self.subnet)
+
+    def links(self) -> tuple[str, ...]:
+        """The links settle() withdraws first: none in netns, where up() attached only the first."""
+        return ()
+
+
+@dataclass(frozen=True)
+class Assigned:
+    """Addresses someone else assigned (Docker's IPAM in Compose), with the methods of Addresses
+    the Router asks: `client` link -> (address, prefix length), `router` link -> the router's
+    address on it, `routed` the subnet the client reaches through the router (the core network's)."""
+    routed: str
+    client: dict
+    router: dict
+
+    def router_on(self, link: AccessLink) -> str:
+        return self.router[link.name]
+
+    def client_on(self, link: AccessLink) -> str:
+        return self.client[link.name][0]
+
+    def prefixlen(self, link: AccessLink) -> int:
+        return int(self.client[link.name][1])
+
+    def links(self) -> tuple[str, ...]:
+        """Every access link the client container is attached to (compose.router.yaml: all of LINKS)."""
+        return tuple(n for n in LINKS if n in self.client)
+
+    def to_json(self) -> dict:
+        return {"routed": self.routed, "client": {k: list(v) for k, v in self.client.items()}, "router": self.router}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Assigned":
+        return cls(d["routed"], {k: tuple(v) for k, v in d["client"].items()}, dict(d["router"]))
+
 
 def _veth(ns_a: str, dev_a: str, ns_b: str, dev_b: str, tmp: str) -> None:
     """A veth pair with end `dev_a` in `ns_a` and `dev_b` in `ns_b`, both down, no address."""
@@ -130,49 +178,60 @@ def _addr_up(ns: str, dev: str, address: str, prefixlen: int) -> None:
         n.link("set", index=n.link_lookup(ifname="lo")[0], state="up")
 
 
-def write_sysctl(ns: str, key: str, value) -> None:
-    with in_netns(ns), open("/proc/sys/" + key.replace(".", "/"), "w") as fh:
-        fh.write(str(value))
+def _iproute(ns: str | None):
+    """A netlink socket in namespace `ns`, or in this one (None: the agent's own, in a container)."""
+    from pyroute2 import IPRoute, NetNS  # see _veth
+
+    return NetNS(ns) if ns else IPRoute()
 
 
 @dataclass(frozen=True)
 class Place:
-    """What a Router needs of its topology: the run id, the namespaces, the run's /24. The agent,
+    """What a Router needs of its topology: the run id, the namespaces, the run's /24 (netns; in
+    Compose the namespaces are the containers' own and the subnet is Docker's: None). The agent,
     which knows no topology, rebuilds a Router from `Router.describe()` with one of these."""
     run_id: str
-    ns_client: str
-    ns_endpoint: str
-    subnet: ipaddress.IPv4Network
+    ns_client: str | None
+    ns_endpoint: str | None
+    subnet: ipaddress.IPv4Network | None
 
 
 class Router:
-    """The router part of a NetnsTopology: builds the core and access links, owns the router's
-    FaultTable (link delay/loss and middlebox faults) and moves the client between links."""
+    """The router part of a topology: in netns builds the core and access links; owns the router's
+    FaultTable (link delay/loss and middlebox faults; in Compose the router service's, `control`)
+    and moves the client between links. `assigned`: addresses the topology did not choose (Compose)."""
 
-    def __init__(self, topo, links: tuple[AccessLink, ...]):
+    def __init__(self, topo, links: tuple[AccessLink, ...], assigned: Assigned | None = None,
+                 control: str | None = None):
         self.topo = topo
         self.links = links
         self.ns = f"ll-{topo.run_id}-r"
         self.active = links[0]
-        self._table: FaultTable | None = None
+        self.assigned, self.control = assigned, control
+        self._table: FaultTable | RemoteTable | None = None
         self._lock = threading.Lock()
 
     @property
-    def addresses(self) -> Addresses:
-        return Addresses(self.topo.subnet)
+    def addresses(self) -> Addresses | Assigned:
+        return self.assigned or Addresses(self.topo.subnet)
 
     def describe(self) -> dict:
         """Enough to act on this router from another process (the agent's `--router`)."""
         t = self.topo
         return {"run_id": t.run_id, "ns_client": t.ns_client, "ns_endpoint": t.ns_endpoint,
-                "subnet": str(t.subnet), "links": [{l.name: {"rtt_ms": l.rtt_ms, "loss": l.loss}} for l in self.links],
-                "active": self.active.name}
+                "subnet": str(t.subnet) if t.subnet else None,
+                "links": [{l.name: {"rtt_ms": l.rtt_ms, "loss": l.loss}} for l in self.links],
+                "active": self.active.name,
+                **({"assigned": self.assigned.to_json()} if self.assigned else {}),
+                **({"control": self.control} if self.control else {})}
 
     @classmethod
     def from_description(cls, d: dict) -> "Router":
         """A Router on an existing topology (made by `describe()`): switch() and table() work, up() is not for it."""
-        place = Place(d["run_id"], d["ns_client"], d["ns_endpoint"], ipaddress.ip_network(d["subnet"]))
-        r = cls(place, parse_links(d["links"]))
+        place = Place(d["run_id"], d["ns_client"], d["ns_endpoint"],
+                      ipaddress.ip_network(d["subnet"]) if d.get("subnet") else None)
+        assigned = Assigned.from_json(d["assigned"]) if d.get("assigned") else None
+        r = cls(place, parse_links(d["links"]), assigned=assigned, control=d.get("control"))
         r.active = r.link(d["active"])
         return r
 
@@ -195,19 +254,12 @@ class Router:
         _addr_up(t.ns_endpoint, CORE_DEV, a.endpoint, 28)
         with NetNS(t.ns_endpoint) as e:
             e.route("add", dst=str(a.subnet), gateway=a.router_core)
-        for key, value in (("net.ipv4.ip_forward", 1), ("net.ipv4.conf.all.rp_filter", 1),
-                           ("net.ipv4.conf.default.rp_filter", 1), ("net.netfilter.nf_conntrack_timestamp", 1)):
-            write_sysctl(self.ns, key, value)
+        self._table = forwarding_table(self.ns, t.run_id)   # what the router service makes in Compose
         for link in self.links:
             _veth(self.ns, link.name, t.ns_client, link.name, tmp)
             _addr_up(self.ns, link.name, a.router_on(link), 28)
             with NetNS(t.ns_client) as c:
                 c.link("set", index=c.link_lookup(ifname="lo")[0], state="up")
-        # conntrack tracks every forwarded flow from its first packet, as on a NAT box: a middlebox
-        # fault started mid-flow (nf_conntrack_tcp_loose 0) must find the flow's entry there
-        self.table().setup()
-        self.table().restore('*filter\n-A FORWARD -m conntrack --ctstate NEW,ESTABLISHED,RELATED,INVALID '
-                             f'-m comment --comment "livelab {t.run_id} conntrack on"\nCOMMIT\n')
         self._attach(self.active, main=True)
         for link in self.links:
             for spec in self.link_faults(link):
@@ -226,10 +278,11 @@ class Router:
                           "direction": "both", "p": link.loss})
         return specs
 
-    def table(self) -> FaultTable:
-        """The router's FaultTable (chains hooked from FORWARD); made on first use, closed by down()."""
+    def table(self) -> FaultTable | RemoteTable:
+        """The router's FaultTable (chains hooked from FORWARD): the router namespace's, or with a
+        `control` address the router service's in its container; made on first use, closed by down()."""
         if self._table is None:
-            self._table = FaultTable(self.ns, hooks=ROUTER_HOOKS, handle_signals=False)
+            self._table = RemoteTable(self.control) if self.control else forwarding_table(self.ns, self.topo.run_id)
         return self._table
 
     def down(self) -> None:
@@ -245,13 +298,11 @@ class Router:
     def _attach(self, link: AccessLink, main: bool) -> None:
         """Bring the client's end of `link` up with its address and its own routing table; with
         `main`, new connections to the endpoint leave by it."""
-        from pyroute2 import NetNS  # see _veth
-
         a = self.addresses
         table = TABLE_BASE + link.slot
-        with NetNS(self.topo.ns_client) as c:
+        with _iproute(self.topo.ns_client) as c:
             idx = c.link_lookup(ifname=link.name)[0]
-            c.addr("add", index=idx, address=a.client_on(link), prefixlen=28)
+            c.addr("add", index=idx, address=a.client_on(link), prefixlen=a.prefixlen(link))
             c.link("set", index=idx, state="up")
             c.route("add", dst="0.0.0.0/0", gateway=a.router_on(link), oif=idx, table=table)
             c.rule("add", src=a.client_on(link), src_len=32, table=table, priority=table)
@@ -260,23 +311,30 @@ class Router:
 
     def _main_route(self, c, link: AccessLink, idx: int) -> None:
         a = self.addresses
-        c.route("replace", dst=str(a.subnet), gateway=a.router_on(link), oif=idx, prefsrc=a.client_on(link))
+        c.route("replace", dst=a.routed, gateway=a.router_on(link), oif=idx, prefsrc=a.client_on(link))
 
     def _withdraw(self, link: AccessLink) -> None:
         """The client loses `link`: its address is withdrawn and the link goes down (as when a phone
         leaves Wi-Fi): nothing of the old flow leaves by it any more."""
-        from pyroute2 import NetNS  # see _veth
-
         a = self.addresses
         table = TABLE_BASE + link.slot
-        with NetNS(self.topo.ns_client) as c:
+        with _iproute(self.topo.ns_client) as c:
             idx = c.link_lookup(ifname=link.name)[0]
             try:
                 c.rule("del", src=a.client_on(link), src_len=32, table=table, priority=table)
             except Exception:
                 pass
-            c.addr("del", index=idx, address=a.client_on(link), prefixlen=28)
+            c.addr("del", index=idx, address=a.client_on(link), prefixlen=a.prefixlen(link))
             c.link("set", index=idx, state="down")
+
+    def settle(self) -> None:
+        """The start state on links someone else made (Compose: Docker attaches the client to every
+        access network with its address up): every link the client has is withdrawn, then the first
+        one of the run attached as up() does in netns. Runs where the client's links are."""
+        for name in self.addresses.links():
+            self._withdraw(AccessLink(name))
+        self.active = self.links[0]
+        self._attach(self.active, main=True)
 
     def switch(self, to: str, overlap_s: float = 0.0, sleep=None) -> dict:
         """Move the client to access link `to`. overlap_s 0: break-before-make; > 0: make-before-
@@ -305,7 +363,8 @@ class Router:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    """`python -m lab.topology.router switch DESCRIPTION TO OVERLAP_S`: one switch, its record as JSON.
+    """`python -m lab.topology.router switch DESCRIPTION TO OVERLAP_S`: one switch, its record as JSON;
+    `python -m lab.topology.router settle DESCRIPTION`: the client's start state (Compose, Router.settle).
 
     The agent switches through this process rather than in its own: pyroute2 reaches another
     namespace through a forked helper that it ends with SIGTERM, and a fork of an asyncio process
@@ -314,12 +373,19 @@ def _main(argv: list[str] | None = None) -> int:
     import json
 
     p = argparse.ArgumentParser(prog="python -m lab.topology.router")
-    p.add_argument("verb", choices=["switch"])
+    p.add_argument("verb", choices=["switch", "settle"])
     p.add_argument("description", help="JSON from Router.describe()")
-    p.add_argument("to", choices=LINKS)
-    p.add_argument("overlap_s", type=float)
+    p.add_argument("to", nargs="?", choices=LINKS)
+    p.add_argument("overlap_s", nargs="?", type=float, default=0.0)
     a = p.parse_args(argv)
-    print(json.dumps(Router.from_description(json.loads(a.description)).switch(a.to, a.overlap_s)), flush=True)
+    router = Router.from_description(json.loads(a.description))
+    if a.verb == "settle":
+        router.settle()
+        print(json.dumps({"active": router.active.name}), flush=True)
+        return 0
+    if a.to is None:
+        p.error("switch needs TO")
+    print(json.dumps(router.switch(a.to, a.overlap_s)), flush=True)
     return 0
 
 

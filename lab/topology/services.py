@@ -6,12 +6,14 @@ network namespaces and in containers. Each is the one place that knows its own c
     Twin(topo.endpoint, ...).start()     `lab twin serve` with the run's clock (--t0) and seed
     Proxy(topo.endpoint).start()         `lab proxy serve --freeze-first 1`
     Capture.of(topo, run_dir).start()    tcpdump on the client's link and on nflog:5 (and the router's)
+    RouterService(topo.router, ip, run_id).start()   the router's faults for the agent (Compose)
 
 A service is ready when it says so on its output (the twin prints its https:// URL, the proxy
 "proxy: CONNECT on ...", tcpdump "listening on ..."); the wait has a real deadline.
 """
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -25,6 +27,8 @@ from lab.capture import RAW_FILES, finalize
 from lab.errors import CapabilityError
 from lab.events import read_events
 from lab.topology.base import Node
+from lab.topology.router_service import PORT as ROUTER_SERVICE_PORT
+from lab.topology.router_service import READY_LINE as ROUTER_SERVICE_READY
 
 READY_TIMEOUT = 20.0
 STOP_TIMEOUT = 5.0
@@ -164,6 +168,26 @@ class Proxy(Service):
     @property
     def control_url(self) -> str:
         return f"http://{self.node.host}:{self.control_port}"
+
+
+class RouterService(Service):
+    """The router service (lab/topology/router_service.py) on a router node, listening on `listen_ip`
+    (in Compose the router container's ctl address): the router's FaultTable for an agent elsewhere."""
+
+    role = "router-service"
+    ready_words = (ROUTER_SERVICE_READY,)
+
+    def __init__(self, node: Node, listen_ip: str, run_id: str, faults: tuple[dict, ...] = ()):
+        super().__init__(node)
+        self.listen_ip, self.run_id, self.faults = listen_ip, run_id, tuple(faults)
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "lab.topology.router_service", "--listen", self.address, "--run-id", self.run_id,
+                *(a for spec in self.faults for a in ("--fault", json.dumps(spec)))]
+
+    @property
+    def address(self) -> str:
+        return f"{self.listen_ip}:{ROUTER_SERVICE_PORT}"
 
 
 class Capture:

@@ -9,6 +9,7 @@ Every namespace, rule and worker goes with the topology's run id, pass or fail.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import select
@@ -22,7 +23,8 @@ import pytest
 from lab.capture import count, dropped
 from lab.topology import uplink
 from lab.topology.netns import NetnsTopology
-from lab.topology.services import Capture
+from lab.topology.router_service import RemoteTable
+from lab.topology.services import Capture, RouterService
 from netem.faults import build
 from netem.kernel import in_netns, list_netns
 
@@ -170,8 +172,34 @@ def test_relay_cuts_a_busy_flow_at_its_age(topo, listener, mode):
         reader.join(5)
 
 
-def test_mtu_blackhole_passes_small_packets_and_drops_large_ones(topo, listener):
-    apply(topo, {"kind": "mtu_blackhole", "name": "mtu", "mtu": 1000})
+@contextlib.contextmanager
+def router_service(topo: NetnsTopology):
+    """The router service (Compose's way to the router's chains) in the router namespace, and a
+    RemoteTable to it from the client namespace, as the agent in a client container has one."""
+    service = RouterService(topo.router, topo.addresses.router_core, topo.run_id)
+    remote = RemoteTable(service.address)
+    try:
+        service.start()
+        with in_netns(topo.ns_client):
+            remote._connect()                  # the socket stays in the client namespace
+        yield remote
+    finally:
+        remote._drop()
+        service.stop()
+
+
+@pytest.mark.parametrize("via", ["table", "service"])
+def test_mtu_blackhole_passes_small_packets_and_drops_large_ones(topo, listener, via):
+    spec = {"kind": "mtu_blackhole", "name": "mtu", "mtu": 1000}
+    with contextlib.ExitStack() as stack:
+        if via == "table":
+            apply(topo, spec)
+        else:      # the same fault through the router service: the same FaultTable, the same wire
+            stack.enter_context(router_service(topo)).add(build({**spec, "target": {"dst": topo.endpoint.ip, "dport": PORT}}))
+        mtu_signature(topo, listener)
+
+
+def mtu_signature(topo, listener):
     small, large = Pair(topo, listener), Pair(topo, listener)
     try:
         for _ in range(5):

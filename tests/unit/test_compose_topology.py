@@ -68,7 +68,59 @@ def test_links_layer_the_router_overlay_and_add_the_router_node(tmp_path):
     assert [l.name for l in routed.links] == ["wifi", "cell"]
     over = yaml.safe_load(ROUTER_FILE.read_text())
     nets = {s: set(v["networks"]) for s, v in over["services"].items()}
-    assert nets == {"router": {"wifi", "cell", "core"}, "client": {"wifi", "cell"}, "endpoint": {"core"}}
+    # ctl: the agent's way to the router service, shared by client and router only
+    assert nets == {"router": {"wifi", "cell", "core", "ctl"}, "client": {"wifi", "cell", "ctl"}, "endpoint": {"core"}}
     assert over["services"]["router"]["sysctls"]["net.ipv4.ip_forward"] == "1"
-    with pytest.raises(LabError, match="rtt_ms/loss .*wifi.* netns only"):
-        ComposeTopology("run-1", project="p1", setup=False, links=[{"wifi": {"rtt_ms": 40}}])
+    assert over["services"]["router"]["security_opt"] == ["systempaths=unconfined"]   # conntrack's sysctls
+    assert [l.name for l in routed.router_part.links] == ["wifi", "cell"] and plain.router_part is None
+    shaped = ComposeTopology("run-1", project="p1", setup=False, links=[{"wifi": {"rtt_ms": 40}}])
+    assert shaped.router_part.links[0].rtt_ms == 40     # made by the router service (tests/e2e)
+    with pytest.raises(LabError, match="links"):
+        ComposeTopology("run-1", project="p1", setup=False, links=["lte"])
+
+
+def test_lab_down_drops_a_killed_router_projects_docker_user_rules_only(monkeypatch):
+    import subprocess
+
+    from lab.topology import compose
+
+    listing = ('-N DOCKER-USER\n'
+               '-A DOCKER-USER -i br-1 -o br-1 -m comment --comment "livelab livelab-a router" -j ACCEPT\n'
+               '-A DOCKER-USER -i br-2 -o br-2 -m comment --comment "livelab livelab-ab router" -j ACCEPT\n'
+               '-A DOCKER-USER -j RETURN\n')
+    calls = []
+
+    def fake_run(argv, timeout=None, **kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, listing if "-S" in argv else "", "")
+
+    monkeypatch.setattr(compose, "_run", fake_run)
+    monkeypatch.setattr(compose.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(compose.shutil, "which", lambda tool: "/usr/sbin/" + tool)
+    compose._drop_router_rules("livelab-a")
+    deleted = [c for c in calls if "-D" in c]
+    assert deleted == [["iptables", "-w", "-D", "DOCKER-USER", "-i", "br-1", "-o", "br-1", "-m", "comment",
+                        "--comment", "livelab livelab-a router", "-j", "ACCEPT"]]
+
+
+def test_lab_down_layers_the_router_overlay_only_on_router_projects(monkeypatch):
+    import subprocess
+
+    from lab.topology import compose
+
+    calls = []
+
+    def fake_run(argv, timeout=None, **kw):
+        calls.append(argv)
+        out = "livelab-r1 router\nlivelab-r1 client\nlivelab-p1 client\nother x\n" if argv[:2] == ["docker", "ps"] else ""
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    monkeypatch.setattr(compose, "_run", fake_run)
+    monkeypatch.setattr(compose, "docker_ready", lambda: True)
+    monkeypatch.setattr(compose.shutil, "which", lambda tool: "/usr/bin/" + tool)
+    monkeypatch.setattr(compose.os, "geteuid", lambda: 0)
+    assert compose.down_all() == ["livelab-p1", "livelab-r1"]
+    downs = {c[3]: [c[i + 1] for i, a in enumerate(c) if a == "-f"] for c in calls if "down" in c}
+    assert downs == {"livelab-p1": [str(compose.COMPOSE_FILE)],
+                     "livelab-r1": [str(compose.COMPOSE_FILE), str(compose.ROUTER_FILE)]}
+    assert any(c[:4] == ["iptables", "-w", "-S", "DOCKER-USER"] for c in calls)   # the router project's rules
