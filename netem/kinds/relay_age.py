@@ -28,8 +28,10 @@ import time
 from netem import spec as S
 from netem.conntrack import ForgottenFlowFault
 from netem.errors import NetemError
+from netem.kernel import in_netns
 from netem.realtime import thread_realtime
 
+OPEN_TIMEOUT_S = 10.0  # for the conntrack socket, on a loaded machine
 SCAN_S = 0.25          # how often new flows are looked for, at most (a flow is cut at its deadline)
 TIMESTAMP_KEY = "nf_conntrack_timestamp"
 
@@ -43,6 +45,7 @@ class RelayAge(ForgottenFlowFault):
         super().__init__(spec)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._open_error: Exception | None = None   # why the watcher could not open its socket
         self.cut: list[tuple[float, tuple]] = []  # (wall time, (src, sport, dst, dport)) per flow cut
 
     @classmethod
@@ -59,17 +62,16 @@ class RelayAge(ForgottenFlowFault):
         return {**super().sysctls(), TIMESTAMP_KEY: 1}
 
     def install(self, netns: str | None) -> None:
-        from pyroute2 import NFCTSocket  # pyroute2 is slow to import; only this kind needs conntrack's netlink
-
         super().install(netns)
-        try:
-            ct = NFCTSocket(netns=netns) if netns else NFCTSocket()
-        except Exception as e:
-            super().uninstall(netns)
-            raise NetemError(f"fault relay_age {self.name}: no conntrack netlink socket: {e}") from None
         self._stop.clear()
-        self._thread = threading.Thread(target=self._watch, args=(ct,), daemon=True, name=f"relay_age {self.name}")
+        opened, self._open_error = threading.Event(), None
+        self._thread = threading.Thread(target=self._watch_in, args=(netns, opened), daemon=True,
+                                        name=f"relay_age {self.name}")
         self._thread.start()
+        if not opened.wait(OPEN_TIMEOUT_S) or self._open_error is not None:
+            self.uninstall(netns)
+            raise NetemError(f"fault relay_age {self.name}: no conntrack netlink socket: "
+                             f"{self._open_error or 'no answer in %s s' % OPEN_TIMEOUT_S}")
 
     def uninstall(self, netns: str | None) -> None:
         self._stop.set()
@@ -94,8 +96,31 @@ class RelayAge(ForgottenFlowFault):
             stamp = msg.get_attr("CTA_TIMESTAMP")
             yield key, (stamp.get_attr("CTA_TIMESTAMP_START") if stamp else None)
 
+    def _watch_in(self, netns: str | None, opened: threading.Event) -> None:
+        """The watcher's thread, inside the namespace for its life. Not pyroute2's netns=: that
+        forks a helper and SIGTERMs it when done, and a child forked from an asyncio process shares
+        its signal wake-up pipe, so the helper's SIGTERM reached the agent's loop as the agent's own
+        and cancelled the run ("interrupted" 0.1 s after the fault, 3 of 7 m2 runs). pyroute2 makes
+        its socket on first use, so the first dump is made here too, inside the namespace."""
+        from pyroute2 import NFCTSocket  # pyroute2 is slow to import; only this kind needs conntrack's netlink
+
+        try:
+            with in_netns(netns):
+                ct = NFCTSocket()
+                try:
+                    list(ct.dump())
+                except Exception:
+                    ct.close()
+                    raise
+                opened.set()
+                self._watch(ct)
+        except Exception as e:
+            if not opened.is_set():
+                self._open_error = e
+                opened.set()
+
     def _watch(self, ct) -> None:
-        from pyroute2.netlink.nfnetlink.nfctsocket import NFCTAttrTuple  # see install()
+        from pyroute2.netlink.nfnetlink.nfctsocket import NFCTAttrTuple  # imported with NFCTSocket
 
         note = thread_realtime()
         if note:   # one line, as the delay worker says it: the cut is then only as punctual as the load allows

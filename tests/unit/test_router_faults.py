@@ -64,3 +64,30 @@ def test_relay_watcher_wakes_at_the_next_deadline_or_scan_and_cuts_due_flows_old
     assert due == [] and wake == 2_000            # a deadline before the scan wakes the watcher for it
     assert due_and_next({}, now=1_000, next_scan=3_000) == ([], 3_000)
     assert scan_s(150) == 0.25 and scan_s(0.4) == 0.1   # a short relay is scanned within a quarter of its age
+
+
+def test_relay_watcher_opens_conntrack_inside_its_thread_never_through_pyroute2s_forking_netns(monkeypatch):
+    # pyroute2's netns= forks a helper and SIGTERMs it; forked from the agent's asyncio process the
+    # helper shares the loop's signal wake-up pipe, and its SIGTERM cancelled the run
+    import threading
+    import pyroute2
+    from netem.conntrack import ForgottenFlowFault
+    from netem.kinds.relay_age import RelayAge
+    made = []
+
+    class FakeCT:
+        def __init__(self, **kw):
+            made.append((kw, threading.current_thread().name))
+        def dump(self):
+            return iter(())
+        def close(self):
+            pass
+
+    monkeypatch.setattr(pyroute2, "NFCTSocket", FakeCT)
+    # the conntrack sysctls and rules are the integration tests' (test_router.py): not here
+    monkeypatch.setattr(ForgottenFlowFault, "install", lambda self, netns: None)
+    monkeypatch.setattr(ForgottenFlowFault, "uninstall", lambda self, netns: None)
+    f = RelayAge({"kind": "relay_age", "name": "r", "target": EP, "age_s": 1.5})
+    f.install(None)
+    f.uninstall(None)
+    assert made == [({}, "relay_age r")]
