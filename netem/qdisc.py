@@ -5,18 +5,34 @@ whose workers are recorded through clean-up (netem/kinds/delay.py): no import ci
 """
 from __future__ import annotations
 
+from netem.kernel import in_netns
+
 NETEM_HANDLE = 0x1AB0  # "1ab0:" marks the lab's netem root qdisc, so clean-up removes only ours
 
 
 def remove_netem(dev: str | None, netns: str | None) -> list[str]:
     """Remove the lab's netem root qdisc (handle 1ab0:) from `dev` (None: every device). Quiet."""
-    from pyroute2 import IPRoute, NetNS  # lazy: building and checking specs needs no netlink
+    from pyroute2 import IPRoute  # lazy: building and checking specs needs no netlink
 
     removed = []
+    # in_netns, not pyroute2's NetNS: that forks a helper (whose SIGTERM, from an asyncio process,
+    # reaches the parent's loop) and creates the namespace when it is missing: a clean-up racing a
+    # teardown would bring back the namespace it had just deleted
     try:
-        ipr = NetNS(netns) if netns else IPRoute()
+        with in_netns(netns), IPRoute() as ipr:
+            links = {l["index"]: l.get_attr("IFLA_IFNAME") for l in ipr.get_links()}
+            for q in ipr.get_qdiscs():
+                if q.get_attr("TCA_KIND") == "netem" and (q["handle"] >> 16) == NETEM_HANDLE:
+                    name = links.get(q["index"])
+                    if dev is None or name == dev:
+                        try:
+                            ipr.tc("del", "netem", q["index"], handle=f"{NETEM_HANDLE:x}:0")
+                            removed.append(name)
+                        except Exception:
+                            pass
     except Exception:
-        return removed
+        pass
+    return removed
     try:
         links = {l["index"]: l.get_attr("IFLA_IFNAME") for l in ipr.get_links()}
         for q in ipr.get_qdiscs():

@@ -18,6 +18,7 @@ from typing import Any
 from netem import spec as S
 from netem.errors import FaultUnsupported, NetemError, NoPrivilege
 from netem.fault import InstalledFault, RuleFault
+from netem.kernel import in_netns
 from netem.kinds.delay import DUP_MARK, Held, Plan, default_queue, start_worker, stop_worker
 from netem.qdisc import NETEM_HANDLE, remove_netem
 from netem.rules import Rules
@@ -109,11 +110,11 @@ class Netem(RuleFault, InstalledFault):
         return self._proc.pid if self._proc else None
 
     def _install_qdisc(self, netns: str | None) -> None:
-        from pyroute2 import IPRoute, NetNS  # lazy: building and checking specs needs no netlink
+        from pyroute2 import IPRoute  # lazy: building and checking specs needs no netlink
         from pyroute2.netlink.exceptions import NetlinkError
 
-        ipr = NetNS(netns) if netns else IPRoute()
-        try:
+        # in_netns, not pyroute2's NetNS (netem.qdisc.remove_netem says why)
+        with in_netns(netns), IPRoute() as ipr:
             idx = ipr.link_lookup(ifname=self.spec["dev"])
             if not idx:
                 raise NetemError(f"fault netem {self.name}: no device {self.spec['dev']!r} in this namespace")
@@ -127,8 +128,6 @@ class Netem(RuleFault, InstalledFault):
                 if e.code == 1:
                     raise NoPrivilege(f"fault netem {self.name}: tc needs CAP_NET_ADMIN") from None
                 raise NetemError(f"fault netem {self.name}: tc netem failed: {e}") from None
-        finally:
-            ipr.close()
 
     def uninstall(self, netns: str | None) -> None:
         if self.path == "userspace":
