@@ -46,6 +46,17 @@ IDLE_REFUSAL = "idle_release"
 # 15 minutes of refusals, and room for a 10 s resume schedule's first retry.
 FALLBACK_WITHIN_S = 15.0
 
+# issue 15's middleboxes (netem/kinds), as the agent's loss event names them. None cuts the path the
+# moment it is applied (their `cuts_path` is false), so the rules that time a cut cannot use it:
+# - a zombie path: the connection stays open at both ends and the client's small frames still pass,
+#   but the server's large ones (audio) vanish (m4, a VPN's path-MTU black hole); only the client's
+#   own detection can tell, from the moment the fault starts (the server's audio is full-size)
+ZOMBIE_LOSSES = ("fault:mtu_blackhole",)
+# - an armed middlebox: it cuts a flow only later, when the flow has been idle (a NAT's reap, m1) or
+#   reaches an age (a relay, m2); when it did is in the router's capture, not in this record
+ARMED_LOSSES = {"fault:nat_reap": "a NAT that reaps a flow once it is idle",
+                "fault:relay_age": "a relay that cuts a flow at a fixed age"}
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -158,6 +169,17 @@ def _silent_to_client(m: dict[str, Any]) -> bool:
     return True
 
 
+def _not_a_cut(m: dict[str, Any]) -> Outcome | None:
+    """NA, saying why, when the loss is one of issue 15's middleboxes that cut no path when applied."""
+    kind = str(m.get("loss_kind") or "")
+    if kind in ZOMBIE_LOSSES:
+        return _na(f"a zombie path ({kind}), not a cut: leaves_zombie_connection judges it")
+    if kind in ARMED_LOSSES:
+        return _na(f"{ARMED_LOSSES[kind]} ({kind}): when it cut the flow, if it did, is in the router's "
+                   "capture, not in this record")
+    return None
+
+
 def _path_back_ms(r: Record) -> float | None:
     """When the agent healed the loss's fault during the run (not at exit); None: never."""
     return next((e.ms for e in r.kind("fault.clear") if r.loss_ms is not None and e.ms > r.loss_ms
@@ -232,7 +254,7 @@ def _detection(r: Record) -> Outcome:
     if r.loss_ms is None:
         return _na("no loss")
     if not _silent_to_client(m):
-        return _na(f"the loss ({m.get('loss_kind')}) did not need the client's own detection")
+        return _not_a_cut(m) or _na(f"the loss ({m.get('loss_kind')}) did not need the client's own detection")
     after = sorted((c for c in r.conns.values() if c.opened_ms > r.loss_ms), key=lambda c: c.opened_ms)
     own = f"; its own loss.detected {_ms(m['detection_ms'])} after the loss" if m.get("detection_ms") is not None else ""
     if not after:
@@ -270,7 +292,7 @@ def _close(r: Record) -> Outcome:
 def _fallback(r: Record) -> Outcome:
     m = r.metrics
     if r.loss_ms is None or not m.get("loss_cuts_path"):
-        return _na("no loss that cut the path")
+        return (_not_a_cut(m) if r.loss_ms is not None else None) or _na("no loss that cut the path")
     if r.accepted(r.loss_ms, resume=True):
         return _na("a resume was accepted: no fallback needed")
     new = r.accepted(r.loss_ms, resume=False)
@@ -403,6 +425,30 @@ def _spurious(r: Record) -> Outcome:
                    float(max(extra, 0)))
 
 
+@_needs_twin
+def _zombie(r: Record) -> Outcome:
+    kind = str(r.metrics.get("loss_kind") or "")
+    if r.loss_ms is None or kind not in ZOMBIE_LOSSES:
+        return _na(f"no zombie path ({', '.join(ZOMBIE_LOSSES)}) in this run")
+    lost = r.lost_conn()
+    if lost is None:
+        return _na("the twin held no connection when the path turned into a zombie")
+    # until the path heals: after it, the connection works again and leaving it proves nothing
+    until = _path_back_ms(r)
+    limit, what = (until, "the path healed") if until is not None else (r.end_ms, "the run ended")
+    # leaving it: the client ends it (its close frame, RST or FIN are small and pass) or opens another
+    left = [(c.opened_ms, "a resume" if c.resume else "a new session")
+            for c in r.conns.values() if c.opened_ms > r.loss_ms]
+    if lost.end_ms is not None and lost.how in CLIENT_ENDS:
+        left.append((lost.end_ms, f"its end of the old connection ({lost.how})"))
+    left = [x for x in left if x[0] <= limit]
+    if not left:
+        return Outcome(FAIL, f"it held the zombie connection {(limit - r.loss_ms) / 1000:.0f} s, until {what}")
+    at, how = min(left)
+    return Outcome(PASS, f"{how} reached the twin {_ms(at - r.loss_ms)} into the zombie path, before {what}",
+                   at - r.loss_ms)
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -439,6 +485,9 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("no_spurious_reply", "003 review (the '.' nudge after the replay)",
          "the twin receives no user turn the user did not say (an injected nudge makes the model answer twice)",
          _spurious),
+    Rule("leaves_zombie_connection", "000 §What a client must do, 3; issue 15 m4 (a VPN's path-MTU black hole)",
+         "on a zombie path (small frames pass, the server's audio vanishes, nobody closes) the client leaves the "
+         "connection on its own before the path heals", _zombie),
 )}
 
 
