@@ -449,6 +449,28 @@ def _zombie(r: Record) -> Outcome:
                    at - r.loss_ms)
 
 
+@_needs_twin
+def _false_alarm(r: Record) -> Outcome:
+    m, kind = r.metrics, str(r.metrics.get("loss_kind") or "")
+    # cuts_path False (None: a record older than the flag) and no middlebox: delay, jitter, random loss
+    if r.loss_ms is None or m.get("loss_cuts_path") is not False or kind in ZOMBIE_LOSSES or kind in ARMED_LOSSES:
+        return _na("no fault that only degraded the path (delay, jitter, random loss)")
+    lost = r.lost_conn()
+    if lost is None:
+        return _na("the twin held no connection when the path degraded")
+    after = sorted((c for c in r.conns.values() if c.opened_ms > r.loss_ms), key=lambda c: c.opened_ms)
+    if not after:
+        return Outcome(PASS, f"stayed on its session the {(r.end_ms - r.loss_ms) / 1000:.0f} s the path was degraded",
+                       0.0)
+    first = after[0]
+    if lost.end_ms is not None and lost.end_ms <= first.opened_ms and lost.how not in CLIENT_ENDS:
+        return _na(f"the server ended the session ({lost.how}) before the client's next connection: it was needed")
+    what = "a resume" if first.resume else "a new session"
+    old = "still open" if lost.end_ms is None or lost.end_ms > first.opened_ms else f"ended by the client ({lost.how})"
+    return Outcome(FAIL, f"{what} {_ms(first.opened_ms - r.loss_ms)} into a path that was only degraded, the old "
+                         f"connection {old} ({len(after)} connection(s) after the fault)", float(len(after)))
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -488,6 +510,9 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("leaves_zombie_connection", "000 §What a client must do, 3; issue 15 m4 (a VPN's path-MTU black hole)",
          "on a zombie path (small frames pass, the server's audio vanishes, nobody closes) the client leaves the "
          "connection on its own before the path heals", _zombie),
+    Rule("no_false_alarm", "000 §What a client must do, 3 (its detection, never tried on a poor path); h1 "
+         "(issue 14 item 3)", "on a path that is only degraded (delay, jitter, random loss; TCP retransmits) the "
+         "client stays on its session: no resume, no new session", _false_alarm),
 )}
 
 

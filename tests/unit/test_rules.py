@@ -291,3 +291,24 @@ def test_an_armed_middlebox_has_no_moment_of_loss_in_the_record(kind):
     outs = rules.judge_all(rec)
     for name in ("own_loss_detection", "resume_cutoff_fallback"):
         assert outs[name].status == NA and "router's capture" in outs[name].observed, name
+
+
+# ---- h1: a healthy poor path must not be taken for a loss -------------------------------------------
+DEGRADED = {**LOSS, "loss_cuts_path": False, "loss_kind": "fault:delay"}
+
+
+@pytest.mark.parametrize("twin, want", [
+    ([*conn(1, 50, 100, "s1")], PASS),                                                  # stayed on it
+    ([*conn(1, 50, 100, "s1"), *conn(2, 9000, 9200, "s2")], FAIL),                      # a fallback for nothing
+    ([*conn(1, 50, 100, "s1", end=8000, how="rst"), *conn(2, 9000, resume=True, refuse=9100)], FAIL),  # its own abort
+    ([*conn(1, 50, 100, "s1", end=8000, how="server_goaway"), *conn(2, 9000, 9200, "s2")], NA),  # the server ended it
+])
+def test_h1_a_degraded_path_is_no_reason_to_reconnect(twin, want):
+    out = rules.RULES["no_false_alarm"].judge(record(twin, metrics=DEGRADED))
+    assert out.status == want, out.observed
+
+
+@pytest.mark.parametrize("metrics", [LOSS, ZOMBIE, {**DEGRADED, "loss_cuts_path": None}])
+def test_a_cut_a_zombie_or_an_old_record_is_not_a_degraded_path(metrics):
+    rec = record([*conn(1, 50, 100, "s1"), *conn(2, 9000, 9200, "s2")], metrics=metrics)
+    assert rules.RULES["no_false_alarm"].judge(rec).status == NA
