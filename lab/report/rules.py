@@ -169,15 +169,22 @@ def _silent_to_client(m: dict[str, Any]) -> bool:
     return True
 
 
+def _armed(m: dict[str, Any]) -> Outcome | None:
+    """NA, saying why, when the loss is an armed middlebox: the agent's loss is when it was armed
+    (m2's relay: before the first connection), so what was pending or new "after the loss" is not."""
+    kind = str(m.get("loss_kind") or "")
+    if kind in ARMED_LOSSES:
+        return _na(f"{ARMED_LOSSES[kind]} ({kind}): when it cut the flow, if it did, is in the router's "
+                   "capture, not in this record")
+    return None
+
+
 def _not_a_cut(m: dict[str, Any]) -> Outcome | None:
     """NA, saying why, when the loss is one of issue 15's middleboxes that cut no path when applied."""
     kind = str(m.get("loss_kind") or "")
     if kind in ZOMBIE_LOSSES:
         return _na(f"a zombie path ({kind}), not a cut: leaves_zombie_connection judges it")
-    if kind in ARMED_LOSSES:
-        return _na(f"{ARMED_LOSSES[kind]} ({kind}): when it cut the flow, if it did, is in the router's "
-                   "capture, not in this record")
-    return None
+    return _armed(m)
 
 
 def _path_back_ms(r: Record) -> float | None:
@@ -203,6 +210,8 @@ def _ms(v: float) -> str:
 def _ledger(r: Record) -> Outcome:
     if r.loss_ms is None:
         return _na("no loss")
+    if (armed := _armed(r.metrics)) is not None:
+        return armed
     pending = r.pending_at_loss()
     if not pending:
         return _na("no tool call pending at the loss")
@@ -314,6 +323,8 @@ def _fallback(r: Record) -> Outcome:
 def _status_note(r: Record) -> Outcome:
     if r.loss_ms is None:
         return _na("no loss")
+    if (armed := _armed(r.metrics)) is not None:
+        return armed
     if r.accepted(r.loss_ms, resume=True):
         return _na("a resume was accepted: the conversation went on in its own session")
     new = r.accepted(r.loss_ms, resume=False)

@@ -289,7 +289,7 @@ def test_an_armed_middlebox_has_no_moment_of_loss_in_the_record(kind):
     # the agent's loss is when the NAT / relay was armed (setup, start), not when it cut the flow
     rec = record(b1_probe(), metrics={**LOSS, "loss_cuts_path": False, "loss_kind": kind})
     outs = rules.judge_all(rec)
-    for name in ("own_loss_detection", "resume_cutoff_fallback"):
+    for name in ("ledger_old_id_after_resume", "own_loss_detection", "resume_cutoff_fallback", "status_from_backend"):
         assert outs[name].status == NA and "router's capture" in outs[name].observed, name
 
 
