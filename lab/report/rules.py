@@ -37,6 +37,10 @@ CLIENT_ENDS = ("close_frame", "rst", "eof")
 # heal for the probe, which closed 3 s after it). 30 s is an assumption: b2-path-return's own close_wait_s.
 CLOSE_WINDOW_S = 30.0
 
+# the twin's own decisions to close a connection (lab/twin/session.py): the silent connection's close
+# (freeze_close_s, 000 round 3's ~480 s) and the close after a goAway
+SERVER_CLOSES = ("twin.freeze_close", "twin.goaway_close")
+
 # the twin's reason for refusing a resume right after an idle drop (lab/twin/session.py): released
 # idle_release_s after the last data frame (000 §2: refused at once, accepted ~1.5 s later, 12/12)
 IDLE_REFUSAL = "idle_release"
@@ -285,6 +289,12 @@ def _close(r: Record) -> Outcome:
         return _na("the twin held no connection at the loss")
     if lost.end_ms is not None and lost.end_ms <= back:
         return _na(f"the connection had ended ({lost.how}) before the path came back")
+    # b3: the server's own close went into the dead path before it came back; the session went with
+    # it (000 round 3), so there was nothing left for the client's close to unlock
+    shut = next((e for e in r.twin if e.kind in SERVER_CLOSES and e.get("conn") == lost.conn and e.ms <= back), None)
+    if shut is not None:
+        return _na(f"the server closed it itself ({shut.kind}) {_ms(shut.ms - r.loss_ms)} after the loss, before the "
+                   "path came back: nothing left for the client's close to unlock")
     if lost.end_ms is None and r.end_ms - back < CLOSE_WINDOW_S * 1000:
         return _na(f"the run ended {(r.end_ms - back) / 1000:.0f} s after the path came back, before a close "
                    f"could be expected ({CLOSE_WINDOW_S:g} s)")

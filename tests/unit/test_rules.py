@@ -166,6 +166,14 @@ def test_b2_the_old_id_never_answered_after_the_resume_fails_ledger_and_owed():
     assert got["ledger_old_id_after_resume"] == FAIL and got["owed_results_delivered"] == FAIL
 
 
+def test_b3_the_servers_own_close_before_the_path_returned_leaves_the_client_nothing_to_close():
+    rec = b2(close_at=33000, how="server_timeout")
+    assert rules.RULES["close_reaches_server"].judge(rec).status == FAIL       # its end came after the heal
+    rec.twin.append(ev("twin.freeze_close", 22000, conn=1, session="s1"))      # ... but it was decided before
+    out = rules.RULES["close_reaches_server"].judge(rec)
+    assert out.status == NA and "twin.freeze_close" in out.observed, out.observed
+
+
 def test_a_heal_at_exit_is_not_the_path_coming_back():
     rec = record([*conn(1, 50, 100, "s1"), call(1000)], events=[ev("fault.clear", 29000, name="f1", at_exit=True)])
     assert rules.RULES["close_reaches_server"].judge(rec).status == NA
