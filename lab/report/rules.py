@@ -1,8 +1,9 @@
 """The conformance rules: what a client must do, as named checks over one run's record.
 
 Each rule comes from a study's "what a client must do" list (seed 000, §"What a client must do",
-items 1-9; seed 001, §"What it means for an app") or from the review of seed 003 (livekit/agents
-PR #6481), and is a pure function of the run's record that returns PASS, FAIL or NA with what was
+items 1-9; seed 001, §"What it means for an app"), from the review of seed 003 (livekit/agents
+PR #6481), or from item 3 of that list meeting issue 15's paths (a zombie path, m4; a poor path
+that is no loss, h1), and is a pure function of the run's record that returns PASS, FAIL or NA with what was
 observed. Defined here once; `lab matrix` (lab/report/matrix.py) tabulates them per scenario and
 client.
 
