@@ -1,8 +1,9 @@
 """The conformance rules: what a client must do, as named checks over one run's record.
 
 Each rule comes from a study's "what a client must do" list (seed 000, §"What a client must do",
-items 1-9; seed 001, §"What it means for an app") or from the review of seed 003 (livekit/agents
-PR #6481), and is a pure function of the run's record that returns PASS, FAIL or NA with what was
+items 1-9; seed 001, §"What it means for an app"), from the review of seed 003 (livekit/agents
+PR #6481), or from item 3 of that list meeting issue 15's paths (a zombie path, m4; a poor path
+that is no loss, h1), and is a pure function of the run's record that returns PASS, FAIL or NA with what was
 observed. Defined here once; `lab matrix` (lab/report/matrix.py) tabulates them per scenario and
 client.
 
@@ -37,6 +38,10 @@ CLIENT_ENDS = ("close_frame", "rst", "eof")
 # heal for the probe, which closed 3 s after it). 30 s is an assumption: b2-path-return's own close_wait_s.
 CLOSE_WINDOW_S = 30.0
 
+# the twin's own decisions to close a connection (lab/twin/session.py): the silent connection's close
+# (freeze_close_s, 000 round 3's ~480 s) and the close after a goAway
+SERVER_CLOSES = ("twin.freeze_close", "twin.goaway_close")
+
 # the twin's reason for refusing a resume right after an idle drop (lab/twin/session.py): released
 # idle_release_s after the last data frame (000 §2: refused at once, accepted ~1.5 s later, 12/12)
 IDLE_REFUSAL = "idle_release"
@@ -45,6 +50,17 @@ IDLE_REFUSAL = "idle_release"
 # window). The must-do list gives no number; 15 s is an assumption: "short" next to the study's
 # 15 minutes of refusals, and room for a 10 s resume schedule's first retry.
 FALLBACK_WITHIN_S = 15.0
+
+# issue 15's middleboxes (netem/kinds), as the agent's loss event names them. None cuts the path the
+# moment it is applied (their `cuts_path` is false), so the rules that time a cut cannot use it:
+# - a zombie path: the connection stays open at both ends and the client's small frames still pass,
+#   but the server's large ones (audio) vanish (m4, a VPN's path-MTU black hole); only the client's
+#   own detection can tell, from the moment the fault starts (the server's audio is full-size)
+ZOMBIE_LOSSES = ("fault:mtu_blackhole",)
+# - an armed middlebox: it cuts a flow only later, when the flow has been idle (a NAT's reap, m1) or
+#   reaches an age (a relay, m2); when it did is in the router's capture, not in this record
+ARMED_LOSSES = {"fault:nat_reap": "a NAT that reaps a flow once it is idle",
+                "fault:relay_age": "a relay that cuts a flow at a fixed age"}
 
 
 @dataclass(frozen=True)
@@ -158,6 +174,24 @@ def _silent_to_client(m: dict[str, Any]) -> bool:
     return True
 
 
+def _armed(m: dict[str, Any]) -> Outcome | None:
+    """NA, saying why, when the loss is an armed middlebox: the agent's loss is when it was armed
+    (m2's relay: before the first connection), so what was pending or new "after the loss" is not."""
+    kind = str(m.get("loss_kind") or "")
+    if kind in ARMED_LOSSES:
+        return _na(f"{ARMED_LOSSES[kind]} ({kind}): when it cut the flow, if it did, is in the router's "
+                   "capture, not in this record")
+    return None
+
+
+def _not_a_cut(m: dict[str, Any]) -> Outcome | None:
+    """NA, saying why, when the loss is one of issue 15's middleboxes that cut no path when applied."""
+    kind = str(m.get("loss_kind") or "")
+    if kind in ZOMBIE_LOSSES:
+        return _na(f"a zombie path ({kind}), not a cut: leaves_zombie_connection judges it")
+    return _armed(m)
+
+
 def _path_back_ms(r: Record) -> float | None:
     """When the agent healed the loss's fault during the run (not at exit); None: never."""
     return next((e.ms for e in r.kind("fault.clear") if r.loss_ms is not None and e.ms > r.loss_ms
@@ -181,6 +215,8 @@ def _ms(v: float) -> str:
 def _ledger(r: Record) -> Outcome:
     if r.loss_ms is None:
         return _na("no loss")
+    if (armed := _armed(r.metrics)) is not None:
+        return armed
     pending = r.pending_at_loss()
     if not pending:
         return _na("no tool call pending at the loss")
@@ -232,7 +268,7 @@ def _detection(r: Record) -> Outcome:
     if r.loss_ms is None:
         return _na("no loss")
     if not _silent_to_client(m):
-        return _na(f"the loss ({m.get('loss_kind')}) did not need the client's own detection")
+        return _not_a_cut(m) or _na(f"the loss ({m.get('loss_kind')}) did not need the client's own detection")
     after = sorted((c for c in r.conns.values() if c.opened_ms > r.loss_ms), key=lambda c: c.opened_ms)
     own = f"; its own loss.detected {_ms(m['detection_ms'])} after the loss" if m.get("detection_ms") is not None else ""
     if not after:
@@ -254,6 +290,12 @@ def _close(r: Record) -> Outcome:
         return _na("the twin held no connection at the loss")
     if lost.end_ms is not None and lost.end_ms <= back:
         return _na(f"the connection had ended ({lost.how}) before the path came back")
+    # b3: the server's own close went into the dead path before it came back; the session went with
+    # it (000 round 3), so there was nothing left for the client's close to unlock
+    shut = next((e for e in r.twin if e.kind in SERVER_CLOSES and e.get("conn") == lost.conn and e.ms <= back), None)
+    if shut is not None:
+        return _na(f"the server closed it itself ({shut.kind}) {_ms(shut.ms - r.loss_ms)} after the loss, before the "
+                   "path came back: nothing left for the client's close to unlock")
     if lost.end_ms is None and r.end_ms - back < CLOSE_WINDOW_S * 1000:
         return _na(f"the run ended {(r.end_ms - back) / 1000:.0f} s after the path came back, before a close "
                    f"could be expected ({CLOSE_WINDOW_S:g} s)")
@@ -270,7 +312,7 @@ def _close(r: Record) -> Outcome:
 def _fallback(r: Record) -> Outcome:
     m = r.metrics
     if r.loss_ms is None or not m.get("loss_cuts_path"):
-        return _na("no loss that cut the path")
+        return (_not_a_cut(m) if r.loss_ms is not None else None) or _na("no loss that cut the path")
     if r.accepted(r.loss_ms, resume=True):
         return _na("a resume was accepted: no fallback needed")
     new = r.accepted(r.loss_ms, resume=False)
@@ -292,6 +334,8 @@ def _fallback(r: Record) -> Outcome:
 def _status_note(r: Record) -> Outcome:
     if r.loss_ms is None:
         return _na("no loss")
+    if (armed := _armed(r.metrics)) is not None:
+        return armed
     if r.accepted(r.loss_ms, resume=True):
         return _na("a resume was accepted: the conversation went on in its own session")
     new = r.accepted(r.loss_ms, resume=False)
@@ -403,6 +447,52 @@ def _spurious(r: Record) -> Outcome:
                    float(max(extra, 0)))
 
 
+@_needs_twin
+def _zombie(r: Record) -> Outcome:
+    kind = str(r.metrics.get("loss_kind") or "")
+    if r.loss_ms is None or kind not in ZOMBIE_LOSSES:
+        return _na(f"no zombie path ({', '.join(ZOMBIE_LOSSES)}) in this run")
+    lost = r.lost_conn()
+    if lost is None:
+        return _na("the twin held no connection when the path turned into a zombie")
+    # until the path heals: after it, the connection works again and leaving it proves nothing
+    until = _path_back_ms(r)
+    limit, what = (until, "the path healed") if until is not None else (r.end_ms, "the run ended")
+    # leaving it: the client ends it (its close frame, RST or FIN are small and pass) or opens another
+    left = [(c.opened_ms, "a resume" if c.resume else "a new session")
+            for c in r.conns.values() if c.opened_ms > r.loss_ms]
+    if lost.end_ms is not None and lost.how in CLIENT_ENDS:
+        left.append((lost.end_ms, f"its end of the old connection ({lost.how})"))
+    left = [x for x in left if x[0] <= limit]
+    if not left:
+        return Outcome(FAIL, f"it held the zombie connection {(limit - r.loss_ms) / 1000:.0f} s, until {what}")
+    at, how = min(left)
+    return Outcome(PASS, f"{how} reached the twin {_ms(at - r.loss_ms)} into the zombie path, before {what}",
+                   at - r.loss_ms)
+
+
+@_needs_twin
+def _false_alarm(r: Record) -> Outcome:
+    m, kind = r.metrics, str(r.metrics.get("loss_kind") or "")
+    # cuts_path False (None: a record older than the flag) and no middlebox: delay, jitter, random loss
+    if r.loss_ms is None or m.get("loss_cuts_path") is not False or kind in ZOMBIE_LOSSES or kind in ARMED_LOSSES:
+        return _na("no fault that only degraded the path (delay, jitter, random loss)")
+    lost = r.lost_conn()
+    if lost is None:
+        return _na("the twin held no connection when the path degraded")
+    after = sorted((c for c in r.conns.values() if c.opened_ms > r.loss_ms), key=lambda c: c.opened_ms)
+    if not after:
+        return Outcome(PASS, f"stayed on its session the {(r.end_ms - r.loss_ms) / 1000:.0f} s the path was degraded",
+                       0.0)
+    first = after[0]
+    if lost.end_ms is not None and lost.end_ms <= first.opened_ms and lost.how not in CLIENT_ENDS:
+        return _na(f"the server ended the session ({lost.how}) before the client's next connection: it was needed")
+    what = "a resume" if first.resume else "a new session"
+    old = "still open" if lost.end_ms is None or lost.end_ms > first.opened_ms else f"ended by the client ({lost.how})"
+    return Outcome(FAIL, f"{what} {_ms(first.opened_ms - r.loss_ms)} into a path that was only degraded, the old "
+                         f"connection {old} ({len(after)} connection(s) after the fault)", float(len(after)))
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -439,6 +529,12 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("no_spurious_reply", "003 review (the '.' nudge after the replay)",
          "the twin receives no user turn the user did not say (an injected nudge makes the model answer twice)",
          _spurious),
+    Rule("leaves_zombie_connection", "000 §What a client must do, 3; issue 15 m4 (a VPN's path-MTU black hole)",
+         "on a zombie path (small frames pass, the server's audio vanishes, nobody closes) the client leaves the "
+         "connection on its own before the path heals", _zombie),
+    Rule("no_false_alarm", "000 §What a client must do, 3 (its detection, never tried on a poor path); h1 "
+         "(issue 14 item 3)", "on a path that is only degraded (delay, jitter, random loss; TCP retransmits) the "
+         "client stays on its session: no resume, no new session", _false_alarm),
 )}
 
 

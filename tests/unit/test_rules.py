@@ -166,6 +166,14 @@ def test_b2_the_old_id_never_answered_after_the_resume_fails_ledger_and_owed():
     assert got["ledger_old_id_after_resume"] == FAIL and got["owed_results_delivered"] == FAIL
 
 
+def test_b3_the_servers_own_close_before_the_path_returned_leaves_the_client_nothing_to_close():
+    rec = b2(close_at=33000, how="server_timeout")
+    assert rules.RULES["close_reaches_server"].judge(rec).status == FAIL       # its end came after the heal
+    rec.twin.append(ev("twin.freeze_close", 22000, conn=1, session="s1"))      # ... but it was decided before
+    out = rules.RULES["close_reaches_server"].judge(rec)
+    assert out.status == NA and "twin.freeze_close" in out.observed, out.observed
+
+
 def test_a_heal_at_exit_is_not_the_path_coming_back():
     rec = record([*conn(1, 50, 100, "s1"), call(1000)], events=[ev("fault.clear", 29000, name="f1", at_exit=True)])
     assert rules.RULES["close_reaches_server"].judge(rec).status == NA
@@ -245,3 +253,70 @@ def test_a_live_run_without_a_twin_record_is_not_observable():
 def test_every_rule_cites_a_seed_section():
     for r in rules.RULES.values():
         assert r.source[:3] in ("000", "001", "003") and "§" in r.source or "review" in r.source, r.name
+
+
+# ---- issue 15's middleboxes: the zombie path (m4) and the armed NAT / relay (m1, m2) ---------------
+ZOMBIE = {**LOSS, "loss_cuts_path": False, "loss_kind": "fault:mtu_blackhole"}
+
+
+def m4(left_at=None, how=None, new_at=None, heal=22000):
+    """M4: the MTU black hole 1 s after the call; the client ends the old connection and/or opens a new one."""
+    twin = [*conn(1, 50, 100, "s1", end=left_at, how=how), call(1000)]
+    if new_at is not None:
+        twin += conn(2, new_at, resume=True, refuse=new_at + 5)
+    return record(twin, [ev("fault.clear", heal, name="all")], metrics=ZOMBIE)
+
+
+@pytest.mark.parametrize("kw, want, figure", [
+    ({"new_at": 6600}, PASS, 4600.0),                                   # the recovery client: a resume 4.6 s in
+    ({"left_at": 5000, "how": "close_frame", "new_at": 6600}, PASS, 3000.0),   # its close passes first
+    ({"new_at": 25000}, FAIL, None),                                    # only once the path had healed
+    ({"left_at": 8000, "how": "server_tcp_timeout"}, FAIL, None),       # the server's end is not the client's
+    ({}, FAIL, None),                                                   # held it to the heal
+])
+def test_m4_the_client_must_leave_the_zombie_connection_before_the_path_heals(kw, want, figure):
+    out = rules.RULES["leaves_zombie_connection"].judge(m4(**kw))
+    assert (out.status, out.figure) == (want, figure), out.observed
+    if want == FAIL:
+        assert "until the path healed" in out.observed
+
+
+def test_a_zombie_is_not_a_cut_the_detection_and_fallback_rules_time():
+    outs = rules.judge_all(m4(new_at=6600))
+    for name in ("own_loss_detection", "resume_cutoff_fallback"):
+        assert outs[name].status == NA and "leaves_zombie_connection" in outs[name].observed, name
+
+
+def test_a_cut_path_is_no_zombie():
+    rec = record(b1_probe())
+    assert rules.RULES["leaves_zombie_connection"].judge(rec).status == NA
+
+
+@pytest.mark.parametrize("kind", ["fault:nat_reap", "fault:relay_age"])
+def test_an_armed_middlebox_has_no_moment_of_loss_in_the_record(kind):
+    # the agent's loss is when the NAT / relay was armed (setup, start), not when it cut the flow
+    rec = record(b1_probe(), metrics={**LOSS, "loss_cuts_path": False, "loss_kind": kind})
+    outs = rules.judge_all(rec)
+    for name in ("ledger_old_id_after_resume", "own_loss_detection", "resume_cutoff_fallback", "status_from_backend"):
+        assert outs[name].status == NA and "router's capture" in outs[name].observed, name
+
+
+# ---- h1: a healthy poor path must not be taken for a loss -------------------------------------------
+DEGRADED = {**LOSS, "loss_cuts_path": False, "loss_kind": "fault:delay"}
+
+
+@pytest.mark.parametrize("twin, want", [
+    ([*conn(1, 50, 100, "s1")], PASS),                                                  # stayed on it
+    ([*conn(1, 50, 100, "s1"), *conn(2, 9000, 9200, "s2")], FAIL),                      # a fallback for nothing
+    ([*conn(1, 50, 100, "s1", end=8000, how="rst"), *conn(2, 9000, resume=True, refuse=9100)], FAIL),  # its own abort
+    ([*conn(1, 50, 100, "s1", end=8000, how="server_goaway"), *conn(2, 9000, 9200, "s2")], NA),  # the server ended it
+])
+def test_h1_a_degraded_path_is_no_reason_to_reconnect(twin, want):
+    out = rules.RULES["no_false_alarm"].judge(record(twin, metrics=DEGRADED))
+    assert out.status == want, out.observed
+
+
+@pytest.mark.parametrize("metrics", [LOSS, ZOMBIE, {**DEGRADED, "loss_cuts_path": None}])
+def test_a_cut_a_zombie_or_an_old_record_is_not_a_degraded_path(metrics):
+    rec = record([*conn(1, 50, 100, "s1"), *conn(2, 9000, 9200, "s2")], metrics=metrics)
+    assert rules.RULES["no_false_alarm"].judge(rec).status == NA
