@@ -137,6 +137,7 @@ class Capabilities:
     statistic: bool = False
     reject: bool = False
     nfqueue_bind: bool = False
+    realtime: bool = False       # SCHED_FIFO may be set (netem.realtime): held packets and relay cuts on time
     netem: bool = False
     conntrack: bool = False
     length: bool = False
@@ -179,6 +180,8 @@ class Capabilities:
             f"  conntrack match    {yes(self.conntrack)}",
             f"  length match       {yes(self.length)}",
             f"NFQUEUE bind         {yes(self.nfqueue_bind)}",
+            f"SCHED_FIFO           {yes(self.realtime)}  (the delay worker and the relay watcher "
+            f"{'wake on time under load' if self.realtime else 'wait behind other work under load'})",
             f"tc qdisc netem       {yes(self.netem)}",
             f"  netem kind path    {self.netem_path()}",
             f"network namespaces   {yes(self.netns)}",
@@ -276,6 +279,27 @@ class Prober:
         except NetemError as e:
             return False, str(e)
 
+    def try_realtime(self) -> tuple[bool, str]:
+        """Whether SCHED_FIFO may be set here (root alone is not enough in a container without
+        CAP_SYS_NICE, or under a cgroup with no real-time budget), asked in a throw-away child so this
+        process stays as it is. (ok, error text)"""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: try, say, leave at once
+            os.close(r)
+            try:
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+                msg = b""
+            except (OSError, AttributeError) as e:
+                msg = str(getattr(e, "strerror", None) or e).encode()
+            os.write(w, msg or b"ok")
+            os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as fh:
+            said = fh.read().decode(errors="replace")
+        os.waitpid(pid, 0)
+        return (True, "") if said == "ok" else (False, said or "no answer")
+
     def can_make_netns(self) -> bool:
         from pyroute2 import netns
 
@@ -331,6 +355,10 @@ def probe(prober: Prober | None = None, *, netem: bool = True) -> Capabilities:
         c.nfqueue_bind, err = p.try_nfqueue_bind()
         if err:
             c.notes.append(f"nfqueue bind: {err}")
+    c.realtime, err = p.try_realtime()
+    if err:
+        c.notes.append(f"SCHED_FIFO refused ({err}): the delay worker and the relay watcher run as ordinary "
+                       f"processes, their timing as good as the machine's load allows")
     if netem and (c.root or c.net_admin):
         ok, where, err = p.try_qdisc("netem")
         c.netem = ok

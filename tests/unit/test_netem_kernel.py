@@ -5,10 +5,10 @@ from netem.kernel import Capabilities, Prober, probe
 class FakeProber(Prober):
     def __init__(self, root=True, tools=("iptables", "iptables-restore", "ip", "tcpdump", "tshark", "editcap", "mergecap"),
                  restore_fails=(), restore_broken=False, netem=(False, "namespace ll-probe-1", "No such file or directory (errno 2)"),
-                 nflog_dev=True, nfqueue_bind=(True, "")):
+                 nflog_dev=True, nfqueue_bind=(True, ""), realtime=(True, "")):
         self.root, self.tools, self.restore_fails = root, set(tools), restore_fails
         self.restore_broken, self.netem, self.nflog_dev = restore_broken, netem, nflog_dev
-        self.nfqueue_bind = nfqueue_bind
+        self.nfqueue_bind, self.realtime = nfqueue_bind, realtime
         self.inputs = []
 
     def euid(self):
@@ -40,6 +40,9 @@ class FakeProber(Prober):
 
     def try_nfqueue_bind(self):
         return self.nfqueue_bind
+
+    def try_realtime(self):
+        return self.realtime
 
     def can_make_netns(self):
         return self.root
@@ -98,3 +101,19 @@ def test_probe_chain_is_created_and_removed():
 def test_tcpdump_without_nflog():
     c = probe(FakeProber(nflog_dev=False))
     assert not c.tcpdump_nflog and any("nflog:5" in m for m in c.missing)
+
+
+def test_sched_fifo_refused_is_said_as_a_note_not_as_missing():
+    c = probe(FakeProber(realtime=(False, "Operation not permitted")))
+    assert not c.realtime and not any("SCHED_FIFO" in m for m in c.missing)
+    assert any(n.startswith("SCHED_FIFO refused (Operation not permitted)") for n in c.notes)
+    assert "SCHED_FIFO           NO" in c.summary()
+    assert "SCHED_FIFO           yes" in probe(FakeProber()).summary()
+
+
+def test_the_real_sched_fifo_probe_answers_without_changing_this_process():
+    import os
+    before = os.sched_getscheduler(0)
+    ok, err = Prober().try_realtime()
+    assert os.sched_getscheduler(0) == before
+    assert ok == (err == "") and (ok or err)
