@@ -11,7 +11,7 @@ ENDPOINT ?= twin
 BUDGET ?=
 SCENARIO ?=
 # parallel test workers for `make test`: the tests mostly wait on real timers and packets, not the CPU
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 5
 RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),--client $(CLIENT)) \
            $(if $(DURATION),--duration $(DURATION)) $(if $(BUDGET),--budget $(BUDGET)) \
            $(if $(CLIENT_CMD),--client-cmd "$(CLIENT_CMD)")

@@ -31,8 +31,8 @@ def _group(item) -> str | None:
     worker is free: test_scenarios.py alone is ~9 minutes of independent runs."""
     if f"{os.sep}e2e{os.sep}" in str(item.path):
         return "docker"
-    if item.path.name in FRAMEWORK_GROUPS:
-        return FRAMEWORK_GROUPS[item.path.name]
+    if item.path.name in FRAMEWORK_GROUPS and item.path.parent.name == "integration":
+        return FRAMEWORK_GROUPS[item.path.name]     # (tests/unit/test_matrix.py is pure: any worker)
     defs = getattr(item, "_fixtureinfo", None)
     for fixturedefs in (defs.name2fixturedefs.values() if defs is not None else ()):
         if any(d.scope in SHARED_SCOPES for d in fixturedefs):

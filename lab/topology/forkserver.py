@@ -73,7 +73,10 @@ def serve(sock_path: str, control_fd: int = 0) -> tuple[Request, list[int]] | No
     signal.signal(signal.SIGCHLD, lambda *_: None)     # the wake-up pipe does the work
     conns: dict[int, socket.socket] = {}
     waiting: dict[int, socket.socket] = {}              # child pid -> the connection to tell its exit
-    print(f"ready {time.monotonic() - _T0:.3f}", flush=True)
+    try:
+        print(f"ready {time.monotonic() - _T0:.3f}", flush=True)
+    except BrokenPipeError:
+        return None                 # the orchestrator went before we were ready: nothing to serve
     while True:
         readable, _, _ = select.select([listener, control_fd, wake_r, *conns.values()], [], [])
         if control_fd in readable and not os.read(control_fd, 4096):
