@@ -127,9 +127,32 @@ def test_a_refused_sched_fifo_is_one_note_and_the_process_runs_on_ordinary():
     code = ("import json, os\n"
             "def refuse(*a):\n    raise PermissionError(1, 'Operation not permitted')\n"
             "os.sched_setscheduler = refuse\n"
+            "import netem.realtime\n"
+            "netem.realtime.hold_zero_wakeup_latency = lambda: None\n"   # its own test is below
             "from netem.realtime import become_realtime\n"
             "print(json.dumps(become_realtime(lock_memory=False)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     fifo, notes = json.loads(out.stdout)
     assert fifo is False
     assert notes == ["no SCHED_FIFO (Operation not permitted): an ordinary process, wake-ups wait behind other work"]
+
+
+def test_the_zero_wakeup_latency_request_is_written_once_and_held_or_said_why_not(tmp_path, monkeypatch):
+    from netem import realtime
+    dev = tmp_path / "cpu_dma_latency"
+    dev.write_bytes(b"")
+    monkeypatch.setattr(realtime, "PM_QOS_DEVICE", str(dev))
+    monkeypatch.setattr(realtime, "_pm_qos_fd", None)
+    try:
+        assert realtime.hold_zero_wakeup_latency() is None
+        fd = realtime._pm_qos_fd
+        assert fd is not None and os.fstat(fd)                  # held open: closing would drop it
+        assert realtime.hold_zero_wakeup_latency() is None and realtime._pm_qos_fd == fd   # once
+        assert dev.read_bytes() == (0).to_bytes(4, "little")    # the kernel reads a 32-bit latency in us
+    finally:
+        if realtime._pm_qos_fd is not None:
+            os.close(realtime._pm_qos_fd)
+    monkeypatch.setattr(realtime, "_pm_qos_fd", None)
+    monkeypatch.setattr(realtime, "PM_QOS_DEVICE", str(tmp_path / "missing"))
+    note = realtime.hold_zero_wakeup_latency()
+    assert note.startswith(f"no {tmp_path / 'missing'}") and realtime._pm_qos_fd is None
