@@ -33,19 +33,3 @@ def remove_netem(dev: str | None, netns: str | None) -> list[str]:
     except Exception:
         pass
     return removed
-    try:
-        links = {l["index"]: l.get_attr("IFLA_IFNAME") for l in ipr.get_links()}
-        for q in ipr.get_qdiscs():
-            if q.get_attr("TCA_KIND") == "netem" and (q["handle"] >> 16) == NETEM_HANDLE:
-                name = links.get(q["index"])
-                if dev is None or name == dev:
-                    try:
-                        ipr.tc("del", "netem", q["index"], handle=f"{NETEM_HANDLE:x}:0")
-                        removed.append(name)
-                    except Exception:
-                        pass
-    except Exception:
-        pass
-    finally:
-        ipr.close()
-    return removed
