@@ -172,3 +172,15 @@ def test_registry_and_netns_nodes():
     assert (topo.client.name, topo.client.ns, topo.endpoint.ns) == ("client", "ll-svc2-c", "ll-svc2-e")
     with pytest.raises(LabError, match="not up"):
         topo.client.popen(["true"])
+
+
+def test_tcpdump_counts_read_the_last_statistics_in_either_form(tmp_path):
+    from lab.topology.services import _tcpdump_counts
+    log = tmp_path / "tcpdump-cell.log"
+    log.write_text("tcpdump: listening on cell, link-type EN10MB (Ethernet), snapshot length 262144 bytes\n")
+    assert _tcpdump_counts(log) is None                       # nothing said yet: not waited for past 0.1 s
+    log.write_text(log.read_text() + "tcpdump: 1 packet captured, 10 packets received by filter, 0 packets dropped by kernel\n")
+    assert _tcpdump_counts(log) == (1, 10)                     # behind: the stop waits
+    log.write_text(log.read_text() + "10 packets captured\n10 packets received by filter\n0 packets dropped by kernel\n")
+    assert _tcpdump_counts(log) == (10, 10)                    # the last counts, the exit's form
+    assert _tcpdump_counts(tmp_path / "missing.log") is None
