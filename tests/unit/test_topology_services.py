@@ -85,10 +85,12 @@ def test_the_wrapper_writes_the_pid_of_the_process_it_becomes(tmp_path):
 
 
 def _fake_tcpdump(argv):
-    # says what tcpdump says once it listens, writes its file, and flushes it on SIGINT
+    # says what tcpdump says once it listens, writes its file, prints its counts on SIGUSR1 (as
+    # tcpdump does: the stop's drain asks for them) and flushes its file on SIGINT
     out = argv[argv.index("-w") + 1]
-    return ["sh", "-c", 'trap "echo done >> $0; exit 0" INT; : > "$0"; echo "listening on x" >&2; '
-            'while :; do sleep 0.05; done', out]
+    return ["sh", "-c", 'trap "echo done >> $0; exit 0" INT; '
+            "trap 'echo tcpdump: 3 packets captured, 3 packets received by filter >&2' USR1; "
+            ': > "$0"; echo "listening on x" >&2; while :; do sleep 0.05; done', out]
 
 
 def test_capture_starts_two_tcpdumps_on_its_node_and_stops_them_with_sigint(tmp_path):
