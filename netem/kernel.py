@@ -25,6 +25,7 @@ from typing import Iterator
 
 from netem.errors import NoPrivilege, NetemError
 from netem.nfqueue import NfQueue
+from netem.realtime import fifo_refusal
 from netem.rules import PROBE_CHAIN
 
 NETNS_DIR = "/run/netns"
@@ -287,12 +288,8 @@ class Prober:
         pid = os.fork()
         if pid == 0:  # the child: try, say, leave at once
             os.close(r)
-            try:
-                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-                msg = b""
-            except (OSError, AttributeError) as e:
-                msg = str(getattr(e, "strerror", None) or e).encode()
-            os.write(w, msg or b"ok")
+            why = fifo_refusal(1)
+            os.write(w, b"ok" if why is None else (why or "refused").encode())
             os._exit(0)
         os.close(w)
         with os.fdopen(r, "rb") as fh:

@@ -43,13 +43,10 @@ def become_realtime(priority: int = FIFO_PRIORITY, lock_memory: bool = True) -> 
     notes = []
     gc.freeze()            # what exists now is never scanned again
     gc.disable()           # and nothing new triggers a collection
-    fifo = False
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-        fifo = True
-    except (OSError, AttributeError) as e:
-        notes.append(f"no SCHED_FIFO ({getattr(e, 'strerror', None) or e}): an ordinary process, "
-                     f"wake-ups wait behind other work")
+    why = fifo_refusal(priority)
+    fifo = why is None
+    if why:
+        notes.append(f"no SCHED_FIFO ({why}): an ordinary process, wake-ups wait behind other work")
     try:
         libc = _libc()
         if libc.prctl(PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0) != 0:
@@ -83,12 +80,19 @@ def hold_zero_wakeup_latency() -> str | None:
     return None
 
 
-def thread_realtime(priority: int = FIFO_PRIORITY) -> str | None:
-    """Give the calling thread alone SCHED_FIFO (Linux schedules threads as tasks: pid 0 is this
-    thread), for a watcher thread that must act at a deadline inside a process that stays ordinary
-    (no memory lock, no GC change: those are process-wide). None, or a note on what was refused."""
+def fifo_refusal(priority: int = FIFO_PRIORITY) -> str | None:
+    """Put the calling thread under SCHED_FIFO (Linux schedules threads as tasks: pid 0 is this
+    thread; in a single-threaded worker, the process). None, or why the kernel refused."""
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
         return None
     except (OSError, AttributeError) as e:
-        return f"no SCHED_FIFO for the thread ({getattr(e, 'strerror', None) or e}): it wakes behind other work"
+        return str(getattr(e, "strerror", None) or e)
+
+
+def thread_realtime(priority: int = FIFO_PRIORITY) -> str | None:
+    """Give the calling thread alone SCHED_FIFO, for a watcher thread that must act at a deadline
+    inside a process that stays ordinary (no memory lock, no GC change: those are process-wide).
+    None, or a note on what was refused."""
+    why = fifo_refusal(priority)
+    return None if why is None else f"no SCHED_FIFO for the thread ({why}): it wakes behind other work"
