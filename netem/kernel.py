@@ -102,6 +102,13 @@ def in_netns(name: str | None) -> Iterator[None]:
         os.close(here)
 
 
+def write_sysctl(netns: str | None, key: str, value) -> None:
+    """Set sysctl `key` (dotted: net.ipv4.ip_forward) in namespace `netns` (None: this one); /proc/sys
+    is opened from the thread inside it, so a net.* key is that namespace's. OSError as the kernel says."""
+    with in_netns(netns), open("/proc/sys/" + key.replace(".", "/"), "w") as fh:
+        fh.write(str(value))
+
+
 def list_netns() -> list[str]:
     try:
         return sorted(os.listdir(NETNS_DIR))

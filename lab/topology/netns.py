@@ -40,7 +40,7 @@ from lab.topology import forked
 from lab.topology import uplink as uplinks  # the module; `uplink` is the flag below
 from lab.topology.router import Router, parse_links
 from netem import cleanup
-from netem.kernel import in_netns, list_netns
+from netem.kernel import in_netns, list_netns, write_sysctl
 
 BASE_NET = ipaddress.ip_network("10.203.0.0/16")
 UPLINK_NET = ipaddress.ip_network("10.204.0.0/16")
@@ -342,13 +342,10 @@ class NetnsTopology(Topology):
         if not re.match(r"^net\.[A-Za-z0-9_.-]+$", key):
             raise LabError(f"sysctl {key!r}: only net.* keys are per-namespace")
         ns = self.ns_client if where == "client" else self.ns_endpoint
-        path = "/proc/sys/" + key.replace(".", "/")
-        with in_netns(ns):
-            try:
-                with open(path, "w") as fh:
-                    fh.write(str(value))
-            except OSError as e:
-                raise LabError(f"sysctl {key}={value} in {ns}: {e.strerror}") from None
+        try:
+            write_sysctl(ns, key, value)
+        except OSError as e:
+            raise LabError(f"sysctl {key}={value} in {ns}: {e.strerror}") from None
 
     def down(self) -> None:
         """Stop what was started on the nodes, delete both namespaces. Idempotent, never raises."""

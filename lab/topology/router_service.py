@@ -28,7 +28,7 @@ import threading
 from lab.errors import LabError
 from netem.errors import NetemError
 from netem.faults import build
-from netem.kernel import in_netns
+from netem.kernel import write_sysctl
 from netem.table import ROUTER_HOOKS, FaultTable
 
 PORT = 8450
@@ -39,11 +39,6 @@ TIMEOUT_S = 10.0     # a request the service has not answered by then is a dead 
 # access network does with a phone's old address), and conntrack start stamps (relay_age's ages)
 FORWARDING_SYSCTLS = (("net.ipv4.ip_forward", 1), ("net.ipv4.conf.all.rp_filter", 1),
                       ("net.ipv4.conf.default.rp_filter", 1), ("net.netfilter.nf_conntrack_timestamp", 1))
-
-
-def write_sysctl(ns: str | None, key: str, value) -> None:
-    with in_netns(ns), open("/proc/sys/" + key.replace(".", "/"), "w") as fh:
-        fh.write(str(value))
 
 
 def forwarding_table(ns: str | None, run_id: str, handle_signals: bool = False) -> FaultTable:
