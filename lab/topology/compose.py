@@ -428,6 +428,8 @@ class ComposeTopology(Topology):
             detail = self._failure_detail(r)
             self.down()
             raise LabError(f"compose topology: up failed: {detail}")
+        # from here on every exec goes in by container id (exec_prefix), the router's set-up included
+        self._ids = {svc: c.id for svc, c in self.containers().items()}
         if self.router:
             try:
                 self._bridge_rules("-I")
@@ -436,7 +438,6 @@ class ComposeTopology(Topology):
             except Exception:
                 self.down()
                 raise
-        self._ids = {svc: c.id for svc, c in self.containers().items()}
 
     def exec_prefix(self, service: str, *opts: str) -> list[str]:
         """The host command line that runs a command in `service`'s container: `docker exec -i` by
@@ -447,6 +448,14 @@ class ComposeTopology(Topology):
         if cid:
             return ["docker", "exec", "-i", *opts, cid]
         return self.compose_argv("exec", "-T", *opts, service)
+
+    def _exec_checked(self, service: str, argv: list[str], what: str) -> None:
+        """Run `argv` in `service`'s container (no stdin); a failure is one LabError line naming `what`."""
+        p = _run([*self.exec_prefix(service), *argv], timeout=30, env=self._env(), cwd=REPO,
+                 stdin=subprocess.DEVNULL)
+        if p.returncode != 0:
+            raise LabError(f"compose topology: {what} failed: "
+                           f"{(p.stderr.strip().splitlines() or ['rc=%d' % p.returncode])[-1]}")
 
     def _bridge_rules(self, verb: str) -> None:
         """Let each router network's bridge carry packets for other subnets (`-I`; `-D` takes it back).
@@ -482,10 +491,7 @@ class ComposeTopology(Topology):
         r = self.router
         routes = [("endpoint", _subnet(r, net), r.address("core")[0]) for net in LINKS]
         for service, dst, via in routes:
-            p = self.compose("exec", "-T", service, "ip", "route", "replace", dst, "via", via, timeout=30, check=False)
-            if p.returncode != 0:
-                raise LabError(f"compose topology: route {dst} via {via} in {service} failed: "
-                               f"{(p.stderr.strip().splitlines() or ['rc=%d' % p.returncode])[-1]}")
+            self._exec_checked(service, ["ip", "route", "replace", dst, "via", via], f"route {dst} via {via} in {service}")
 
     def _router_up(self) -> None:
         """The router part on Docker's addresses: devices named after their links in client and
@@ -496,19 +502,14 @@ class ComposeTopology(Topology):
                                  router={n: r.address(n)[0] for n in LINKS})
         for node in (self.client, r):
             pairs = [f"{node.address(n)[0]}={n}" for n in LINKS]
-            p = self.compose("exec", "-T", node.service, "sh", "-c", RENAME_SCRIPT, "rename", *pairs,
-                             timeout=30, check=False)
-            if p.returncode != 0:
-                raise LabError(f"compose topology: naming the {node.service}'s link devices failed: "
-                               f"{(p.stderr.strip().splitlines() or ['rc=%d' % p.returncode])[-1]}")
+            self._exec_checked(node.service, ["sh", "-c", RENAME_SCRIPT, "rename", *pairs],
+                               f"naming the {node.service}'s link devices")
         # Docker's DNS names only the containers of a network the client is on, and the endpoint is
         # on none of them: its name goes into the client's own /etc/hosts (what the twin's URL and
         # certificate name)
         ep = self.endpoint.ip
-        p = self.compose("exec", "-T", "client", "sh", "-c", f'echo "{ep} {self.endpoint.host}" >> /etc/hosts',
-                         timeout=30, check=False)
-        if p.returncode != 0:
-            raise LabError(f"compose topology: naming the endpoint ({ep}) in the client failed: rc={p.returncode}")
+        self._exec_checked("client", ["sh", "-c", f'echo "{ep} {self.endpoint.host}" >> /etc/hosts'],
+                           f"naming the endpoint ({ep}) in the client")
         settle = self.client.popen([sys.executable, "-m", "lab.topology.router", "settle",
                                     json.dumps(part.describe())], role="router-settle",
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
