@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 from lab.errors import CapabilityError, LabError
@@ -56,18 +57,28 @@ def _lab_addresses(root: bool = False) -> list[ipaddress.IPv4Address]:
     """IPv4 addresses in every lab namespace (and the current one if `root`)."""
     from pyroute2 import IPRoute
 
-    found = []
+    found: list[ipaddress.IPv4Address] = []
     # in_netns opens a namespace, never creates it (pyroute2's NetNS would re-create one another
     # run's teardown just deleted, and that empty copy then blocks any later run with the same id);
     # a netlink socket opened in it is bound to it. Not NetNS: its helper cost ~40 ms a namespace,
     # 0.7 s of a run's topology up with the machine's other runs about (lab bench overhead).
+    # In a thread of its own, never the caller's: a teardown finds what still runs in a namespace
+    # with `ip netns pids` (netem.cleanup), which reads each process's main thread, so a main thread
+    # visiting another run's namespace as that run went down was taken for a leftover and killed
+    # (a CI test worker, running a batch, "crashed").
     names = ([None] if root else []) + [ns for ns in list_netns() if ns.startswith("ll-")]
-    for ns in names:
-        try:
-            with in_netns(ns), IPRoute() as ipr:
-                found += [ipaddress.ip_address(a.get_attr("IFA_ADDRESS")) for a in ipr.get_addr(family=2)]
-        except Exception:
-            continue
+
+    def scan() -> None:
+        for ns in names:
+            try:
+                with in_netns(ns), IPRoute() as ipr:
+                    found.extend(ipaddress.ip_address(a.get_attr("IFA_ADDRESS")) for a in ipr.get_addr(family=2))
+            except Exception:
+                continue
+
+    t = threading.Thread(target=scan, name="lab-address-scan", daemon=True)
+    t.start()
+    t.join()
     return found
 
 
