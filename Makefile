@@ -106,7 +106,7 @@ bench-false-alarms: setup ## 10 minutes of a healthy path with 300 ms jitter and
 soak: setup ## live soak against your key (GEMINI_API_KEY): scenarios repeated, one summary
 	$(LAB) soak --endpoint live $(if $(DURATION),--duration $(DURATION))
 
-down: ## remove whatever a killed run left behind (rules, namespaces, processes, containers)
+down: ## remove what runs whose owner is gone left behind (rules, namespaces, processes, containers); live runs stay
 	$(LAB) down
 
 clean: down ## remove results and the venv

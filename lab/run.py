@@ -26,7 +26,7 @@ from lab.clients import get as get_client
 from lab.clients.command import parse_command
 from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
 from lab.events import read_events
-from lab.report.verdict import verdict_passed   # reads old verdicts (`passed`) too; loads no matplotlib
+from lab.report.verdict import headline, verdict_passed   # reads old verdicts (`passed`) too; loads no matplotlib
 from lab.errors import CapabilityError, LabError
 from lab.topology import AUTO, TOPOLOGIES
 from lab.topology import choose as choose_topology
@@ -394,8 +394,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
                 settled = budget.settle(run_dir)      # the cross-check: every opened connection charged
                 if settled.note:
                     out(f"   budget: {settled.note}")
-            held = verdict_passed(v)
-            out(f"   verdict: {'PASS' if held else 'FAIL'}"
+            out(f"   verdict: {headline(v)}"
                 + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
                           f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", [])))
             if endpoint == "live":
@@ -436,9 +435,6 @@ def add_parser(sub) -> None:
     p = sub.add_parser("list", help="list the scenario catalogue")
     p.set_defaults(func=_cmd_list)
 
-    p = sub.add_parser("down", help="remove whatever a killed run left behind")
-    p.set_defaults(func=_cmd_down)
-
 
 def _cmd_run(args) -> int:
     names = scenario_mod.names() if args.all else args.scenarios
@@ -469,26 +465,4 @@ def _cmd_list(args) -> int:
     for n in scenario_mod.names():
         s = scenario_mod.load(n)
         print(f"{n:26s} {s.title}  [{s.client}, {s.duration:g}s]")
-    return 0
-
-
-def _cmd_down(args) -> int:
-    # imported here, each guarded: `lab down` must clean up what it can even when one part is broken
-    done = []
-    try:
-        from lab.topology.uplink import down  # netem.cleanup.down and the live-mode uplinks
-        from netem.cleanup import describe
-        done.append(describe(down()))
-    except ModuleNotFoundError:
-        pass
-    try:
-        from lab.topology.compose import docker_ready, down_all   # guarded: Docker may be absent
-        if docker_ready():
-            projects = down_all()
-            done.append(f"compose projects: {', '.join(projects) or 'none'}")
-    except (ModuleNotFoundError, ImportError):
-        pass
-    except CapabilityError:
-        pass
-    print("lab down: " + ("; ".join(done) if done else "nothing to do"))
     return 0

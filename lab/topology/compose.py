@@ -44,6 +44,7 @@ from lab.errors import CapabilityError, LabError
 from lab.topology.base import Node, Topology, require_tools
 from lab.topology.router import LINKS, Assigned, Place, Router, parse_links
 from lab.topology.services import RouterService
+from netem import cleanup
 from netem.kernel import Capabilities
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,6 +62,7 @@ LAB_SERVICES = ("endpoint", "client")   # the two nodes; their services are star
 UPLINK_MISSING = ("the compose topology has no way out (its network is internal): live mode runs in "
                   "--topology netns")
 PROJECT_PREFIX = "livelab"
+OWNER_LABEL = "livelab.owner"   # every container's: the orchestrator's owner token (netem.cleanup)
 
 
 def _project_name(run_id: str, run_dir: Path | None = None) -> str:
@@ -379,7 +381,9 @@ class ComposeTopology(Topology):
         run_dir = run_dir or self.run_dir
         env = dict(os.environ)
         env.update({"RUN_ID": run_dir.name, "CAPTURES_DIR": str(run_dir.parent),
-                    "COMPOSE_BAKE": env.get("COMPOSE_BAKE", "false")})
+                    "COMPOSE_BAKE": env.get("COMPOSE_BAKE", "false"),
+                    # the containers' owner label: `lab down` leaves the project alone while we live
+                    "LIVELAB_OWNER": cleanup.owner_token()})
         # the image path this module checked is the one compose builds (LAB_IMAGE_BASE=offline in the
         # environment alone, as CI sets it, must not build on the public base image)
         env.setdefault("LAB_IMAGE_BASE", image_path())
@@ -677,21 +681,33 @@ def exec_latency_samples(n: int = 10, topology: ComposeTopology | None = None) -
         topo.down()
 
 
-def down_all(prefix: str = PROJECT_PREFIX) -> list[str]:
-    """Remove every compose project whose name starts with `prefix` (for `lab down`); never raises."""
+def down_all(prefix: str = PROJECT_PREFIX, owner_pids: set[int] | None = None) -> dict[str, list[str]]:
+    """Remove every compose project whose name starts with `prefix` and whose owner is gone (for
+    `lab down`), and the router rules of projects no longer there; never raises. A project is live
+    while the process its containers' owner label names runs; `owner_pids`: only projects owned by
+    one of these pids. Returns {"removed": projects, "spared": "<project> (pid N)"}."""
+    done: dict[str, list[str]] = {"removed": [], "spared": []}
     if shutil.which("docker") is None or not docker_ready():
-        return []
+        return done
     try:
         r = _run(["docker", "ps", "-a", "--format",
-                  '{{.Label "com.docker.compose.project"}} {{.Label "com.docker.compose.service"}}'], timeout=30)
+                  f'{{{{.Label "com.docker.compose.project"}}}} {{{{.Label "com.docker.compose.service"}}}} '
+                  f'{{{{.Label "{OWNER_LABEL}"}}}}'], timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return []
+        return done
     services: dict[str, set[str]] = {}
+    owner: dict[str, str] = {}
     for line in r.stdout.splitlines():
-        project, _, service = line.partition(" ")
+        project, service, token = (line.split(" ") + ["", ""])[:3]
         if project.startswith(prefix):
             services.setdefault(project, set()).add(service.strip())
+            owner[project] = owner.get(project) or token.strip()
     for p, svcs in sorted(services.items()):
+        if owner_pids is not None and cleanup.token_pid(owner[p]) not in owner_pids:
+            continue
+        if cleanup.token_alive(owner[p]):
+            done["spared"].append(f"{p} (pid {cleanup.token_pid(owner[p])})")
+            continue
         # a router project's networks are the overlay's; a plain project's `default` is compose.yaml's
         # alone (layering the overlay on it would leave that network behind)
         files = [COMPOSE_FILE, *([ROUTER_FILE] if "router" in svcs else [])]
@@ -702,7 +718,28 @@ def down_all(prefix: str = PROJECT_PREFIX) -> list[str]:
                   "--remove-orphans", "-t", "2"], timeout=120, cwd=REPO)
         except (OSError, subprocess.TimeoutExpired):
             pass
-    return sorted(services)
+        done["removed"].append(p)
+    if owner_pids is None:
+        # a killed run's rules whose project is already gone (its containers removed by hand)
+        for p in sorted(_router_rule_projects() - set(services)):
+            if p.startswith(prefix):
+                _drop_router_rules(p)
+                done["removed"].append(p)
+    return done
+
+
+_ROUTER_RULE_RE = re.compile(r'--comment "?livelab (\S+) router"?')
+
+
+def _router_rule_projects() -> set[str]:
+    """The projects named by the DOCKER-USER rules router projects make (ComposeTopology._bridge_rules)."""
+    if os.geteuid() != 0 or shutil.which("iptables") is None:
+        return set()
+    try:
+        out = _run(["iptables", "-w", "-S", "DOCKER-USER"], timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    return {m.group(1) for m in map(_ROUTER_RULE_RE.search, out.splitlines()) if m}
 
 
 def _drop_router_rules(project: str) -> None:

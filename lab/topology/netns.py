@@ -6,8 +6,9 @@ Both ends are called eth0, as in the Compose topology, so faults and captures na
 device everywhere. N is chosen per run id (a hash, skipping subnets that another lab namespace
 already uses) so runs can coexist. `up()` builds only the network (setup ~tens of ms); the nodes
 `topo.client` and `topo.endpoint` start processes with `popen([...])`. Every process started on
-them, tcpdump included, is recorded under /run/livelab/ so `lab down` can end it after a SIGKILL.
-`down()` is idempotent and never raises.
+them, tcpdump included, is recorded under /run/livelab/ so `lab down` can end it after a SIGKILL;
+the process that calls `up()` is recorded as the run's owner there, so `lab down` spares the run
+while that process lives (netem.cleanup). `down()` is idempotent and never raises.
 
 With `links=[...]` (a scenario's `topology: {router: true, links: [wifi, cell]}`) a third namespace
 ll-<run>-r sits between them as `topo.router`, and the client reaches it over one or two access
@@ -248,6 +249,14 @@ class NetnsTopology(Topology):
         for ns in (self.ns_client, self.ns_endpoint) + ((self.router_part.ns,) if self.router_part else ()):
             if ns in list_netns():
                 raise LabError(f"namespace {ns} already exists: run id {self.run_id!r} is in use (or run `lab down`)")
+        # this process owns the run from here: a machine-wide `lab down` leaves it alone while we live
+        try:
+            cleanup.claim(self.run_id, self.pid_dir)
+        except RuntimeError as e:
+            raise LabError(f"{e} (or run `lab down` once it is gone)") from None
+        except OSError as e:
+            raise CapabilityError(f"could not record the run's owner under {self.pid_dir or cleanup.PID_DIR}: "
+                                  f"{e.strerror}") from None
         if self._subnet is None:
             self._subnet = self._pick_subnet()
         # started now, its imports run while the namespaces are made (a second run finds it ready)

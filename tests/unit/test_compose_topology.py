@@ -104,23 +104,41 @@ def test_lab_down_drops_a_killed_router_projects_docker_user_rules_only(monkeypa
 
 
 def test_lab_down_layers_the_router_overlay_only_on_router_projects(monkeypatch):
+    import os
     import subprocess
 
     from lab.topology import compose
+    from netem import cleanup
 
     calls = []
+    live, dead = cleanup.owner_token(), "1:1"       # pid 1 never started at tick 1: gone
+    rules = ('-A DOCKER-USER -i br-9 -o br-9 -m comment --comment "livelab livelab-gone router" -j ACCEPT\n'
+             '-A DOCKER-USER -j RETURN\n')
 
     def fake_run(argv, timeout=None, **kw):
         calls.append(argv)
-        out = "livelab-r1 router\nlivelab-r1 client\nlivelab-p1 client\nother x\n" if argv[:2] == ["docker", "ps"] else ""
+        out = ""
+        if argv[:2] == ["docker", "ps"]:
+            out = (f"livelab-r1 router {dead}\nlivelab-r1 client {dead}\nlivelab-p1 client \n"
+                   f"livelab-l1 client {live}\nlivelab-l1 endpoint {live}\nother x\n")
+        elif argv[:4] == ["iptables", "-w", "-S", "DOCKER-USER"]:
+            out = rules
         return subprocess.CompletedProcess(argv, 0, out, "")
 
     monkeypatch.setattr(compose, "_run", fake_run)
     monkeypatch.setattr(compose, "docker_ready", lambda: True)
     monkeypatch.setattr(compose.shutil, "which", lambda tool: "/usr/bin/" + tool)
     monkeypatch.setattr(compose.os, "geteuid", lambda: 0)
-    assert compose.down_all() == ["livelab-p1", "livelab-r1"]
+    # a live owner's project is listed and left; an ownerless one (compose run by hand) and a dead
+    # owner's go, and so do the rules of a router project whose containers are already gone
+    assert compose.down_all() == {"removed": ["livelab-p1", "livelab-r1", "livelab-gone"],
+                                  "spared": [f"livelab-l1 (pid {os.getpid()})"]}
     downs = {c[3]: [c[i + 1] for i, a in enumerate(c) if a == "-f"] for c in calls if "down" in c}
     assert downs == {"livelab-p1": [str(compose.COMPOSE_FILE)],
                      "livelab-r1": [str(compose.COMPOSE_FILE), str(compose.ROUTER_FILE)]}
-    assert any(c[:4] == ["iptables", "-w", "-S", "DOCKER-USER"] for c in calls)   # the router project's rules
+    deleted = [c for c in calls if c[:3] == ["iptables", "-w", "-D"]]
+    assert [c[c.index("--comment") + 1] for c in deleted] == ["livelab livelab-gone router"]
+    # an owner filter takes only that owner's projects: here none is dead, so nothing goes
+    calls.clear()
+    assert compose.down_all(owner_pids={os.getpid()}) == {"removed": [], "spared": [f"livelab-l1 (pid {os.getpid()})"]}
+    assert not [c for c in calls if "down" in c or "-D" in c]
