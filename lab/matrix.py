@@ -43,11 +43,11 @@ SETS: dict[str, tuple[str, ...]] = {
     "stop": ("stop-a-pending", "stop-b-pending-late", "stop-c-blocking", "stop-d-after-commit", "stop-e-silent",
              "stop-f-early"),                                                               # seed 001
     "lifecycle": ("l1-goaway", "l2-slow-pongs", "l3-stall"),                                # fidelity §5
-    # issue 15: a phone switching networks and the middleboxes of real paths (n1, m1, m2, m4 behind
+    # a phone switching networks and the middleboxes of real paths (n1, m1, m2, m4 behind
     # the router node; m3's CONNECT proxy is the endpoint's proxy, the same middlebox family)
     "router": ("n1-network-switch", "m1-nat-idle-reap", "m2-fixed-age-relay", "m3-proxy-idle-timeout",
                "m4-mtu-blackhole"),
-    # seed 000's "Not tested" list, and issue 14's healthy poor path that must not look like a loss
+    # seed 000's "Not tested" list, and a healthy poor path that must not look like a loss
     "untested": ("s3-second-loss", "g1-speech-in-gap", "b3-after-server-close", "s4-held-sessions-limit",
                  "h1-healthy-jitter-loss"),
 }

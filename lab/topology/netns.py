@@ -61,12 +61,11 @@ def _lab_addresses(root: bool = False) -> list[ipaddress.IPv4Address]:
     found: list[ipaddress.IPv4Address] = []
     # in_netns opens a namespace, never creates it (pyroute2's NetNS would re-create one another
     # run's teardown just deleted, and that empty copy then blocks any later run with the same id);
-    # a netlink socket opened in it is bound to it. Not NetNS: its helper cost ~40 ms a namespace,
-    # 0.7 s of a run's topology up with the machine's other runs about (lab bench overhead).
+    # a netlink socket opened in it is bound to it. Not NetNS: it forks a helper per namespace, and
+    # this scan visits every lab namespace on the machine, so that cost grows with the runs about.
     # In a thread of its own, never the caller's: a teardown finds what still runs in a namespace
     # with `ip netns pids` (netem.cleanup), which reads each process's main thread, so a main thread
-    # visiting another run's namespace as that run went down was taken for a leftover and killed
-    # (a CI test worker, running a batch, "crashed").
+    # visiting another run's namespace as that run goes down would be taken for a leftover and killed.
     names = ([None] if root else []) + [ns for ns in list_netns() if ns.startswith("ll-")]
 
     def scan() -> None:

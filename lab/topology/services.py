@@ -295,8 +295,8 @@ class Capture:
 
     def _drain(self) -> None:
         """Wait until each tcpdump has written every packet its filter took in. SIGINT ends tcpdump at
-        once and what is still in its ring is lost: in CI a loaded machine left 9 of 10 packets of the
-        cell link unwritten ("1 packet captured, 10 packets received by filter"). SIGUSR1 makes
+        once and what is still in its ring is lost, and on a loaded machine that can be most of a
+        quiet link's last packets ("1 packet captured, 10 packets received by filter"). SIGUSR1 makes
         tcpdump print those two counts to its log without stopping; bounded by DRAIN_TIMEOUT."""
         t0 = time.monotonic()
         pending = [(proc, log) for proc, _out, log, _where in self._procs if proc.poll() is None]
