@@ -58,7 +58,8 @@ DOT_ENV = REPO / ".env"             # compose reads it; docker-setup.sh writes t
 COMPOSE_VERSION = "v2.40.3"         # what docker-setup.sh installs; any compose v2 runs the lab
 IMAGE_VARS = ("LAB_IMAGE_TAG", "LAB_IMAGE_BASE", "LAB_BASE_IMAGE")   # compose.yaml's image and build inputs
 _BUILT_IN_PROCESS: set[tuple[str, ...]] = set()   # image keys (ComposeTopology._image_key) built by this process
-LAB_SERVICES = ("endpoint", "client")   # the two nodes; their services are started on them with popen
+NODES = ("endpoint", "client")          # the lab's two nodes; their services are started on them with popen
+LAB_SERVICES = (*NODES, "capture")      # and the client's capture sidecar, in the client's network namespace
 UPLINK_MISSING = ("the compose topology has no way out (its network is internal): live mode runs in "
                   "--topology netns")
 PROJECT_PREFIX = "livelab"
@@ -264,6 +265,12 @@ class ComposeNode(Node):
     def dev(self) -> str:
         return "eth0"
 
+    @property
+    def capture_node(self) -> "ComposeNode":
+        # the client's tcpdumps run in the sidecar sharing its namespace: a client container that
+        # dies leaves the capture running, to be stopped and flushed like any other
+        return self.topo.capture if self.service == "client" else self
+
     def exec_argv(self, argv: list[str], role: str = "proc", env: dict[str, str] | None = None) -> tuple[list[str], str]:
         """(the host command line that runs `argv` in this container, the pidfile it writes there).
 
@@ -324,6 +331,7 @@ class ComposeTopology(Topology):
         self._ids: dict[str, str] = {}      # service -> container id, while the lab is up
         self.client = ComposeNode(self, "client", "client")
         self.endpoint = ComposeNode(self, "endpoint", "endpoint")
+        self.capture = ComposeNode(self, "capture", "capture")     # in the client's network namespace
         self.router = ComposeNode(self, "router", "router") if self.links else None
         # its addresses and the router service's are Docker's: known once up() has the containers
         self.router_part = Router(Place(self.run_id, None, None, None), self.links) if self.links else None

@@ -241,11 +241,12 @@ class Capture:
         """(node, role, tcpdump options, raw file) for each tcpdump."""
         eth, nflog = RAW_FILES
         stamp = "--time-stamp-precision=nano"
+        at = self.node.capture_node       # the client's namespace, from a sidecar where it has one
         if self.router is None:
-            return [(self.node, "tcpdump-eth", ["-i", self.node.dev, stamp], eth),
-                    (self.node, "tcpdump-nflog", ["-i", "nflog:5"], nflog)]
+            return [(at, "tcpdump-eth", ["-i", self.node.dev, stamp], eth),
+                    (at, "tcpdump-nflog", ["-i", "nflog:5"], nflog)]
         return [*((self.router, f"tcpdump-{link}", ["-i", link, stamp], f"raw-eth-{link}.pcap") for link in self.links),
-                (self.node, "tcpdump-nflog", ["-i", "nflog:5"], nflog),
+                (at, "tcpdump-nflog", ["-i", "nflog:5"], nflog),
                 (self.router, "tcpdump-nflog-router", ["-i", "nflog:5"], "raw-nflog-router.pcap")]
 
     def commands(self) -> list[tuple[str, list[str], Path, Path]]:

@@ -49,9 +49,44 @@ def test_compose_yaml_holds_two_idle_nodes_and_no_service_command_lines():
     from lab.topology.compose import COMPOSE_FILE, LAB_SERVICES
 
     services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
-    assert set(services) == set(LAB_SERVICES) == {"endpoint", "client"}
+    assert set(services) == set(LAB_SERVICES) == {"endpoint", "client", "capture"}
     assert all(s["command"] == ["sleep", "infinity"] for s in services.values())
     assert "NET_ADMIN" in services["client"]["cap_add"]
+
+
+def test_the_capture_is_a_sidecar_in_the_clients_namespace_on_the_network_sides_image():
+    """The card's shape: the capture outlives a client that dies, and the client image is not the
+    network side's (no capture tools needed from it, no client packages in the other)."""
+    import yaml
+
+    from lab.topology.compose import COMPOSE_FILE, ROUTER_FILE
+
+    services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    cap, client, ep = services["capture"], services["client"], services["endpoint"]
+    assert cap["network_mode"] == "service:client" and {"NET_ADMIN", "NET_RAW"} <= set(cap["cap_add"])
+    assert client["build"]["dockerfile"] == "Dockerfile.client" and ep["build"]["dockerfile"] == "Dockerfile.proxy"
+    assert cap["image"] == ep["image"] != client["image"] and cap["pull_policy"] == "never"
+    assert yaml.safe_load(ROUTER_FILE.read_text())["services"]["router"]["image"] == ep["image"]
+    # a run's client tcpdumps go to the sidecar; the endpoint's own processes stay on the endpoint
+    topo = ComposeTopology("run-1", project="p1", setup=False)
+    assert topo.client.capture_node is topo.capture and topo.endpoint.capture_node is topo.endpoint
+    from lab.topology.services import Capture
+    assert {node.service for node, *_ in Capture.of(topo, topo.run_dir).plan()} == {"capture"}
+    assert [args[:2] for _n, _r, args, _f in Capture.of(topo, topo.run_dir).plan()] == [["-i", "eth0"], ["-i", "nflog:5"]]
+
+
+def test_the_network_sides_requirements_are_the_clients_minus_the_client_packages():
+    """docker/requirements-proxy.txt installs from the wheelhouse built for docker/requirements.txt."""
+    from pathlib import Path
+    import re
+
+    def names(f):
+        return {re.split(r"[<>=!~\[ ]", l.split("#")[0].strip(), 1)[0].lower()
+                for l in (Path(__file__).resolve().parents[2] / "docker" / f).read_text().splitlines()
+                if l.split("#")[0].strip()}
+    proxy, client = names("requirements-proxy.txt"), names("requirements.txt")
+    assert proxy < client
+    assert not proxy & {"google-genai", "numpy", "pillow"}
 
 
 def test_links_layer_the_router_overlay_and_add_the_router_node(tmp_path):
