@@ -3,7 +3,7 @@
 Each timed parameter (lab.live.samples.MEASURES: what one sample is, from which record, on which
 clock) gets its records' count, the quantiles fitted at the profile table's own probabilities, and
 the distance from the profile's current value (lab.live.fit: the one-sample KS statistic D and its
-5 % critical value at that n; the largest quantile difference and each fitted quantile's bootstrap
+1 % critical value at that n; the largest quantile difference and each fitted quantile's bootstrap
 standard error beside it).
 
 The overlay it writes is a twin profile that `extends:` the profile it was compared with and sets
@@ -23,7 +23,7 @@ from typing import Any, Iterable
 import yaml
 
 from lab.errors import LabError
-from lab.live.fit import Fit, fit
+from lab.live.fit import LEVEL, Fit, fit
 from lab.live.samples import MEASURES, Measure, Record, Sample, read_record
 from lab.report.summary import runs_under
 from lab.twin.params import DECLARED, Number
@@ -95,7 +95,7 @@ def _keys(f: Fit) -> list[str]:
 def distance_of(c: Calibration) -> dict[str, Any]:
     f = c.fit
     assert f is not None
-    return {"ks": round(f.ks, 3), "ks_crit_5pct": round(f.ks_crit, 3), "changed": f.changed,
+    return {"ks": round(f.ks, 3), "ks_crit": round(f.ks_crit, 3), "level": LEVEL, "changed": f.changed,
             "max_quantile_diff_ms": round(_ms(c, f.max_quantile_diff), 1),
             "quantile_stderr_ms": {k: round(_ms(c, e), 1) for k, e in zip(_keys(f), f.stderr)}}
 
@@ -129,7 +129,7 @@ def overlay(cals: list[Calibration], prof: Profile, base: str, dirs: list[str],
 
 def render(cals: list[Calibration], profile_name: str, runs: int) -> list[str]:
     lines = [f"{runs} run folders against `{profile_name}`; distance: one-sample KS D against the profile's "
-             "distribution, changed when D > its 5 % critical value at n",
+             f"distribution, changed when D > its {LEVEL:.0%} critical value at n",
              f"{'parameter':<30} {'n':>4} {'p50 fit':>9} {'p50 prof':>9} {'KS D':>6} {'crit':>6}  status"]
     for c in cals:
         if c.fit is None:

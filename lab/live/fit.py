@@ -7,13 +7,14 @@ not with a second sample of it.
 
 The distance is the one-sample Kolmogorov-Smirnov statistic D = sup |F_n(x) - F(x)| (F_n the
 sample's empirical CDF, F the parameter's). Its sampling error at n is the critical value D_crit at
-the 5 % level: a sample drawn from F itself exceeds it one time in twenty. D_crit uses Stephens'
-approximation 1.358 / (sqrt(n) + 0.12 + 0.11 / sqrt(n)) (within 1 % of the exact table from n = 4;
-at n = 1-3 the exact values 0.975, 0.842, 0.708 are used), so D > D_crit says the sample did not
-come from the profile's distribution. The quantiles are fitted with linear interpolation between
-order statistics (the same rule as the tables in the records), at the probabilities of the profile's
-own table, so a fitted table drops in where the old one was; each quantile also gets its bootstrap
-standard error (seeded: the same sample gives the same figures).
+the 1 % level: a sample drawn from F itself exceeds it one time in a hundred (1 %, not 5 %: drift
+tests nine parameters at once, and at 5 % a night with nothing changed would flag one in three).
+D_crit uses Stephens' approximation c / (sqrt(n) + 0.12 + 0.11 / sqrt(n)) with c = 1.628 (1 %) or
+1.358 (5 %), within 2 % of the exact table from n = 4; at n = 1-5 the exact values are used. So
+D > D_crit says the sample did not come from the profile's distribution. The quantiles are fitted
+with linear interpolation between order statistics (the same rule as the tables in the records), at
+the probabilities of the profile's own table, so a fitted table drops in where the old one was; each
+quantile also gets its bootstrap standard error (seeded: the same sample gives the same figures).
 
 Knows nothing of files, runs or what a parameter means.
 """
@@ -28,7 +29,11 @@ from lab.twin.quantiles import Quantiles
 
 # the tables of the records: min, p10, p25, p50, p75, p90, p95, max (shared/fidelity.md section 2)
 RECORD_PROBABILITIES = (0.0, 0.10, 0.25, 0.50, 0.75, 0.90, 0.95, 1.0)
-EXACT_CRIT_05 = {1: 0.975, 2: 0.842, 3: 0.708}
+LEVEL = 0.01
+# the exact one-sample KS critical values at small n (Massey's table), and Stephens' constant, per level
+EXACT_CRIT = {0.05: {1: 0.975, 2: 0.842, 3: 0.708, 4: 0.624, 5: 0.565},
+              0.01: {1: 0.995, 2: 0.929, 3: 0.829, 4: 0.734, 5: 0.669}}
+STEPHENS = {0.05: 1.358, 0.01: 1.628}
 BOOTSTRAP_ROUNDS = 400
 
 
@@ -82,14 +87,16 @@ def ks_statistic(sample: Sequence[float], value: Any) -> float:
     return d
 
 
-def ks_critical(n: int) -> float:
-    """The 5 % critical value of the one-sample KS statistic at n."""
+def ks_critical(n: int, level: float = LEVEL) -> float:
+    """The critical value of the one-sample KS statistic at n, at the 1 % (default) or 5 % level."""
+    if level not in STEPHENS:
+        raise ValueError(f"no KS critical values at level {level} (known: {', '.join(map(str, STEPHENS))})")
     if n < 1:
         return math.inf
-    if n in EXACT_CRIT_05:
-        return EXACT_CRIT_05[n]
+    if n in EXACT_CRIT[level]:
+        return EXACT_CRIT[level][n]
     r = math.sqrt(n)
-    return 1.358 / (r + 0.12 + 0.11 / r)
+    return STEPHENS[level] / (r + 0.12 + 0.11 / r)
 
 
 @dataclass(frozen=True)
@@ -100,7 +107,7 @@ class Fit:
     stderr: tuple[float, ...]          # its bootstrap standard error
     profile: tuple[float, ...]         # the profile's quantile at each probability
     ks: float                          # D against the profile's distribution
-    ks_crit: float                     # D's 5 % critical value at n
+    ks_crit: float                     # D's critical value at n (LEVEL)
 
     @property
     def changed(self) -> bool:

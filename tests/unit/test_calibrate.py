@@ -42,10 +42,13 @@ def test_a_sample_of_the_profile_is_consistent_and_a_shifted_one_is_not():
 
 
 def test_ks_critical_values_fall_with_n():
-    assert F.ks_critical(3) == pytest.approx(0.708)
-    assert F.ks_critical(20) == pytest.approx(0.294, abs=0.003)      # the exact table: 0.294
-    assert F.ks_critical(100) == pytest.approx(0.134, abs=0.003)
+    assert F.ks_critical(3, 0.05) == pytest.approx(0.708)
+    assert F.ks_critical(20, 0.05) == pytest.approx(0.294, abs=0.003)      # the exact table: 0.294
+    assert F.ks_critical(20) == pytest.approx(0.352, abs=0.004)            # 1 %: the exact table: 0.352
+    assert F.ks_critical(100) == pytest.approx(0.163, abs=0.003)
     assert F.ks_critical(0) == float("inf")
+    with pytest.raises(ValueError):
+        F.ks_critical(5, 0.1)
 
 
 def test_a_one_number_parameter_is_a_step():
