@@ -8,8 +8,9 @@ standard error beside it).
 
 The overlay it writes is a twin profile that `extends:` the profile it was compared with and sets
 only the parameters fitted from at least `min_records` samples, each with its `source:` (the count,
-the folders, the clock) and, for the reader, `records`, `fitted` and `distance` (load_profile reads
-`value` and `source` and ignores the rest). So it is used as any profile is:
+the folders, the clock) and, for the reader, `records` and `distance` (and `fitted`, the table, where
+the parameter is one number and takes the median); load_profile reads `value` and `source` and
+ignores the rest. So it is used as any profile is:
 `lab twin serve --profile overlay.yaml`, `lab drift DIR --profile overlay.yaml`, or a scenario's
 `twin: {profile: path/to/overlay.yaml}`. A parameter with fewer records keeps the base's value and
 is listed under `not_fitted`.
@@ -115,9 +116,10 @@ def overlay(cals: list[Calibration], prof: Profile, base: str, dirs: list[str],
             "source": (f"calibrated (lab twin calibrate) from {c.n} live records under {where}: {c.measure.what}, "
                        f"{c.measure.clock}{f' (base: {bases})' if bases else ''}; was {c.current!r}"),
             "records": c.n,
-            "fitted": {k: _round(c, v) for k, v in zip(_keys(c.fit), c.fit.fitted)},
             "distance": distance_of(c),
         }
+        if isinstance(DECLARED[c.parameter], Number):     # the value is the median: the table beside it
+            params[c.parameter]["fitted"] = {k: _round(c, v) for k, v in zip(_keys(c.fit), c.fit.fitted)}
     for name, prm in prof.params.items():
         if prm.overridden and name not in params:     # the base as compared, --set values included
             params[name] = {"value": prm.value.as_mapping() if isinstance(prm.value, Quantiles) else prm.value,

@@ -115,7 +115,10 @@ class Fit:
 
     @property
     def max_quantile_diff(self) -> float:
-        return max(abs(f - p) for f, p in zip(self.fitted, self.profile))
+        """The largest |fitted - profile| over the table's inner quantiles (min and max are a sample's
+        extremes: at small n they say little about the distribution's)."""
+        inner = [abs(f - q) for p, f, q in zip(self.probabilities, self.fitted, self.profile) if 0 < p < 1]
+        return max(inner or [abs(f - q) for f, q in zip(self.fitted, self.profile)])
 
     def table(self) -> Quantiles:
         return Quantiles(tuple(zip(self.probabilities, self.fitted)))
