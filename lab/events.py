@@ -100,7 +100,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     "guard.dedup": _k("client", "id business_key first_id", "the guard answered a repeated call from the first one"),
     "user.status": _k("client", "conn status text", "a status the client told the user from the backend"),
     "user.say": _k("client", "conn text line mode voiced_ms",
-                   "mode text | speech; voiced_ms: the speech's length before its silent tail"),
+                   "mode text | speech; voiced_ms: where its speech ends, before the quiet tail (lab.speech.voiced_ms)"),
     "user.say.failed": _k("client", "conn line at_ms"),
     "user.replay": _k("client", "conn line how",
                       "a spoken line cut by a loss (lab.clients.recovery): how audio | restore | lost"),

@@ -167,9 +167,9 @@ class SdkClient(Client):
         c = self.current
         mode = "speech" if self.ctx.speech else "text"
         voice = speech.synth(text) if self.ctx.speech and c is not None else None
-        # voiced_ms: where the speech ends before its silent tail (the server's ACTIVITY_END counts from it)
+        # voiced_ms: where the speech ends before its quiet tail (the server's ACTIVITY_END counts from it)
         self.log.write("user.say", src=SRC, conn=c.n if c else None, text=text, line=line, mode=mode,
-                       **({"voiced_ms": round(speech.duration_ms(len(voice), speech.IN_RATE), 1)} if voice else {}))
+                       **({"voiced_ms": speech.voiced_ms(voice)} if voice else {}))
         self.transcript.append(("user", text))
         if c is None:
             return

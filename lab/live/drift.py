@@ -315,8 +315,9 @@ def timed(prof: Profile, runs: list[RunObs]) -> list[Behaviour]:
         f = c.fit
         i = min(range(len(f.probabilities)), key=lambda k: abs(f.probabilities[k] - 0.5))
         exp = f"p50 {_ms_of(c, f.profile[i]):.0f} ms"
-        obs = (f"p50 {_ms_of(c, f.fitted[i]):.0f} \u00b1 {_ms_of(c, f.stderr[i]):.0f} ms (n={c.n}); "
-               f"KS D {f.ks:.2f} vs {f.ks_crit:.2f} at {LEVEL:.0%}")
+        obs = f"p50 {_ms_of(c, f.fitted[i]):.0f} \u00b1 {_ms_of(c, f.stderr[i]):.0f} ms (n={c.n}); "
+        obs += (f"|p50 - value| {_ms_of(c, f.median_gap):.0f} ms vs {_ms_of(c, f.median_allowed):.0f} allowed"
+                if f.point else f"KS D {f.ks:.2f} vs {f.ks_crit:.2f} at {LEVEL:.0%}")
         out.append(Behaviour(name, c.parameter, exp, obs, CHANGED if f.changed else UNCHANGED, src,
                              {"n": c.n, "ks": f.ks, "ks_crit": f.ks_crit, "p50_ms": _ms_of(c, f.fitted[i])}))
     return out

@@ -16,6 +16,11 @@ with linear interpolation between order statistics (the same rule as the tables 
 the probabilities of the profile's own table, so a fitted table drops in where the old one was; each
 quantile also gets its bootstrap standard error (seeded: the same sample gives the same figures).
 
+A one-number parameter (the twin's fixed VAD onset) is a step: against it KS says 1 for any
+sample that is not exactly that number, which every timer on a loaded machine misses by a few ms.
+So for a number, `changed` asks whether the number lies outside the sample's median +- 3 bootstrap
+errors, widened by `resolution` (the caller's figure for the lab's own timer lag).
+
 Knows nothing of files, runs or what a parameter means.
 """
 from __future__ import annotations
@@ -108,9 +113,24 @@ class Fit:
     profile: tuple[float, ...]         # the profile's quantile at each probability
     ks: float                          # D against the profile's distribution
     ks_crit: float                     # D's critical value at n (LEVEL)
+    point: bool = False                # the profile's value is one number: the median is compared
+    resolution: float = 0.0            # with a point: the timer lag allowed beside the sampling error
+
+    @property
+    def median_gap(self) -> float:
+        """|the sample's median - the profile's|, and below, what the sampling error allows of it."""
+        i = min(range(len(self.probabilities)), key=lambda k: abs(self.probabilities[k] - 0.5))
+        return abs(self.fitted[i] - self.profile[i])
+
+    @property
+    def median_allowed(self) -> float:
+        i = min(range(len(self.probabilities)), key=lambda k: abs(self.probabilities[k] - 0.5))
+        return 3 * self.stderr[i] + self.resolution
 
     @property
     def changed(self) -> bool:
+        if self.point:
+            return self.median_gap > self.median_allowed
         return self.ks > self.ks_crit
 
     @property
@@ -133,8 +153,9 @@ def profile_quantile(value: Any, p: float) -> float:
     return float(value)
 
 
-def fit(sample: Sequence[float], value: Any, seed: int = 0) -> Fit:
-    """The sample's quantiles at the profile's probabilities, their errors, and D against `value`."""
+def fit(sample: Sequence[float], value: Any, seed: int = 0, resolution: float = 0.0) -> Fit:
+    """The sample's quantiles at the profile's probabilities, their errors, and D against `value`
+    (`resolution`: the timer lag allowed when `value` is one number)."""
     xs = sorted(float(x) for x in sample)
     if not xs:
         raise ValueError("no values to fit")
@@ -150,7 +171,8 @@ def fit(sample: Sequence[float], value: Any, seed: int = 0) -> Fit:
                 boots[k].append(quantile(re, p))
     stderr = tuple(_sd(b) if b else math.inf for b in boots)
     return Fit(len(xs), probs, fitted, stderr, tuple(profile_quantile(value, p) for p in probs),
-               ks_statistic(xs, value), ks_critical(len(xs)))
+               ks_statistic(xs, value), ks_critical(len(xs)),
+               point=not isinstance(value, (Quantiles, list, tuple)), resolution=resolution)
 
 
 def _sd(v: list[float]) -> float:

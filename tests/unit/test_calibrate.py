@@ -51,10 +51,12 @@ def test_ks_critical_values_fall_with_n():
         F.ks_critical(5, 0.1)
 
 
-def test_a_one_number_parameter_is_a_step():
-    f = F.fit([140.0, 140.0, 141.0], 140.0)
-    assert f.ks == pytest.approx(1 / 3)
-    assert F.fit([150.0] * 3, 140.0).ks == 1.0
+def test_a_one_number_parameter_compares_the_median_not_the_step():
+    f = F.fit([146.0, 147.0, 148.0], 140.0, resolution=10.0)
+    assert f.ks == 1.0                           # a step: KS rejects any sample a few ms late
+    assert f.point and not f.changed             # 7 ms off: within 3 errors + the timer lag
+    assert F.fit([170.0, 172.0, 175.0], 140.0, resolution=10.0).changed
+    assert not F.fit([0.5, 0.6], [0.4, 0.7]).point
 
 
 # ---- the record ----------------------------------------------------------------------------------
