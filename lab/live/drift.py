@@ -10,9 +10,9 @@ catalogue scenarios whose runs observe it; a folder without such runs shows "not
 | --- | --- | --- | --- |
 | resume refused while the old connection is held | (rule) | resumes after a path-cutting loss, before the old connection's close | b1, b2, r2 |
 | refusal code | `refuse_code` | close codes of refused resumes | r1, b1, b2, r2, s2 |
-| refusal delay | `refuse_close_s` | each refused resume's attempt -> close | r1, b1, b2, r2, s2 |
-| resumed session setup | `resume_setup_s` | each resumed connection's open -> setupComplete | r1, b2, r2 |
-| new session setup | `new_setup_s` | each initial or fallback connection's open -> setupComplete | every scenario |
+| refusal delay | `refuse_close_s` | each refused resume's setup frame -> close | r1, b1, b2, r2, s2 |
+| resumed session setup | `resume_setup_s` | each resumed connection's setup frame -> setupComplete | r1, b2, r2 |
+| new session setup | `new_setup_s` | each initial or fallback connection's setup frame -> setupComplete | every scenario |
 | goAway | `goaway_after_s` | goAway frames in frames.jsonl | every scenario |
 | pending call after resume | (rule) | the pre-loss call's result sent on the resumed session | r1, b2, r2 |
 | handle updates per connection | `handle_updates` | handle.update records per connection | every scenario |
@@ -46,7 +46,7 @@ from lab.errors import LabError
 from lab.events import Event
 from lab.live.calibrate import Calibration, calibrate
 from lab.live.fit import LEVEL
-from lab.live.samples import Record, read_record
+from lab.live.samples import Record, Sample, new_setups, read_record, refusals, resumed_setups
 from lab.report.metrics import compute
 from lab.report.summary import fmt_range, runs_under
 from lab.report.verdict import load_meta
@@ -97,9 +97,10 @@ def _attempts(runs: list[RunObs], outcome: str) -> list[dict[str, Any]]:
     return [a for r in runs for a in r.metrics.get("resume_attempts", []) if a.get("outcome") == outcome]
 
 
-def _setup_times(runs: list[RunObs], purposes: tuple[str, ...]) -> list[float]:
-    return [c["setup_took_ms"] for r in runs for c in r.metrics.get("connections", [])
-            if c.get("purpose") in purposes and c.get("setup_took_ms") is not None]
+def _timed(runs: list[RunObs], take: Callable[[Record, str], list[Sample]]) -> list[float]:
+    """One lab.live.samples measure over the runs, in ms: the setup figures start at the setup
+    frame, as the twin's delays do (the client's own latencies start at connect_start)."""
+    return [smp.value for r in runs if r.record is not None for smp in take(r.record, "ms")]
 
 
 def _lost_conn(r: RunObs, loss: Event) -> Any:
@@ -213,16 +214,15 @@ def _refusal_code(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Be
 
 
 def _refusal_delay(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
-    return _in_range(row, prof, [a["latency_ms"] for a in _attempts(runs, "refused")
-                                 if a.get("latency_ms") is not None], tol)
+    return _in_range(row, prof, _timed(runs, refusals), tol)
 
 
 def _resumed_setup(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
-    return _in_range(row, prof, _setup_times(runs, ("resume",)), tol)
+    return _in_range(row, prof, _timed(runs, resumed_setups), tol)
 
 
 def _new_setup(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
-    return _in_range(row, prof, _setup_times(runs, ("initial", "new")), tol)
+    return _in_range(row, prof, _timed(runs, new_setups), tol)
 
 
 def _goaway(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
