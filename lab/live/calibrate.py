@@ -23,7 +23,6 @@ from typing import Any, Iterable
 
 import yaml
 
-from lab.errors import LabError
 from lab.live.fit import LEVEL, Fit, fit
 from lab.live.samples import MEASURES, Measure, Record, Sample, read_record
 from lab.report.summary import runs_under

@@ -47,13 +47,13 @@ from lab.events import Event
 from lab.live.calibrate import Calibration, calibrate
 from lab.live.fit import LEVEL
 from lab.live.samples import Record, Sample, new_setups, read_record, refusals, resumed_setups
+from lab.record.frames import kind_of
 from lab.report.metrics import compute
 from lab.report.summary import fmt_range, runs_under
 from lab.report.verdict import load_meta
 from lab.twin import wire
 from lab.twin.params import CLOSE_CODE, DECLARED
 from lab.twin.profile import Profile, bounds, load_profile
-from lab.record.frames import kind_of
 
 UNCHANGED, CHANGED, NOT_OBSERVED = "unchanged", "changed", "not observed"
 ERROR_CLOSE_CODES = (1007, 1008, 1011)   # a close this soon after a tool response means it was refused

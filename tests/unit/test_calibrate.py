@@ -8,7 +8,7 @@ import yaml
 from lab.cli import main
 from lab.live import fit as F
 from lab.live import samples as S
-from lab.live.calibrate import calibrate, calibrate_dirs, records_under
+from lab.live.calibrate import calibrate_dirs
 from lab.twin.profile import load_profile
 from lab.twin.quantiles import Quantiles
 
