@@ -164,4 +164,9 @@ def calibrate_dirs(dirs: list[Path | str], profile: str = "developer-api", overr
     out = Path(out) if out else Path(dirs[0]) / "twin-calibrated.yaml"
     out.write_text("# lab twin calibrate: load it as a twin profile (lab twin serve --profile FILE)\n"
                    + yaml.safe_dump(doc, sort_keys=False, width=120))
-    return out, cals, render(cals, prof.name, len(records))
+    lines = render(cals, prof.name, len(records))
+    twins = sum(1 for r in records if r.endpoint == "twin")
+    if twins:
+        lines.append(f"note: {twins} of the {len(records)} runs ran against the twin (run.json endpoint: twin): "
+                     "their figures are the twin's own draws, not the service's")
+    return out, cals, lines

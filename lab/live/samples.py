@@ -49,6 +49,7 @@ class Record:
     scenario: str
     events: list[Event]
     frames: list[dict[str, Any]] | None      # None: the run recorded no frames.jsonl
+    endpoint: str | None = None              # run.json's: live, or twin (then the figures are the twin's own)
 
     def conn_events(self, conn: Any) -> list[Event]:
         return [e for e in self.events if e.get("conn") == conn]
@@ -67,7 +68,7 @@ def read_record(run_dir: Path) -> Record:
     events = sorted(read_events(p), key=lambda e: e.ms) if p.is_file() else []
     fp = run_dir / "frames.jsonl"
     frames = sorted(read_frames(fp), key=lambda f: f.get("ms", 0)) if fp.is_file() else None
-    return Record(run_dir, str(name or run_dir.name), events, frames)
+    return Record(run_dir, str(name or run_dir.name), events, frames, meta.get("endpoint"))
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,12 @@ def test_calibrate_on_the_command_line(tmp_path, capsys):
     live_run(tmp_path / "batch", "run-01")
     assert main(["twin", "calibrate", str(tmp_path / "batch"), "--min-records", "1",
                  "--out", str(tmp_path / "o.yaml")]) == 0
-    assert "overlay:" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "overlay:" in out and "against the twin" not in out
     assert load_profile(str(tmp_path / "o.yaml"))["new_setup_s"].at(0.5) == pytest.approx(0.260)
+    twin_run = live_run(tmp_path / "twin", "run-01")
+    (twin_run / "run.json").write_text(json.dumps({"scenario": "b1-silent-loss", "endpoint": "twin"}))
+    assert main(["twin", "calibrate", str(tmp_path / "twin"), "--out", str(tmp_path / "t.yaml")]) == 0
+    assert "1 of the 1 runs ran against the twin" in capsys.readouterr().out
     assert main(["twin", "calibrate", str(tmp_path / "nothing")]) == 2
     assert "no such folder" in capsys.readouterr().err
