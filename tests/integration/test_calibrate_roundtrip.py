@@ -8,6 +8,7 @@ folders must name both parameters. The scenario gives one refusal a second (cali
 three short runs give dozens of refusals and three new sessions.
 """
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,14 @@ def test_calibration_recovers_a_perturbed_twin_and_drift_names_it(tmp_path, live
         assert not again.changed, (name, again.ks, again.ks_crit, report)
         if moved_by is not None:
             assert abs((got_ms - base[name].at(0.5) * 1000) - moved_by) <= 3 * err_ms + 5
+    # the clock: a refusal measured from the setup frame is the twin's own drawn delay plus the path
+    # (the twins' logs are the test's, beside the runs: a live run folder has none). The profile's
+    # figures leave one round trip in (~15 ms on the real path): no more than that is added here
+    drawn = [e["close_in_ms"] for log in sorted(tmp_path.glob("twin-*.jsonl")) for e in map(json.loads, log.open())
+             if e["kind"] == "twin.refuse"]
+    extra = statistics.median(s.value * 1000 for s in by["refuse_close_s"].samples) - statistics.median(drawn)
+    print(f"refusals: the client's figure minus the twin's draw, median of {len(drawn)}: {extra:.1f} ms")
+    assert 0 <= extra <= 15, (extra, report)
     # what was not perturbed is not flagged (a 1 % chance each that it is, at any n)
     for name in ("handle_update_delay_s", "tool_call_delay_s"):
         assert by[name].n >= RUNS and not by[name].fit.changed, (name, report)
