@@ -95,9 +95,9 @@ class _TapConnection(ClientConnection):
 
 
 def make_genai_client(ep: Endpoint, **ws_args: Any) -> genai.Client:
-    # the SDK's first LiveServerMessage parse builds its validator (30-40 ms on a loaded machine): done
-    # now, so the first connection's setupComplete is not recorded that much late (setup times are
-    # records the twin is calibrated from, lab.live.samples)
+    # the SDK's first LiveServerMessage parse builds its validator, tens of ms: done now, so the first
+    # connection's setupComplete is not recorded that much late (setup times are records the twin is
+    # calibrated from, lab.live.samples; docs/calibration.md)
     types.LiveServerMessage.model_validate({"setupComplete": {}})
     http: dict[str, Any] = {"async_client_args": {"ssl": ssl_context(ep), "ping_interval": None,
                                                   "create_connection": _TapConnection, **ws_args}}

@@ -31,9 +31,8 @@ from lab.twin.profile import Profile, load_profile
 from lab.twin.quantiles import Quantiles
 
 MIN_RECORDS = 5
-# the twin's and the client's timers land a few ms late on a loaded machine (the twin's fixed 140 ms
-# VAD onset arrived 146-148 ms after the first chunk): allowed beside the sampling error where a
-# parameter is one number
+# the twin's and the client's timers land a few ms late on a loaded machine (docs/calibration.md has
+# the figure): allowed beside the sampling error where a parameter is one number
 TIMER_LAG_MS = 10.0
 
 
