@@ -397,7 +397,11 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
             held = verdict_passed(v)
             out(f"   verdict: {'PASS' if held else 'FAIL'}"
                 + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
-                          f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", [])))
+                          f"{c.get('expected')!r}, saw {c.get('observed')!r}"
+                          + (f"\n         -> {c['advice']}" if c.get("advice") else "") for c in v.get("checks", []))
+                + (f"\n         -> {v['advice']}" if v.get("advice") else "")
+                + "".join(f"\n     rule {name}: FAIL: {r.get('advice') or r.get('observed')}"
+                          for name, r in (v.get("rules") or {}).items() if r.get("status") == "fail"))
             if endpoint == "live":
                 from lab.live.errors import stop_reason   # here: as load_key above
                 why = stop_reason(run_dir)

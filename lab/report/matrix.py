@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lab.report import advice as advice_mod
 from lab.report import rules as rules_mod
 from lab.report.shards import labelled_runs, shard_labels
 from lab.report.summary import load_verdict
@@ -67,7 +68,7 @@ def build(roots: list[Path], out_dir: Path) -> dict[str, Any]:
         cells[(str(v.get("scenario") or "?"), str(v.get("client") or "-"))].append({
             "run": run_id, "dir": os.path.relpath(run, out_dir), "verdict_pass": verdict_passed(v),
             "failed": v.get("failed") or [], "notes": v.get("notes") or [],
-            "rules": {n: o.to_json() for n, o in outcomes.items()}, "_outcomes": outcomes})
+            "rules": {n: _with_advice(n, o, v["metrics"]) for n, o in outcomes.items()}, "_outcomes": outcomes})
     out_cells = []
     for (scenario, client), runs in sorted(cells.items()):
         out_cells.append({
@@ -86,6 +87,20 @@ def build(roots: list[Path], out_dir: Path) -> dict[str, Any]:
         "clients": sorted({c["client"] for c in out_cells}),
         "cells": out_cells,
     }
+
+
+def _with_advice(name: str, outcome: rules_mod.Outcome, metrics: dict[str, Any]) -> dict[str, Any]:
+    row = outcome.to_json()
+    a = advice_mod.for_rule(name, outcome, metrics)
+    if a is not None:
+        row["advice"] = a.text()
+    return row
+
+
+def advice_of(cell: dict[str, Any], rule: str) -> list[str]:
+    """What to change for a rule in a cell: each distinct advice of its failed runs."""
+    return list(dict.fromkeys(r["rules"][rule]["advice"] for r in cell["per_run"]
+                              if r["rules"].get(rule, {}).get("advice")))
 
 
 def _cell(s: Any) -> str:
@@ -131,6 +146,7 @@ def render(matrix: dict[str, Any]) -> str:
             agg = c["rules"][r["name"]]
             seen = "; ".join(dict.fromkeys(agg["observed"]))
             lines.append(f"- R{i} {r['name']}: {_mark(agg, c['runs'])}: {_cell(seen)}")
+            lines += [f"  - {_cell(a)}" for a in advice_of(c, r["name"])]
         lines.append("")
     return "\n".join(lines)
 

@@ -10,8 +10,9 @@ builds it when missing or older than the record), and writes `batch_dir/summary.
 2. recovery figures: the fallback's breakdown (detection, resume window, new session setup, first
    audio after the restore) and the resume figures (first accepted resume after the loss, resume
    after the close);
-3. the failed expectations, run by run;
-4. every run in one line.
+3. the failed expectations, run by run, each with what to change (lab.report.advice);
+4. the conformance rules each run failed (lab/report/rules.py), with what to change;
+5. every run in one line.
 
 Every figure whose value, against the twin, is one of the twin's own parameters echoed back carries
 a mark (TWIN_MARK) and the legend under the title says so (origins: lab.metric_names).
@@ -246,7 +247,11 @@ def render_summary(verdicts: list[dict[str, Any]], title: str) -> str:
                for r in v["expectations"] if r["held"] is False]
         why += v.get("notes", []) if not why else []
         lines.append(f"- {v['run_id']} ({v.get('scenario')}): " + "; ".join(_cell(w) for w in why))
+        for text in [r["advice"] for r in v["expectations"] if r.get("advice")] + ([v["advice"]] if v.get("advice") else []):
+            lines.append(f"  - {_cell(text)}")
     lines.append("")
+
+    lines += _rule_failures(verdicts)
 
     unchecked = sorted({r["name"] for v in verdicts for r in v["expectations"] if r["held"] is None})
     if unchecked:
@@ -261,6 +266,17 @@ def render_summary(verdicts: list[dict[str, Any]], title: str) -> str:
                      f"{m['truth_at_answer'] or m['truth_final']} | {m['bookings']} |")
     lines.append("")
     return "\n".join(lines)
+
+
+def _rule_failures(verdicts: list[dict[str, Any]]) -> list[str]:
+    """The conformance rules each run failed, with what to change (lab.report.advice)."""
+    failed = [(v, name, r) for v in verdicts for name, r in (v.get("rules") or {}).items() if r.get("status") == "fail"]
+    lines = ["## Conformance rules failed", ""]
+    if not failed:
+        return lines + ["None." if any(v.get("rules") for v in verdicts) else "Not judged (verdicts without rules).", ""]
+    for v, name, r in failed:
+        lines.append(f"- {_cell(v['run_id'])}, `{name}`: {_cell(r.get('advice') or r.get('observed'))}")
+    return lines + [""]
 
 
 def _metrics_by_scenario_client(verdicts: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:

@@ -24,10 +24,12 @@ from typing import Any
 from lab import expectations
 from lab.errors import LabError
 from lab.events import Event, read_events
+from lab.report import advice as advice_mod
 from lab.report import metrics as metrics_mod
+from lab.report import rules as rules_mod
 
 RUN_FILES = ("events.jsonl", "run.json")
-VERDICT_FORMAT = 2      # 2: one `pass` field, "no checks" fails, rows carry origin (issue 8)
+VERDICT_FORMAT = 3      # 2: one `pass` field, "no checks" fails, rows carry origin; 3: rules and advice
 META_FIELDS = ("scenario", "client", "topology", "endpoint", "duration", "n", "index", "started", "model")
 
 
@@ -89,8 +91,12 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
         notes.append("no expectations in run.json")
     if not checked:
         notes.append("no checks")
+    for r in rows:
+        a = advice_mod.for_expectation(r, m)
+        if a is not None:
+            r["advice"] = a.text()
     ok_run = bool(events) and m["complete"] and str(m["status"]).lower() not in ("error", "failed", "aborted", "interrupted")
-    return {
+    v = {
         "run_id": run_id,
         "format": VERDICT_FORMAT,
         **info,
@@ -98,8 +104,32 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
         "expectations": rows,
         "failed": [r["name"] for r in checked if not r["held"]],
         "notes": notes,
+        "rules": rule_rows(events, twin, meta, m, notes),
         "metrics": m,
     }
+    run_advice = advice_mod.for_run(v)
+    if run_advice is not None:
+        v["advice"] = run_advice.text()
+    return v
+
+
+def rule_rows(events: list[Event], twin: list[Event] | None, meta: dict[str, Any], m: dict[str, Any],
+              notes: list[str]) -> dict[str, dict[str, Any]]:
+    """Every conformance rule's outcome for the run, a FAIL with its advice (the rules do not decide
+    the verdict's pass: they are the client's conformance, the expectations the scenario's claim)."""
+    try:
+        outcomes = rules_mod.judge_all(rules_mod.Record(events, twin, meta, m))
+    except Exception as e:  # a rule that cannot read an odd record must not cost the verdict
+        notes.append(f"rules not judged: {e.__class__.__name__}: {e}")
+        return {}
+    out = {}
+    for name, o in outcomes.items():
+        row = o.to_json()
+        a = advice_mod.for_rule(name, o, m)
+        if a is not None:
+            row["advice"] = a.text()
+        out[name] = row
+    return out
 
 
 def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) -> dict[str, Any]:
