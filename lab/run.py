@@ -435,6 +435,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default=None, help="batch folder (default captures/<time>-<scenario>)")
     p.add_argument("--budget", type=int, default=None, help="live mode: most sessions this batch may open")
     p.add_argument("--keylog-live", action="store_true", help="live mode: write TLS secrets (kept out of results)")
+    p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write the verdicts as JUnit XML (for a CI)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("list", help="list the scenario catalogue")
@@ -459,6 +460,8 @@ def _cmd_run(args) -> int:
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
                       ca=args.ca, client_cmd=args.client_cmd)
+    from lab.report.junit import publish      # here: the report loads matplotlib, as above
+    publish(batch, args.junit_xml)
     # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on
     return 0 if batch_passed(batch) else 1
 
