@@ -1,6 +1,7 @@
 """The conformance matrix: scenarios x clients, each cell the rules' outcomes over its runs.
 
-    write(roots, out_dir)   -> (matrix.md, matrix.json) in out_dir, from the run folders under roots
+    write(roots, out_dir)   -> (matrix.md, matrix.json) in out_dir, from the run folders under roots,
+                               and matrix.html beside them (lab/report/batch_page.py)
 
 A pure function of result folders, like summary.md: `lab matrix` writes it after its runs, `lab
 matrix --report DIR...` and `lab report` on a matrix batch rebuild it, and several roots (shards
@@ -52,7 +53,8 @@ def read_versions(roots: list[Path]) -> dict[str, dict[str, str]]:
     return out
 
 
-def _aggregate(outcomes: list[rules_mod.Outcome]) -> dict[str, Any]:
+def aggregate(outcomes: list[rules_mod.Outcome]) -> dict[str, Any]:
+    """A rule over a cell's runs: FAIL if any run failed it, else pass if any passed, else n/a."""
     counts = {s: sum(1 for o in outcomes if o.status == s) for s in (rules_mod.PASS, rules_mod.FAIL, rules_mod.NA)}
     status = (rules_mod.FAIL if counts[rules_mod.FAIL] else rules_mod.PASS if counts[rules_mod.PASS] else rules_mod.NA)
     return {"status": status, "pass": counts[rules_mod.PASS], "fail": counts[rules_mod.FAIL], "na": counts[rules_mod.NA],
@@ -74,7 +76,7 @@ def build(roots: list[Path], out_dir: Path) -> dict[str, Any]:
         out_cells.append({
             "scenario": scenario, "client": client, "runs": len(runs),
             "verdict": {"pass": sum(1 for r in runs if r["verdict_pass"]), "runs": len(runs)},
-            "rules": {n: _aggregate([r["_outcomes"][n] for r in runs]) for n in rules_mod.RULES},
+            "rules": {n: aggregate([r["_outcomes"][n] for r in runs]) for n in rules_mod.RULES},
             "per_run": [{k: val for k, val in r.items() if k != "_outcomes"} for r in runs],
         })
     return {
@@ -164,6 +166,9 @@ def write(roots: list[Path], out_dir: Path) -> tuple[Path, Path]:
     md, js = (out_dir / n for n in MATRIX_FILES)
     js.write_text(json.dumps(m, indent=2, default=str) + "\n")
     md.write_text(render(m))
+    # here, not at the top: the page builds on this module's cells (aggregate)
+    from lab.report import batch_page
+    batch_page.write_matrix(m, out_dir)
     return md, js
 
 

@@ -2,7 +2,7 @@
 
 `summarize(batch_dir)` finds every run folder under `batch_dir` (a folder holding events.jsonl or
 run.json; nested batches such as a soak's rounds are walked), reads each run's verdict.json (or
-builds it when missing or older than the record), and writes `batch_dir/summary.md`:
+builds it when missing or older than the record), and writes `batch_dir/summary.md` (and report.html, the same batch in the browser: lab/report/batch_page.py):
 
 1. per scenario and client: runs, passed, resume attempts / refused (codes), detection latency,
    loss -> resumed/new setupComplete, loss -> first audio (min-max, p50), bookings per run, and
@@ -37,9 +37,12 @@ from lab.report.verdict import VERDICT_FORMAT, build_run, is_run_dir, verdict_pa
 TWIN_MARK = "\u2020"
 
 
-def _h(label: str, *metrics: str) -> str:
+def label(text: str, *metrics: str) -> str:
     """A column label, marked when any figure it shows is a twin input."""
-    return label + (TWIN_MARK if any(metric_names.origin(m) == metric_names.TWIN_INPUT for m in metrics) else "")
+    return text + (TWIN_MARK if any(metric_names.origin(m) == metric_names.TWIN_INPUT for m in metrics) else "")
+
+
+_h = label   # the short name the tables below use
 
 
 def legend() -> str:
@@ -297,5 +300,10 @@ def summarize(batch_dir: Path | str, rebuild: bool = False, timeline: bool = Fal
         v["run_id"] = str(r.relative_to(batch_dir)) if r != batch_dir else r.name
         verdicts.append(v)
     out = batch_dir / "summary.md"
-    out.write_text(render_summary(verdicts, f"livelab summary: {batch_dir.name}"))
+    title = f"livelab summary: {batch_dir.name}"
+    out.write_text(render_summary(verdicts, title))
+    # here, not at the top: the batch page builds on the matrix's cells, and lab.report.matrix reads
+    # the verdicts through this module
+    from lab.report import batch_page
+    batch_page.write_batch(batch_dir, [(v["run_id"], r, v) for r, v in zip(runs, verdicts)], title)
     return out

@@ -1,8 +1,9 @@
 """One run's verdict: its metrics and each expectation of its scenario, held or failed.
 
 `build_run(run_dir)` reads `events.jsonl` (and `twin.jsonl`, `run.json` when present), computes
-the metrics (`lab.report.metrics`), evaluates the scenario's `expect` dict from run.json, writes
-`verdict.json` and `timeline.png` next to them and returns the verdict. It is a pure function of
+the metrics (`lab.report.metrics`), evaluates the scenario's `expect` dict from run.json, judges the
+conformance rules (`lab.report.rules`, each FAIL with its advice: `lab.report.advice`), writes
+`verdict.json`, `timeline.png` and `report.html` (lab/report/run_page.py) next to them and returns the verdict. It is a pure function of
 the folder: running it again on old results gives the same verdict.
 
 The expectations and their checkers are defined in `lab.expectations` (the scenario loader refuses
@@ -133,7 +134,7 @@ def rule_rows(events: list[Event], twin: list[Event] | None, meta: dict[str, Any
 
 
 def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) -> dict[str, Any]:
-    """Verdict of one run folder; writes verdict.json and (by default) timeline.png."""
+    """Verdict of one run folder; writes verdict.json and (by default) timeline.png and report.html."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise LabError(f"no such run folder: {run_dir}")
@@ -150,6 +151,14 @@ def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) ->
             v["timeline"] = "timeline.png"
         except Exception as e:  # a picture must never cost the verdict
             v["notes"].append(f"timeline not drawn: {e.__class__.__name__}: {e}")
+    if timeline and write:
+        try:
+            # lazy, as the timeline: plotly loads only when a page is written
+            from lab.report import run_page
+            run_page.write(run_dir, v, events, twin)
+            v["report"] = run_page.PAGE
+        except Exception as e:  # a page must never cost the verdict either
+            v["notes"].append(f"report.html not written: {e.__class__.__name__}: {e}")
     if write:
         tmp = run_dir / "verdict.json.tmp"
         tmp.write_text(json.dumps(v, indent=2, default=str) + "\n")
