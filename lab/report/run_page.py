@@ -297,7 +297,8 @@ def render(run_dir: Path, v: dict[str, Any], events: list[Event], twin: list[Eve
         f"<h1>{esc(title)}</h1>",
         f"<p>{info}</p>" if info else "",
         f"<p><span id=\"verdict\" class=\"verdict {'pass' if passed else 'fail'}\">{'PASS' if passed else 'FAIL'}</span> "
-        f"the scenario's expectations; conformance rules failed: {esc(', '.join(failed_rules) or 'none')}</p>",
+        f"the scenario's expectations &nbsp; <span id=\"rules-verdict\" class=\"verdict {'fail' if failed_rules else 'pass'}\">"
+        f"{len(failed_rules)} rule(s) FAIL</span> {esc(', '.join(failed_rules) or 'every conformance rule passed or was n/a')}</p>",
         "".join(f"<p class=\"muted\">{esc(n)}</p>" for n in v.get("notes") or []),
         _advice(v.get("advice")),
         "<h2 id=\"expectations\">Expectations</h2>", _expectations(v),
