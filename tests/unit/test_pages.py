@@ -104,3 +104,11 @@ def test_the_batch_page_and_matrix_html_link_every_cell_to_a_run_page(batch):
     text = (batch / "matrix.html").read_text()
     assert text.count('class="fail"') == 1 and "What to change: put a short cut-off" in text
     assert "resume attempts (codes)\u2020" in text and "a twin input echoed back" in text
+
+
+def test_lab_report_on_one_run_folder_keeps_that_runs_page(tmp_path):
+    run = tmp_path / "control-naive-01"
+    shutil.copytree(FIXTURES / run.name, run)
+    from lab import cli
+    assert cli.main(["report", str(run)]) == 0
+    assert 'id="verdict"' in (run / "report.html").read_text() and (run / "summary.md").is_file()
