@@ -311,7 +311,8 @@ class Connection:
             outstanding = None if self._unacked_since is None else now - self._unacked_since
             verdict = det.judge(silent, tcp, outstanding, self._timing.ping_interval_s)
         tcp_fields = {} if tcp is None else {"ack_silent_ms": round(tcp.ack_silent_s * 1000),
-                                             "rto_ms": round(tcp.rto_s * 1000), "unacked": tcp.unacked}
+                                             "rto_ms": round(tcp.rto_s * 1000), "rtt_ms": round(tcp.rtt_s * 1000, 2),
+                                             "unacked": tcp.unacked}
         if verdict == SUSPECT and self._suspected is None:
             self._suspected = time.monotonic()
             self.log.write("loss.suspected", src=SRC, conn=self.n, silent_ms=round(silent * 1000, 1), **tcp_fields)
