@@ -395,13 +395,11 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
                 if settled.note:
                     out(f"   budget: {settled.note}")
             held = verdict_passed(v)
+            from lab.report.advice import failures     # here: the report loads lazily, as below
             out(f"   verdict: {'PASS' if held else 'FAIL'}"
                 + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
-                          f"{c.get('expected')!r}, saw {c.get('observed')!r}"
-                          + (f"\n         -> {c['advice']}" if c.get("advice") else "") for c in v.get("checks", []))
-                + (f"\n         -> {v['advice']}" if v.get("advice") else "")
-                + "".join(f"\n     rule {name}: FAIL: {r.get('advice') or r.get('observed')}"
-                          for name, r in (v.get("rules") or {}).items() if r.get("status") == "fail"))
+                          f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", []))
+                + "".join(f"\n     FAIL {what}: {text}" for what, text in failures(v)))
             if endpoint == "live":
                 from lab.live.errors import stop_reason   # here: as load_key above
                 why = stop_reason(run_dir)
@@ -409,7 +407,8 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
                     raise LabError(f"stopping the batch: {why}")
     from lab.report import summarize      # here: matplotlib, as above
     summarize(batch)
-    out(f"== results: {batch} (summary.md, per run: events.jsonl, capture.pcapng, verdict.json, timeline.png)")
+    out(f"== results: {batch} (summary.md, report.html; per run: report.html, events.jsonl, capture.pcapng, "
+        "verdict.json, timeline.png)")
     return batch
 
 

@@ -8,6 +8,7 @@ terminal, summary.md, report.html and the JUnit files show that text.
     for_rule("own_loss_detection", outcome, metrics)   # Advice, or None unless the outcome is a FAIL
     for_expectation(row, metrics)                      # Advice for a failed verdict row, else None
     for_run(verdict)                                   # Advice for a run that failed with no row failing
+    failures(verdict)                                  # [(what, advice text)]: every FAIL of a built verdict
 
 A named expectation has an entry of its own; the generic forms (`<metric>`, `max_/min_<metric>`)
 take their metric's topic (TOPICS), so every scalar metric of lab.metric_names belongs to one.
@@ -355,3 +356,13 @@ def for_run(verdict: dict[str, Any]) -> Advice | None:
                       "give the scenario an `expect:` for this client (lab list; docs/DESIGN.md, expectations).",
                       "docs/DESIGN.md (a verdict)")
     return TOPICS["record"][1].advise(notes, verdict.get("metrics"))
+
+
+def failures(verdict: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each FAIL of a verdict (its expectations, the run itself, its rules) with what to change, as the
+    verdict holds it: what the terminal prints under a run."""
+    out = [(f"expectation {r['name']}", r.get("advice") or f"observed {r.get('observed')!r}")
+           for r in verdict.get("expectations") or [] if r.get("held") is False]
+    out += [("run", verdict["advice"])] if verdict.get("advice") else []
+    return out + [(f"rule {n}", o.get("advice") or str(o.get("observed")))
+                  for n, o in (verdict.get("rules") or {}).items() if o.get("status") == FAIL]

@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # lazy: `lab` loads every room's parser; the report's modules (matplotlib) load only for `lab report`
-    from lab.report import junit, matrix, shards, stop
+    from lab.report import advice, junit, matrix, shards, stop
     from lab.report.summary import summarize
     from lab.report.verdict import build_run, verdict_passed
 
@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:<36} {str(v.get('scenario') or '?')[:26]:<26} {'yes' if verdict_passed(v) else 'NO':<5} "
               f"{m['attempts']:>4}/{m['refused']:<3} {m['told']:<12} {str(m['truth_at_answer'] or m['truth_final']):<12} "
               f"{m['bookings']:>4}")
+        for what, text in advice.failures(v):
+            print(f"    {what}: {text}")
     if len(roots) > 1:
         print(f"summary: {shards.merge_summary(roots, args.out)}")
         if any(matrix.is_matrix_batch(r) for r in roots):

@@ -122,3 +122,13 @@ def test_a_run_that_failed_with_no_row_failing_still_says_what_to_change():
     v = {"pass": False, "expectations": [], "notes": ["record truncated: no run.end"], "metrics": {"complete": False}}
     assert "What to change" in advice.for_run(v).text()
     assert advice.for_run({"pass": True, "expectations": []}) is None
+
+
+def test_lab_report_prints_each_fail_with_what_to_change(tmp_path, capsys):
+    from lab import cli
+    batch = _copy(tmp_path)
+    assert cli.main(["report", str(batch), "--no-timeline"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    i = next(i for i, line in enumerate(out) if line.startswith("b1-silent-loss-naive-01"))
+    assert out[i + 1].startswith("    rule resume_cutoff_fallback: no new session in the") and "What to change" in out[i + 1]
+    assert advice.failures({"expectations": [], "rules": {"x": {"status": "pass"}}}) == []
