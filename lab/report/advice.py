@@ -346,16 +346,23 @@ def for_expectation(row: dict[str, Any], metrics: dict[str, Any] | None = None) 
     return entry.advise(_showed(row), metrics) if entry is not None else None
 
 
+BROKEN_STATUS = ("error", "failed", "aborted", "interrupted")    # run.end statuses the verdict fails on
+
+
 def for_run(verdict: dict[str, Any]) -> Advice | None:
-    """A failed run whose expectations all held (or none was checked): the record's own advice."""
-    if verdict.get("pass") or verdict.get("passed") or any(r.get("held") is False for r in verdict.get("expectations", [])):
+    """The run's own advice when it failed for its record (truncated, ended in an error: whatever its
+    rows say then is a symptom) or with nothing checked; None when it passed or its rows say why."""
+    if verdict.get("pass") or verdict.get("passed"):
         return None
+    m = verdict.get("metrics") or {}
     notes = "; ".join(verdict.get("notes") or []) or "the run did not pass"
-    if "no checks" in (verdict.get("notes") or []) and (verdict.get("metrics") or {}).get("complete"):
-        return Advice(notes, "A run with nothing checked cannot tell the user's side of it.",
-                      "give the scenario an `expect:` for this client (lab list; docs/DESIGN.md, expectations).",
-                      "docs/DESIGN.md (a verdict)")
-    return TOPICS["record"][1].advise(notes, verdict.get("metrics"))
+    if not m.get("complete") or str(m.get("status")).lower() in BROKEN_STATUS:
+        return TOPICS["record"][1].advise(notes, m)
+    if any(r.get("held") is False for r in verdict.get("expectations", [])):
+        return None
+    return Advice(notes, "A run with nothing checked cannot tell the user's side of it.",
+                  "give the scenario an `expect:` for this client (lab list; docs/DESIGN.md, expectations).",
+                  "docs/DESIGN.md (a verdict)")
 
 
 def failures(verdict: dict[str, Any]) -> list[tuple[str, str]]:

@@ -112,3 +112,26 @@ def test_lab_report_on_one_run_folder_keeps_that_runs_page(tmp_path):
     from lab import cli
     assert cli.main(["report", str(run)]) == 0
     assert 'id="verdict"' in (run / "report.html").read_text() and (run / "summary.md").is_file()
+
+
+def test_a_live_run_without_a_twin_record_shows_the_clients_side_of_the_conversation(tmp_path):
+    run = tmp_path / "b1-silent-loss-recovery-01"
+    shutil.copytree(FIXTURES / run.name, run)
+    (run / "twin.jsonl").unlink()
+    v = build_run(run)
+    text = (run / "report.html").read_text()
+    assert v["rules"]["own_loss_detection"]["status"] == rules.NA
+    assert "Yes, your 3 pm slot tomorrow has been booked." in text and "not observable: no twin record" in text
+
+
+def test_a_run_that_recorded_nothing_still_gets_a_page_that_says_what_to_change(tmp_path):
+    run = tmp_path / "crashed-01"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"scenario": {"name": "control"}, "client": "probe",
+                                              "expect": {"bookings": 1}}))
+    v = build_run(run)
+    text = (run / "report.html").read_text()
+    assert not v["pass"] and 'class="verdict fail">FAIL' in text and "What to change" in text
+    assert v["advice"].startswith("no events.jsonl; empty record; record truncated: no run.end")
+    assert "read run.end" in v["advice"]
+    assert "nothing recorded" in text
