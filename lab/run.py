@@ -293,13 +293,14 @@ GO_FILE = ".agent-go"    # written once the services are ready; the started-earl
 
 
 def _preload_report() -> None:
-    """Import the timeline's drawing (matplotlib: seconds, once per process) in the background while
-    the scenario plays, so the report after it does not wait for the import. Failures are left to
-    the report, which notes a picture it could not draw."""
+    """Import the timeline's drawing (matplotlib: seconds, once per process) and report.html's plotly
+    in the background while the scenario plays, so the report after it does not wait for the import.
+    Failures are left to the report, which notes a picture it could not draw."""
     def load():
         try:
             # here, not at the top: matplotlib must not load for `lab` itself (see lab/report/__init__.py)
             import lab.report.timeline  # noqa: F401
+            import lab.report.run_page  # noqa: F401  (plotly, for report.html)
         except Exception:
             pass
     threading.Thread(target=load, daemon=True).start()
