@@ -6,7 +6,8 @@ One <testsuite> per run (its name the run's id), and in it one <testcase> for th
 per expectation of its scenario (`expect.<name>`) and one per conformance rule (`rule.<name>`),
 classname `livelab.<scenario>.<client>`. A failed one carries a <failure> whose message is what the
 run showed and whose text adds the evidence and what to change (lab.report.advice); an n/a rule and
-an unchecked expectation are <skipped> with the reason. The format is the one Jenkins, GitLab and
+an unchecked expectation are <skipped> with the reason; a run whose record is broken (truncated, ended
+in an error) is an <error> of its verdict case. The format is the one Jenkins, GitLab and
 GitHub's test reporters read (testsuites > testsuite > testcase); tests/fixtures/junit.xsd is that
 format written as a schema, and the tests validate every file against it.
 
@@ -54,11 +55,15 @@ def run_suite(run_id: str, run_dir: Path, v: dict[str, Any]) -> ET.Element:
     ET.SubElement(props, "property", name="dir", value=str(run_dir))
     seconds = float(m.get("duration_ms") or 0) / 1000.0
     case = _case(suite, cls, "verdict", seconds)
+    broken = not m.get("complete") or str(m.get("status")).lower() in advice_mod.BROKEN_STATUS
     if not verdict_passed(v):
         failed = v.get("failed") or []
-        why = ("failed: " + ", ".join(failed)) if failed else "; ".join(v.get("notes") or []) or "did not pass"
-        _failure(case, "verdict", why, "\n".join([why] + ([v["advice"]] if v.get("advice") else [])
-                                                 + [f"run folder: {run_dir}"]))
+        why = ("failed: " + ", ".join(failed)) if failed and not broken else "; ".join(v.get("notes") or []) or "did not pass"
+        text = "\n".join([why] + ([v["advice"]] if v.get("advice") else []) + [f"run folder: {run_dir}"])
+        if broken:      # the run itself did not finish: an error of the lab or the client, not a finding
+            ET.SubElement(case, "error", message=why[:500], type="run").text = text
+        else:
+            _failure(case, "verdict", why, text)
     for r in v.get("expectations") or []:
         case = _case(suite, cls, f"expect.{r['name']}")
         evidence = (f"expected {r.get('expected')!r}, observed {r.get('observed')!r}"
@@ -78,7 +83,7 @@ def run_suite(run_id: str, run_dir: Path, v: dict[str, Any]) -> ET.Element:
     cases = suite.findall("testcase")
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
-    suite.set("errors", "0")
+    suite.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
     suite.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
     suite.set("time", f"{seconds:.3f}")
     out = ET.SubElement(suite, "system-out")

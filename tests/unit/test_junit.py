@@ -89,3 +89,15 @@ def test_on_github_actions_the_summary_goes_to_the_job_summary(batch, tmp_path, 
     assert lines == ["== job summary: matrix.md added to $GITHUB_STEP_SUMMARY"]
     monkeypatch.delenv("GITHUB_STEP_SUMMARY")
     assert junit.step_summary("x") is None
+
+
+def test_a_run_that_did_not_finish_is_an_error_with_what_to_change(batch, tmp_path):
+    crashed = batch / "crashed-01"
+    crashed.mkdir()
+    (crashed / "run.json").write_text('{"scenario": {"name": "control"}, "client": "probe", "expect": {"bookings": 1}}')
+    out = junit.write(batch, tmp_path / "j.xml")
+    SCHEMA.validate(str(out))
+    root = ET.parse(out).getroot()
+    err = _case(root, "crashed-01", "verdict").find("error")
+    assert err.get("message").startswith("no events.jsonl") and "What to change" in err.text
+    assert root.get("errors") == "1"
