@@ -109,3 +109,13 @@ def test_describe_lists_the_live_runs():
            "spared": ["y (pid 7)"]}
     assert cleanup.describe(rep) == ("removed 0 processes, 0 chains, 0 qdiscs, 1 namespaces; "
                                      "left 1 live runs alone: y (pid 7)")
+
+
+def test_lab_down_owner_takes_pids_and_refuses_anything_else():
+    from lab.errors import LabError
+    from lab.topology.down import _owner_pids
+
+    assert _owner_pids(None) is None                      # no filter: every run whose owner is gone
+    assert _owner_pids(["12,13", "14"]) == {12, 13, 14}
+    with pytest.raises(LabError, match="process ids"):
+        _owner_pids(["twelve"])
