@@ -1,6 +1,6 @@
 """`lab down` typed while runs are live: it spares them, and takes only a run whose orchestrator died.
 
-Three short `lab run control` batches run at once in network namespaces, each its own `lab run`
+Three short `lab run b1-silent-loss` batches run at once in network namespaces, each its own `lab run`
 process (an orchestrator). `lab down` during them leaves all three alone; after a `kill -9` of the
 third's orchestrator, `lab down` removes that run's namespaces, processes and records, and the other
 two finish and pass.
@@ -30,7 +30,9 @@ from netem.kernel import list_netns
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-DURATION = "15"         # long enough that the kill and both `lab down`s fall inside the runs
+# b1: the path never returns, so a run lasts its whole duration (a control run ends with its
+# conversation, which on a quiet machine can be before the second `lab down`); 25 s passes for probe
+SCENARIO, DURATION = "b1-silent-loss", "25"
 
 
 def _lab(args, env, **kw):
@@ -69,7 +71,7 @@ def test_lab_down_spares_live_runs_and_takes_a_killed_ones(tmp_path):
     runs: dict[int, subprocess.Popen] = {}
     try:
         for name in ("a", "b", "c"):
-            p = _lab(["run", "control", "--topology", "netns", "--duration", DURATION,
+            p = _lab(["run", SCENARIO, "--topology", "netns", "--duration", DURATION,
                       "--out", str(tmp_path / name)], env)
             runs[p.pid] = p
         ids = _wait_for_agents(pid_dir, runs)
