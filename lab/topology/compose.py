@@ -1,11 +1,12 @@
-"""The Compose topology: the lab in two Docker containers on one internal network (compose.yaml).
+"""The Compose topology: the lab in Docker containers on one internal network (compose.yaml).
 
-The containers are the two nodes: `endpoint`, where the twin and the freeze proxy run, and
-`client` (NET_ADMIN), where the agent, its faults and the capture run. Both idle (`sleep infinity`)
-until the run starts its services in them with `docker compose exec`, the same service objects and
-command lines as in the netns topology (lab/topology/services.py): the containers carry no
-service command of their own, so nothing can drift between the topologies (as `--freeze-first`
-and the twin's `--t0` once did). With `links=[...]` a third container, `router`, sits between them
+The containers are the two nodes, `endpoint` (the network side's image), where the twin and the
+freeze proxy run, and `client` (NET_ADMIN), where the agent and its faults run, and the client's
+capture sidecar `capture`, in the client's network namespace, where its tcpdumps run (the client
+node's `capture_node`), so a client container that dies does not take its capture with it. All idle
+(`sleep infinity`) until the run starts its services in them with `docker compose exec`, the same
+service objects and command lines as in the netns topology (lab/topology/services.py): the
+containers carry no service command of their own, so nothing can drift between the topologies. With `links=[...]` a third container, `router`, sits between them
 (compose.router.yaml, layered on compose.yaml; `topo.router`): client and endpoint share no network
 and reach each other only by its forwarding. `topo.router_part` is the same Router as in netns
 (lab/topology/router.py) on Docker's addresses: up() names each container's access-link devices
@@ -16,7 +17,7 @@ agent on its own container's addresses. Lifecycle goes through the compose v2 CL
 (`docker compose -p <project> ...`); container inspection through the Docker SDK.
 `up()` first runs scripts/docker-setup.sh when something is missing (dockerd, compose v2, and on the
 offline image path the base image and the wheelhouse, or a project wheel older than its sources), so a
-fresh machine works. The image path (LAB_IMAGE_BASE: public or offline, Dockerfile.client) comes from
+fresh machine works. The image path (LAB_IMAGE_BASE: public or offline, for Dockerfile.client and Dockerfile.proxy) comes from
 the environment or the .env docker-setup.sh writes.
 
 No host root: everything here needs only the Docker socket (a user in the `docker` group, Docker
@@ -53,7 +54,7 @@ ROUTER_FILE = REPO / "compose.router.yaml"   # the router overlay, for ComposeTo
 SETUP_SCRIPT = REPO / "scripts" / "docker-setup.sh"
 WHEELS = REPO / "docker" / "wheels"
 BASE_IMAGE = os.environ.get("LIVELAB_BASE_IMAGE", "lab-base:bookworm")   # the offline path's base
-PUBLIC_BASE_IMAGE = "python:3.11-slim-bookworm"                          # Dockerfile.client's default
+PUBLIC_BASE_IMAGE = "python:3.11-slim-bookworm"                          # the images' default (Dockerfile.client, Dockerfile.proxy)
 DOT_ENV = REPO / ".env"             # compose reads it; docker-setup.sh writes the image path into it
 COMPOSE_VERSION = "v2.40.3"         # what docker-setup.sh installs; any compose v2 runs the lab
 IMAGE_VARS = ("LAB_IMAGE_TAG", "LAB_IMAGE_BASE", "LAB_BASE_IMAGE")   # compose.yaml's image and build inputs
