@@ -1,0 +1,154 @@
+"""lab/parallel.py: the cell scheduler, -j auto, the ETA, and the netns subnet claim (no I/O but tmp files)."""
+import threading
+import time
+
+import pytest
+
+from lab import parallel
+from lab.parallel import Cell, Machine, auto_jobs, run_cells
+
+
+class Gauge:
+    """How many cells run at once, at most."""
+
+    def __init__(self):
+        self.now = self.most = 0
+        self.lock = threading.Lock()
+
+    def cell(self, result, hold=0.05):
+        def run(out):
+            with self.lock:
+                self.now += 1
+                self.most = max(self.most, self.now)
+            out(f"line of {result}")
+            time.sleep(hold)        # long enough for the others to start: concurrency, not timing, is checked
+            with self.lock:
+                self.now -= 1
+            return result
+        return run
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_results_in_order_and_never_more_than_jobs_at_once(jobs, tmp_path):
+    g = Gauge()
+    cells = [Cell(f"c{i}", g.cell(i), log=tmp_path / f"c{i}.log") for i in range(7)]
+    lines = []
+    rep = run_cells(cells, jobs=jobs, out=lines.append, progress=None)
+    assert rep.results == list(range(7))
+    assert g.most <= jobs
+    if jobs > 1:
+        assert g.most > 1           # they did run side by side
+    assert all(s is not None and s > 0 for s in rep.cell_s)
+    assert rep.cells_s == pytest.approx(sum(rep.cell_s))
+
+
+def test_serial_lines_go_to_out_parallel_lines_to_each_log(tmp_path):
+    cells = [Cell(f"c{i}", Gauge().cell(i, 0), log=tmp_path / f"c{i}.log") for i in range(3)]
+    lines = []
+    run_cells(cells, jobs=1, out=lines.append, progress=None)
+    assert lines == ["line of 0", "line of 1", "line of 2"]
+    assert not any(tmp_path.iterdir())
+    lines.clear()
+    run_cells(cells, jobs=2, out=lines.append, progress=None)
+    for i in range(3):
+        assert (tmp_path / f"c{i}.log").read_text() == f"line of {i}\n"
+    # the terminal gets one line per cell as it ends, naming its log
+    assert sorted(l.split(":")[0] for l in lines) == ["== c0", "== c1", "== c2"]
+    assert all("[log: " in l for l in lines)
+
+
+def test_a_failing_cell_stops_the_schedule_and_its_error_is_raised():
+    started = []
+
+    def ok(i):
+        def run(out):
+            started.append(i)
+            time.sleep(0.02)
+            return i
+        return run
+
+    def boom(out):
+        started.append("boom")
+        raise RuntimeError("the app never ran")
+    cells = [Cell("boom", boom)] + [Cell(f"c{i}", ok(i)) for i in range(20)]
+    with pytest.raises(RuntimeError, match="the app never ran"):
+        run_cells(cells, jobs=2, out=lambda _l: None, progress=None)
+    assert len(started) < 21       # the rest were never started
+
+
+def test_progress_counts_and_eta(tmp_path):
+    cells = [Cell(f"c{i}", lambda out: None, expected_s=30.0) for i in range(4)]
+    p = parallel._Progress(cells, jobs=2, stream=None)
+    now = time.monotonic()
+    # nothing ended yet: each cell is its scenario's time plus the assumed overhead, over the jobs
+    assert p.eta(now) == pytest.approx(4 * (30 + parallel.DEFAULT_OVERHEAD_S) / 2)
+    p.start(0)
+    p.end(0, took=40.0)             # it showed 10 s of overhead
+    p.start(1)
+    p.started[1] = now - 20.0       # running for 20 s of its 40
+    assert p.line(now) == "progress: 1 done, 1 running, 2 left, ETA 0m50s"   # (20 + 40 + 40) / 2
+
+
+def test_auto_jobs_takes_the_smallest_bound_and_says_why():
+    n, why = auto_jobs(50, Machine(cores=2, load1=0.5, available_mib=16000))
+    assert n == 3 and why.startswith("-j auto: 3 (2 cores, load 0.5")
+    assert auto_jobs(50, Machine(cores=2, load1=6.0, available_mib=16000))[0] == 1    # a busy machine
+    assert auto_jobs(50, Machine(cores=16, load1=0.0, available_mib=1000))[0] == 2    # memory binds
+    assert auto_jobs(2, Machine(cores=16, load1=0.0, available_mib=64000))[0] == 2    # no more than the cells
+    assert auto_jobs(99, Machine(cores=64, load1=0.0, available_mib=640000))[0] == parallel.MAX_AUTO
+
+
+def test_parse_jobs():
+    import argparse
+    assert parallel.parse_jobs("3") == 3 and parallel.parse_jobs("auto") == "auto"
+    for bad in ("0", "-2", "many"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parallel.parse_jobs(bad)
+
+
+def test_two_topologies_picking_at_once_never_share_a_subnet(monkeypatch):
+    from lab.topology import netns
+
+    def slow_scan():
+        time.sleep(0.05)            # both threads scan before either has addresses set
+        return set()
+    monkeypatch.setattr(netns, "_used_subnets", slow_scan)
+    # one run id: the same hash start, the worst case
+    topos = [netns.NetnsTopology("same-run") for _ in range(4)]
+    picked = [None] * 4
+
+    def pick(i):
+        picked[i] = topos[i]._pick_subnet()
+    threads = [threading.Thread(target=pick, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert len(set(picked)) == 4
+    finally:
+        for t in topos:
+            t._release_claims()
+    assert not netns._CLAIMS.subnets
+
+
+def test_cells_side_by_side_share_one_batch_budget_and_never_pass_its_cap(tmp_path):
+    from lab.errors import BudgetError
+    from lab.live.budget import Budget, ConnectionCharger
+    budget = Budget(cap_run=100, cap_batch=10, path=tmp_path / "budget.json", day_path=tmp_path / "day.json",
+                    cap_day=1000)
+    ledgers = {f"run{i}": budget.start_run(f"run{i}") for i in range(4)}
+    opened, refused = [], []
+
+    def cell(run_id):
+        charger = ConnectionCharger.from_ledger(ledgers[run_id], run_id)    # as each cell's agent does
+        for _ in range(5):
+            try:
+                charger("resume")
+                opened.append(run_id)
+            except BudgetError:
+                refused.append(run_id)
+    run_cells([Cell(r, lambda out, r=r: cell(r)) for r in ledgers], jobs=4, out=lambda _l: None, progress=None)
+    assert len(opened) == 10 and len(refused) == 10
+    import json
+    assert json.loads((tmp_path / "budget.json").read_text())["total"] == 10
