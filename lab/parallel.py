@@ -32,8 +32,13 @@ from typing import Any, Callable, TextIO
 
 # What one cell costs the machine, for -j auto. A cell mostly waits on the scenario's timers (a
 # give-up, a refusal, a backoff): its twin, agent and capture use a fraction of a core between
-# events. Both figures are assumptions, to be replaced by measured ones.
-CELLS_PER_CORE = 2
+# events (docs/matrix.md says how the share was measured; it is an upper bound, every process
+# exec'd rather than forked). A busy machine still gives the cells a fair share of its cores, the
+# kernel's scheduler shares them among what is runnable, so the cores counted free are never fewer
+# than BUSY_SHARE of them. The memory per cell is an assumption with a margin over a cell's twin,
+# agent and capture.
+CELL_CORES = 0.25
+BUSY_SHARE = 0.5
 CELL_MEMORY_MIB = 400
 MAX_AUTO = 8
 # a cell's time beyond its scenario's duration (topology, services, teardown, report) before any
@@ -94,15 +99,16 @@ def machine() -> Machine:
 
 
 def auto_jobs(cells: int, m: Machine | None = None) -> tuple[int, str]:
-    """N for `-j auto` and the one line saying why: the cores left over by the machine's load, a
-    few cells a core (they mostly wait), and the memory available, whichever allows fewer."""
+    """N for `-j auto` and the one line saying why: the cores the machine's load leaves (at least
+    BUSY_SHARE of them) over a cell's share of a core, and the memory available over a cell's,
+    whichever allows fewer."""
     m = m or machine()
-    free_cores = max(0.0, m.cores - m.load1)
-    by_cpu = max(1, int(free_cores * CELLS_PER_CORE))
+    free = max(m.cores - m.load1, m.cores * BUSY_SHARE)
+    by_cpu = max(1, int(free / CELL_CORES))
     by_mem = max(1, int(m.available_mib // CELL_MEMORY_MIB)) if m.available_mib else MAX_AUTO
     n = max(1, min(by_cpu, by_mem, MAX_AUTO, cells))
-    why = (f"-j auto: {n} ({m.cores} cores, load {m.load1:.1f}: {free_cores:.1f} free x {CELLS_PER_CORE} cells a core "
-           f"= {by_cpu}; {m.available_mib / 1024:.1f} GiB available / {CELL_MEMORY_MIB} MiB a cell = {by_mem}; "
+    why = (f"-j auto: {n} ({m.cores} cores at load {m.load1:.1f}: {free:.1f} counted free / {CELL_CORES} of a core "
+           f"a cell = {by_cpu}; {m.available_mib / 1024:.1f} GiB available / {CELL_MEMORY_MIB} MiB a cell = {by_mem}; "
            f"at most {MAX_AUTO} and the {cells} cells; the smallest)")
     return n, why
 

@@ -90,11 +90,13 @@ def test_progress_counts_and_eta(tmp_path):
 
 
 def test_auto_jobs_takes_the_smallest_bound_and_says_why():
-    n, why = auto_jobs(50, Machine(cores=2, load1=0.5, available_mib=16000))
-    assert n == 3 and why.startswith("-j auto: 3 (2 cores, load 0.5")
-    assert auto_jobs(50, Machine(cores=2, load1=6.0, available_mib=16000))[0] == 1    # a busy machine
-    assert auto_jobs(50, Machine(cores=16, load1=0.0, available_mib=1000))[0] == 2    # memory binds
-    assert auto_jobs(2, Machine(cores=16, load1=0.0, available_mib=64000))[0] == 2    # no more than the cells
+    n, why = auto_jobs(50, Machine(cores=2, load1=1.5, available_mib=16000))
+    # 2 cores at load 1.5 leave 0.5, but a busy machine counts half its cores: 1.0 / 0.25
+    assert n == 4 and why.startswith("-j auto: 4 (2 cores at load 1.5: 1.0 counted free")
+    assert auto_jobs(50, Machine(cores=2, load1=0.2, available_mib=16000))[0] == 7      # 1.8 free / 0.25
+    assert auto_jobs(50, Machine(cores=2, load1=9.0, available_mib=16000))[0] == 4      # never below half
+    assert auto_jobs(50, Machine(cores=16, load1=0.0, available_mib=1000))[0] == 2      # memory binds
+    assert auto_jobs(3, Machine(cores=16, load1=0.0, available_mib=64000))[0] == 3      # no more than the cells
     assert auto_jobs(99, Machine(cores=64, load1=0.0, available_mib=640000))[0] == parallel.MAX_AUTO
 
 
