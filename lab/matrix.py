@@ -15,6 +15,11 @@ that stopped the matrix half-way, for what ran) the matrix is written by lab/rep
 A cell that would test nothing is not run and says why in one line (`not_runnable`: a framework on
 a scenario behind the lab's CONNECT proxy, which a black-box app is not sent through).
 
+A sweep (`--clients livekit@1.8.7..1.8.9,pipecat@latest`, lab/clients/frameworks/releases.py)
+is a matrix whose framework clients are releases: their venvs are built first (once, kept), and
+after the matrix the board (lab/report/board.py: rules x releases per framework, each change
+flagged) is written beside it.
+
 `--duration S` caps the scenarios that run their whole duration (`end: duration`, e.g. B1's 900 s);
 a scenario that ends when the user's question is answered keeps its own duration, its upper bound.
 Exit status: 0 when the matrix was written (its cells are findings, failing ones included), 2 for
@@ -31,8 +36,10 @@ from pathlib import Path
 from lab import parallel
 from lab import run as run_mod
 from lab import scenario as scenario_mod
+from lab.clients.frameworks import releases
 from lab.clients.frameworks import resolve as resolve_framework
 from lab.errors import LabError
+from lab.report import board
 from lab.report import matrix as matrix_report
 from lab.report.shards import merge_summary
 from lab.topology import TOPOLOGIES
@@ -149,10 +156,18 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
             summarize(batch)
             md, _ = matrix_report.write([batch], batch)
             out(f"== matrix: {md}")
+            if any(_release_of(c) for c in clients):      # a sweep: the rules x releases board too
+                out(f"== board: {board.write(batch)[0]}")
     (batch / TIMING_FILE).write_text(json.dumps(_timing(cells, done), indent=2) + "\n")
     m = parallel.machine()
     out(f"== matrix time: {done.figure()}; load {m.load1:.1f} at the end on {m.cores} cores")
     return batch
+
+
+def _release_of(client: str) -> bool:
+    """The client names a framework at a release of its own (livekit@1.8.8), not the pinned name."""
+    build = resolve_framework(client)
+    return build is not None and not build.pinned
 
 
 TIMING_FILE = "timing.json"   # the matrix's wall time and each cell's own (the -j figure's inputs)
@@ -181,7 +196,9 @@ def add_parser(sub) -> None:
     p.add_argument("--scenarios", nargs="+", default=["default"],
                    help=f"scenario names or sets ({', '.join(SETS)}); default: default")
     p.add_argument("--clients", nargs="+", default=[",".join(DEFAULT_CLIENTS)],
-                   help=f"client names, comma or space separated (default {','.join(DEFAULT_CLIENTS)})")
+                   help=f"client names, comma or space separated (default {','.join(DEFAULT_CLIENTS)}); "
+                        "NAME@A..B sweeps every release from A to B the package index serves, NAME@latest its "
+                        "newest; a sweep builds the missing venvs and writes board.md/json")
     p.add_argument("-n", type=int, default=1, help="runs per cell")
     p.add_argument("--duration", type=float, default=None,
                    help="cap (s) for scenarios that run their whole duration (end: duration)")
@@ -199,7 +216,9 @@ def _cmd_matrix(args) -> int:
     if args.report:
         print(f"matrix: {report(args.report, args.out)}")
         return 0
-    batch = run_matrix(expand_scenarios(args.scenarios), split_names(args.clients), n=args.n,
+    clients = releases.expand(split_names(args.clients))   # livekit@1.8.0..1.8.9, pipecat@latest: releases
+    releases.ensure_venvs(clients)
+    batch = run_matrix(expand_scenarios(args.scenarios), clients, n=args.n,
                        duration=args.duration, out_dir=args.out, topology=args.topology, jobs=args.jobs)
     print(f"== results: {batch} (matrix.md, matrix.json, summary.md)")
     return 0
