@@ -92,6 +92,16 @@ lab-matrix: setup peers-setup ## the conformance matrix: scenarios x clients, th
 	$(LAB) matrix --scenarios $(MATRIX_SCENARIOS) --clients $(MATRIX_CLIENTS) -n $(N) --topology $(TOPOLOGY) \
 	  --out "$(MATRIX_OUT)" $(if $(DURATION),--duration $(DURATION))
 
+# the release board (docs/matrix.md): the latest release of each framework across the resume, router and
+# lifecycle sets against the twin, cells side by side; board.md/json beside the matrix
+BOARD_SCENARIOS ?= resume router lifecycle
+BOARD_CLIENTS ?= livekit@latest,pipecat@latest,adk@latest
+BOARD_OUT ?= captures/$(shell date -u +%Y%m%d-%H%M%S)-board
+
+lab-board: setup ## the release board: the frameworks' latest releases x resume, router, lifecycle (twin); board.md/json
+	$(LAB) matrix --scenarios $(BOARD_SCENARIOS) --clients $(BOARD_CLIENTS) -j auto --out "$(BOARD_OUT)" \
+	  $(if $(DURATION),--duration $(DURATION))
+
 lab-run: setup ## one scenario by name: make lab-run SCENARIO=r2-freeze
 	@test -n "$(SCENARIO)" || { echo "make lab-run: set SCENARIO= (see: .venv/bin/lab list)" >&2; exit 2; }
 	$(LAB) run $(SCENARIO) $(RUN_ARGS)
