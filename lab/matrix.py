@@ -137,20 +137,24 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
     batch.mkdir(parents=True, exist_ok=True)
     (batch / matrix_report.VERSIONS_FILE).write_text(json.dumps(
         {"measured": datetime.now(timezone.utc).isoformat(timespec="seconds"), "clients": versions}, indent=2) + "\n")
-    cells = []
+    cells, not_run = [], []
     for client in clients:
         for scn in scns[client]:
             why = not_runnable(scn, client)
             if why:
                 out(f"== matrix: {scn.name} x {client} not run: {why}")
+                not_run.append({"scenario": scn.name, "client": client, "why": why})
                 continue
             cells += run_mod.batch_cells([scn], batch, n=n, client=client, topology=topology,
                                          duration=_duration(scn, duration))
     out(f"== matrix: {len(scenarios)} scenarios x {len(clients)} clients x {n} ({len(cells)} cells) -> {batch}")
     done = None
     try:
-        done = parallel.run_cells(cells, parallel.resolve_jobs(jobs, len(cells), out), out=out)
+        # a client whose app cannot start (a release the app does not run on) stops its own cells only
+        done = parallel.run_cells(cells, parallel.resolve_jobs(jobs, cells, out), out=out, contain=(LabError,))
+        not_run += [{"scenario": None, "client": c, "why": why} for c, why in done.stopped.items()]
     finally:
+        (batch / board.NOT_RUN_FILE).write_text(json.dumps({"cells": not_run}, indent=2) + "\n")
         if any(batch.glob("*/run.json")):
             from lab.report import summarize      # here: the report loads matplotlib
             summarize(batch)

@@ -38,6 +38,10 @@ from typing import Any, Callable, TextIO
 # than BUSY_SHARE of them. The memory per cell is an assumption with a margin over a cell's twin,
 # agent and capture.
 CELL_CORES = 0.25
+# A framework app (or a user's app) imports its framework when it starts, inside the scenario's
+# clock: seconds of a core, and a cell whose app is starved of them has not started when the
+# scenario ends (its verdict then differs from the serial one). Counted as a whole core: an assumption.
+APP_CELL_CORES = 1.0
 BUSY_SHARE = 0.5
 CELL_MEMORY_MIB = 400
 MAX_AUTO = 8
@@ -51,7 +55,9 @@ class Cell:
     name: str                               # what the terminal calls it: "control x probe 01"
     run: Callable[[Callable[[str], None]], Any]   # run(out) -> the cell's result (its verdict)
     expected_s: float = 60.0                # the scenario's duration: the ETA's basis
+    cores: float = CELL_CORES               # its share of a core, for -j auto
     log: Path | None = None                 # where its lines go when cells run side by side
+    group: str | None = None                # cells that stand or fall together (one client's)
     describe: Callable[[Any], str] = str    # one line about its result, for the terminal
 
 
@@ -61,6 +67,7 @@ class Report:
     wall_s: float = 0.0
     results: list[Any] = field(default_factory=list)    # in the cells' order; None: not run
     cell_s: list[float | None] = field(default_factory=list)
+    stopped: dict[str, str] = field(default_factory=dict)   # group -> the error that stopped its cells
 
     @property
     def cells_s(self) -> float:
@@ -98,16 +105,16 @@ def machine() -> Machine:
     return Machine(cores, os.getloadavg()[0], avail)
 
 
-def auto_jobs(cells: int, m: Machine | None = None) -> tuple[int, str]:
+def auto_jobs(cells: int, m: Machine | None = None, share: float = CELL_CORES) -> tuple[int, str]:
     """N for `-j auto` and the one line saying why: the cores the machine's load leaves (at least
-    BUSY_SHARE of them) over a cell's share of a core, and the memory available over a cell's,
-    whichever allows fewer."""
+    BUSY_SHARE of them) over a cell's share of a core (`share`: the cells' mean), and the memory
+    available over a cell's, whichever allows fewer."""
     m = m or machine()
     free = max(m.cores - m.load1, m.cores * BUSY_SHARE)
-    by_cpu = max(1, int(free / CELL_CORES))
+    by_cpu = max(1, int(free / share + 1e-9))
     by_mem = max(1, int(m.available_mib // CELL_MEMORY_MIB)) if m.available_mib else MAX_AUTO
     n = max(1, min(by_cpu, by_mem, MAX_AUTO, cells))
-    why = (f"-j auto: {n} ({m.cores} cores at load {m.load1:.1f}: {free:.1f} counted free / {CELL_CORES} of a core "
+    why = (f"-j auto: {n} ({m.cores} cores at load {m.load1:.1f}: {free:.1f} counted free / {share:.2f} of a core "
            f"a cell = {by_cpu}; {m.available_mib / 1024:.1f} GiB available / {CELL_MEMORY_MIB} MiB a cell = {by_mem}; "
            f"at most {MAX_AUTO} and the {cells} cells; the smallest)")
     return n, why
@@ -127,10 +134,11 @@ def parse_jobs(value: str) -> int | str:
     return n
 
 
-def resolve_jobs(jobs: int | str, cells: int, out=print) -> int:
-    """-j as given: `auto` is worked out here and said in one line."""
+def resolve_jobs(jobs: int | str, cells: list[Cell], out=print) -> int:
+    """-j as given: `auto` is worked out here, from the cells' mean share of a core, and said in one line."""
     if jobs == "auto":
-        n, why = auto_jobs(cells)
+        share = sum(c.cores for c in cells) / len(cells) if cells else CELL_CORES
+        n, why = auto_jobs(len(cells), share=share)
         out(why)
         return n
     return int(jobs)
@@ -173,6 +181,10 @@ class _Progress:
             self.started[i] = time.monotonic()
             self._say()
 
+    def skip(self, i: int) -> None:
+        with self.lock:
+            self.started[i] = None      # type: ignore[assignment]  # never to run: not left any more
+
     def end(self, i: int, took: float) -> None:
         with self.lock:
             self.started[i] = None      # type: ignore[assignment]  # started, no longer running
@@ -202,54 +214,74 @@ def _locked(fn, lock, line):
 
 
 def run_cells(cells: list[Cell], jobs: int = 1, out: Callable[[str], None] = print,
-              progress: TextIO | None = sys.stderr) -> Report:
-    """Run every cell, at most `jobs` at once; see the module docstring."""
+              progress: TextIO | None = sys.stderr, contain: tuple[type[BaseException], ...] = ()) -> Report:
+    """Run every cell, at most `jobs` at once; see the module docstring. A cell raising one of
+    `contain` stops only the cells of its group (they are skipped, the error's line kept in
+    report.stopped[group]); any other error stops the schedule."""
     report = Report(jobs=max(1, jobs), results=[None] * len(cells), cell_s=[None] * len(cells))
     prog = _Progress(cells, report.jobs, progress if len(cells) > 1 else None)   # one run: nothing to count
-    t0 = time.monotonic()
-    if report.jobs == 1:
-        try:
-            for i, cell in enumerate(cells):
-                prog.start(i)
-                s = time.monotonic()
-                report.results[i] = cell.run(out)
-                report.cell_s[i] = time.monotonic() - s
-                prog.end(i, report.cell_s[i])
-        finally:
-            report.wall_s = time.monotonic() - t0
-        return report
-
     out_lock = threading.Lock()
     todo = list(range(len(cells)))
     todo_lock = threading.Lock()
     stop = threading.Event()
     errors: list[BaseException] = []
 
-    def worker() -> None:
-        while not stop.is_set():
-            with todo_lock:
-                if not todo:
-                    return
+    def next_cell() -> int | None:
+        with todo_lock:
+            while todo and not stop.is_set():
                 i = todo.pop(0)
-            cell = cells[i]
-            prog.start(i)
-            sink, close = _file_sink(cell.log, out, out_lock)
-            s = time.monotonic()
-            try:
-                report.results[i] = cell.run(sink)
-            except BaseException as e:     # handed to the caller: the schedule stops
+                group = cells[i].group
+                if group is not None and group in report.stopped:
+                    prog.skip(i)
+                    continue
+                return i
+            return None
+
+    def run_one(i: int, side_by_side: bool) -> None:
+        cell = cells[i]
+        prog.start(i)
+        sink, close = _file_sink(cell.log, out, out_lock) if side_by_side else (out, lambda: None)
+        s = time.monotonic()
+        try:
+            report.results[i] = cell.run(sink)
+        except contain as e:
+            if cell.group is None:
                 errors.append(e)
                 stop.set()
-            finally:
-                close()
-                report.cell_s[i] = took = time.monotonic() - s
-                prog.end(i, took)
-            if i < len(report.results) and report.results[i] is not None:
-                _locked(out, out_lock, f"== {cell.name}: {cell.describe(report.results[i])} ({took:.1f} s)"
-                        + (f" [log: {cell.log}]" if cell.log else ""))
+            else:
+                with todo_lock:
+                    report.stopped.setdefault(cell.group, str(e))
+                _locked(out, out_lock, f"== {cell.name}: {e}; the rest of {cell.group} is not run")
+        except BaseException as e:     # handed to the caller: the schedule stops
+            errors.append(e)
+            stop.set()
+        finally:
+            close()
+            report.cell_s[i] = took = time.monotonic() - s
+            prog.end(i, took)
+        if side_by_side and report.results[i] is not None:
+            _locked(out, out_lock, f"== {cell.name}: {cell.describe(report.results[i])} ({took:.1f} s)"
+                    + (f" [log: {cell.log}]" if cell.log else ""))
 
-    threads = [threading.Thread(target=worker, name=f"lab-cell-{k}", daemon=True)
-               for k in range(min(report.jobs, len(cells)))]
+    def worker(side_by_side: bool) -> None:
+        while (i := next_cell()) is not None:
+            run_one(i, side_by_side)
+
+    t0 = time.monotonic()
+    try:
+        if report.jobs == 1:
+            worker(False)       # the serial batch: in order, in this thread, every line to `out`
+        else:
+            _side_by_side(worker, min(report.jobs, len(cells)), stop)
+    finally:
+        report.wall_s = time.monotonic() - t0
+    if errors:
+        raise errors[0]
+    return report
+
+
+def _side_by_side(worker, n: int, stop: threading.Event) -> None:
+    threads = [threading.Thread(target=worker, args=(True,), name=f"lab-cell-{k}", daemon=True) for k in range(n)]
     for t in threads:
         t.start()
     try:
@@ -265,8 +297,3 @@ def run_cells(cells: list[Cell], jobs: int = 1, out: Callable[[str], None] = pri
             while t.is_alive():
                 t.join(timeout=0.5)
         raise
-    finally:
-        report.wall_s = time.monotonic() - t0
-    if errors:
-        raise errors[0]
-    return report

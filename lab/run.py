@@ -372,7 +372,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     cells = batch_cells(scns, batch, n=n, client=client, topology=topology, endpoint=endpoint, duration=duration,
                         base_url=base_url, budget=budget, model=model, live_key=live_key, keylog_live=keylog_live,
                         ca=ca, endpoint_hook=endpoint_hook, client_cmd=client_cmd)
-    parallel.run_cells(cells, parallel.resolve_jobs(jobs, len(cells), out), out=out)
+    parallel.run_cells(cells, parallel.resolve_jobs(jobs, cells, out), out=out)
     from lab.report import summarize      # here: matplotlib, as above
     summarize(batch)
     out(f"== results: {batch} (summary.md, per run: events.jsonl, capture.pcapng, verdict.json, timeline.png)")
@@ -406,6 +406,7 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
             cells.append(parallel.Cell(
                 f"{scn.name} x {who} {i:02d}", functools.partial(_run_cell, spec, title, budget),
                 expected_s=duration or scn.duration, log=run_dir / CELL_LOG,
+                cores=parallel.APP_CELL_CORES if cmd else parallel.CELL_CORES, group=client or None,
                 describe=functools.partial(_said, run_dir)))
     return cells
 

@@ -30,6 +30,7 @@ from lab.report import rules as rules_mod
 
 FORMAT = 1
 BOARD_FILES = ("board.md", "board.json")
+NOT_RUN_FILE = "not_run.json"   # what the matrix did not run, and why: {"cells": [{scenario, client, why}]}
 ALL = "*"       # a rule's row over every scenario
 REGRESSION, FIX = "regression", "fix"
 
@@ -79,12 +80,22 @@ def changes(row: dict[str, dict[str, Any]], releases: list[str]) -> list[dict[st
     return out
 
 
-def build(matrix: dict[str, Any]) -> dict[str, Any]:
-    """The board of a matrix (matrix.json's dict); links as the matrix has them (relative to its folder)."""
+def build(matrix: dict[str, Any], not_run: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The board of a matrix (matrix.json's dict); links as the matrix has them (relative to its folder).
+    `not_run` (the matrix's not_run.json): a release whose app could not start is a column too, with why."""
     rule_names = [r["name"] for r in matrix["rules"]]
     versions = matrix.get("versions") or {}
     per: dict[str, dict[str, dict[tuple[str, str], dict[str, Any]]]] = {}
     clients: dict[str, dict[str, str]] = {}
+    skipped: dict[str, dict[str, str]] = {}
+    for n in not_run or []:
+        found = _release(n["client"], versions)
+        if found is not None:
+            fw, rel = found
+            what = n["why"] if n.get("scenario") is None else f"{n['scenario']}: {n['why']}"
+            skipped.setdefault(fw, {}).setdefault(rel, what)
+            per.setdefault(fw, {}).setdefault(rel, {})
+            clients.setdefault(fw, {})[rel] = n["client"]
     for c in matrix["cells"]:
         found = _release(c["client"], versions)
         if found is None:
@@ -102,14 +113,18 @@ def build(matrix: dict[str, Any]) -> dict[str, Any]:
         scenarios = sorted({s for rel in releases for (_, s) in per[fw][rel]})
         rows = []
         for rule in rule_names:
-            whole = {rel: _combine([cell for (r, _), cell in per[fw][rel].items() if r == rule]) for rel in releases}
+            whole = {rel: _combine([cell for (r, _), cell in per[fw][rel].items() if r == rule]) for rel in releases
+                     if any(r == rule for (r, _) in per[fw][rel])}
+            if all(c["status"] == rules_mod.NA for c in whole.values()):
+                continue        # no scenario judged the rule at any release: a row of n/a says nothing
             rows.append({"rule": rule, "scenario": ALL, "cells": whole, "changes": changes(whole, releases)})
             for s in scenarios:
                 cells = {rel: per[fw][rel][(rule, s)] for rel in releases if (rule, s) in per[fw][rel]}
                 if all(c["status"] == rules_mod.NA for c in cells.values()):
                     continue        # nothing judged it on this scenario at any release
                 rows.append({"rule": rule, "scenario": s, "cells": cells, "changes": changes(cells, releases)})
-        frameworks[fw] = {"releases": releases, "clients": clients[fw], "scenarios": scenarios, "rows": rows}
+        frameworks[fw] = {"releases": releases, "clients": clients[fw], "scenarios": scenarios, "rows": rows,
+                          "not_run": skipped.get(fw, {})}
     return {"format": FORMAT, "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "rules": matrix["rules"], "frameworks": frameworks}
 
@@ -146,6 +161,10 @@ def render(board: dict[str, Any]) -> str:
                   "| --- | --- | " + " | ".join("---" for _ in rels) + " |"]
         for row in f["rows"]:
             lines.append(f"| {row['rule']} | {row['scenario']} | " + " | ".join(_mark(row, r) for r in rels) + " |")
+        for rel, why in sorted(f.get("not_run", {}).items(), key=lambda kv: _order(kv[0])):
+            lines += ["", f"{fw} {rel}: not run: {why}"]
+        if not f["rows"]:
+            lines += ["", "No rule was judged at any release."]
         lines += ["", "Changes:", ""]
         found = [(row, ch) for row in f["rows"] for ch in row["changes"]]
         for row, ch in found:
@@ -164,7 +183,11 @@ def write(batch: Path) -> tuple[Path, Path]:
         matrix = json.loads((batch / "matrix.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise LabError(f"{batch / 'matrix.json'}: no matrix to build the board from ({type(e).__name__})") from None
-    board = build(matrix)
+    try:
+        not_run = json.loads((batch / NOT_RUN_FILE).read_text())["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        not_run = []
+    board = build(matrix, not_run)
     md, js = (batch / n for n in BOARD_FILES)
     js.write_text(json.dumps(board, indent=2) + "\n")
     md.write_text(render(board))

@@ -133,3 +133,25 @@ def test_a_release_run_is_its_own_matrix_client_the_pinned_one_keeps_the_plain_n
     assert client_label(v, {"framework": {"framework": "livekit", "version": "1.8.9", "build": None,
                                           "venv": ".venv-livekit"}}) == "livekit"
     assert client_label({"client": "probe"}, {}) == "probe"
+
+
+def test_a_release_whose_app_did_not_start_is_a_column_that_says_why(tmp_path):
+    (tmp_path / "matrix.json").write_text(json.dumps(matrix(LK)))
+    (tmp_path / board_mod.NOT_RUN_FILE).write_text(json.dumps({"cells": [
+        {"scenario": None, "client": "pipecat@1.12.0", "why": "the client command exited at once (exit 1)"},
+        {"scenario": "m3", "client": "livekit@1.8.7", "why": "not sent through the proxy"},
+        {"scenario": "m3", "client": "probe", "why": "not a framework"}]}))
+    md, js = board_mod.write(tmp_path)
+    b = json.loads(js.read_text())
+    assert b["frameworks"]["pipecat"]["releases"] == ["1.12.0", "1.13.0", "1.14.0"]
+    assert b["frameworks"]["pipecat"]["not_run"] == {"1.12.0": "the client command exited at once (exit 1)"}
+    assert "pipecat 1.12.0: not run: the client command exited at once (exit 1)" in md.read_text()
+    assert b["frameworks"]["livekit"]["not_run"] == {"1.8.7": "m3: not sent through the proxy"}
+    # the release that did not run has no cells: no change is read across it
+    (row,) = [r for r in b["frameworks"]["pipecat"]["rows"] if r["scenario"] == board_mod.ALL]
+    assert row["changes"] == [] and "1.12.0" not in row["cells"]
+
+
+def test_a_rule_no_scenario_judged_at_any_release_has_no_row():
+    b = board_mod.build(matrix(LK))
+    assert {r["rule"] for r in b["frameworks"]["pipecat"]["rows"]} == {OWED}

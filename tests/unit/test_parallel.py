@@ -98,6 +98,20 @@ def test_auto_jobs_takes_the_smallest_bound_and_says_why():
     assert auto_jobs(50, Machine(cores=16, load1=0.0, available_mib=1000))[0] == 2      # memory binds
     assert auto_jobs(3, Machine(cores=16, load1=0.0, available_mib=64000))[0] == 3      # no more than the cells
     assert auto_jobs(99, Machine(cores=64, load1=0.0, available_mib=640000))[0] == parallel.MAX_AUTO
+    # framework apps import their framework inside the scenario's clock: a core each
+    busy = Machine(cores=2, load1=3.0, available_mib=16000)
+    assert auto_jobs(20, busy, share=parallel.APP_CELL_CORES)[0] == 1
+    assert auto_jobs(20, Machine(cores=2, load1=0.0, available_mib=16000), share=parallel.APP_CELL_CORES)[0] == 2
+
+
+def test_resolve_jobs_weighs_the_cells_it_is_given(monkeypatch):
+    monkeypatch.setattr(parallel, "machine", lambda: Machine(cores=2, load1=0.0, available_mib=16000))
+    said = []
+    light = [Cell("p", lambda out: None) for _ in range(10)]
+    heavy = [Cell("f", lambda out: None, cores=parallel.APP_CELL_CORES) for _ in range(10)]
+    assert parallel.resolve_jobs("auto", light, said.append) == 8
+    assert parallel.resolve_jobs("auto", heavy, said.append) == 2
+    assert parallel.resolve_jobs(3, heavy, said.append) == 3 and len(said) == 2
 
 
 def test_parse_jobs():
@@ -154,3 +168,29 @@ def test_cells_side_by_side_share_one_batch_budget_and_never_pass_its_cap(tmp_pa
     assert len(opened) == 10 and len(refused) == 10
     import json
     assert json.loads((tmp_path / "budget.json").read_text())["total"] == 10
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_contained_error_stops_only_its_group(jobs):
+    class AppDidNotStart(Exception):
+        pass
+    ran = []
+
+    def cell(group, i):
+        def run(out):
+            ran.append((group, i))
+            if group == "pipecat@1.13.0":
+                raise AppDidNotStart("the client command exited at once")
+            return i
+        return Cell(f"{group} {i}", run, group=group)
+    cells = [cell(g, i) for i in range(3) for g in ("livekit@1.8.8", "pipecat@1.13.0")]
+    lines = []
+    rep = run_cells(cells, jobs=jobs, out=lines.append, progress=None, contain=(AppDidNotStart,))
+    assert rep.stopped == {"pipecat@1.13.0": "the client command exited at once"}
+    assert [r for r in ran if r[0] == "livekit@1.8.8"] == [("livekit@1.8.8", i) for i in range(3)] or jobs > 1
+    assert sorted(i for g, i in ran if g == "livekit@1.8.8") == [0, 1, 2]
+    assert len([1 for g, _ in ran if g == "pipecat@1.13.0"]) < 3     # the rest of its group never started
+    assert any("the rest of pipecat@1.13.0 is not run" in l for l in lines)
+    # an error not contained still stops everything
+    with pytest.raises(AppDidNotStart):
+        run_cells(cells, jobs=jobs, out=lines.append, progress=None)
