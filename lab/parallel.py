@@ -17,8 +17,10 @@ terminal, where N cells' lines would interleave; the terminal gets one line per 
 the progress (cells done, running, left, the ETA) goes to `progress` (stderr).
 
 A cell that raises stops the schedule: no further cell starts, those running finish (each tears its
-own topology down), and the first error is raised. Ctrl-C does the same; a second Ctrl-C leaves at
-once (`lab down` removes what the running cells leave).
+own topology down), and the first error is raised; an error the caller names in `contain` stops
+only the cells of the failing cell's group (a matrix: one client's, whose app cannot start). Ctrl-C
+stops the schedule too; a second Ctrl-C leaves at once (`lab down` removes what the running cells
+leave).
 """
 from __future__ import annotations
 
