@@ -194,3 +194,13 @@ def test_a_contained_error_stops_only_its_group(jobs):
     # an error not contained still stops everything
     with pytest.raises(AppDidNotStart):
         run_cells(cells, jobs=jobs, out=lines.append, progress=None)
+
+
+def test_run_and_matrix_take_j():
+    from lab.cli import build_parser
+    p = build_parser()
+    assert p.parse_args(["run", "control", "-j", "auto"]).jobs == "auto"
+    assert p.parse_args(["matrix", "-j", "3"]).jobs == 3
+    assert p.parse_args(["run", "control"]).jobs == 1           # serial unless asked
+    with pytest.raises(SystemExit):
+        p.parse_args(["matrix", "-j", "0"])
