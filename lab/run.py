@@ -295,13 +295,14 @@ GO_FILE = ".agent-go"    # written once the services are ready; the started-earl
 
 
 def _preload_report() -> None:
-    """Import the timeline's drawing (matplotlib: seconds, once per process) in the background while
-    the scenario plays, so the report after it does not wait for the import. Failures are left to
-    the report, which notes a picture it could not draw."""
+    """Import the timeline's drawing (matplotlib: seconds, once per process) and report.html's plotly
+    in the background while the scenario plays, so the report after it does not wait for the import.
+    Failures are left to the report, which notes a picture it could not draw."""
     def load():
         try:
             # here, not at the top: matplotlib must not load for `lab` itself (see lab/report/__init__.py)
             import lab.report.timeline  # noqa: F401
+            import lab.report.run_page  # noqa: F401  (plotly, for report.html)
         except Exception:
             pass
     threading.Thread(target=load, daemon=True).start()
@@ -375,7 +376,8 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     parallel.run_cells(cells, parallel.resolve_jobs(jobs, cells, out), out=out)
     from lab.report import summarize      # here: matplotlib, as above
     summarize(batch)
-    out(f"== results: {batch} (summary.md, per run: events.jsonl, capture.pcapng, verdict.json, timeline.png)")
+    out(f"== results: {batch} (summary.md, report.html; per run: report.html, events.jsonl, capture.pcapng, "
+        "verdict.json, timeline.png)")
     return batch
 
 
@@ -429,9 +431,11 @@ def _run_cell(spec: RunSpec, title: str, budget, out=print) -> dict:
         if settled.note:
             out(f"   budget: {settled.note}")
     held = verdict_passed(v)
+    from lab.report.advice import failures     # here: the report loads lazily, as below
     out(f"   verdict: {'PASS' if held else 'FAIL'}"
         + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
-                  f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", [])))
+                  f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", []))
+        + "".join(f"\n     FAIL {what}: {text}" for what, text in failures(v)))
     if spec.endpoint == "live":
         from lab.live.errors import stop_reason   # here: as load_key above
         why = stop_reason(run_dir)
@@ -469,6 +473,7 @@ def add_parser(sub) -> None:
     p.add_argument("-j", "--jobs", type=parallel.parse_jobs, default=1, metavar="N",
                    help="runs side by side (each in its own namespaces or Compose project; the live budget is "
                         "shared); auto: from the cores, the load and the memory")
+    p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write the verdicts as JUnit XML (for a CI)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("list", help="list the scenario catalogue")
@@ -493,6 +498,8 @@ def _cmd_run(args) -> int:
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
                       ca=args.ca, client_cmd=args.client_cmd, jobs=args.jobs)
+    from lab.report.junit import publish      # here: the report loads matplotlib, as above
+    publish(batch, args.junit_xml)
     # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on
     return 0 if batch_passed(batch) else 1
 
