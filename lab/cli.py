@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES = [
     "lab.bench.cli",    # lab bench twin|faults|recovery
     "lab.soak",         # lab soak
     "lab.matrix",       # lab matrix
+    "lab.report.board", # lab board write|compare
     "lab.live.cli",     # lab scan, lab drift
     "netem.cli",        # lab netem probe|apply|clear
 ]

@@ -9,6 +9,7 @@ always taken down.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab import parallel
 from lab import scenario as scenario_mod
 from lab.clients import get as get_client
 from lab.clients.command import parse_command
@@ -357,7 +359,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
               endpoint: str = "twin", out_dir: Path | None = None, duration: float | None = None,
               base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", out=print,
               keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
-              client_cmd: str | None = None) -> Path:
+              client_cmd: str | None = None, jobs: int | str = 1) -> Path:
     scns = preflight(scenarios, client, topology, endpoint, client_cmd)
     live_key = None
     if endpoint == "live":
@@ -368,7 +370,25 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     batch.mkdir(parents=True, exist_ok=True)
     if budget is not None:
         budget.attach(batch)
-    verdicts = []
+    cells = batch_cells(scns, batch, n=n, client=client, topology=topology, endpoint=endpoint, duration=duration,
+                        base_url=base_url, budget=budget, model=model, live_key=live_key, keylog_live=keylog_live,
+                        ca=ca, endpoint_hook=endpoint_hook, client_cmd=client_cmd)
+    parallel.run_cells(cells, parallel.resolve_jobs(jobs, cells, out), out=out)
+    from lab.report import summarize      # here: matplotlib, as above
+    summarize(batch)
+    out(f"== results: {batch} (summary.md, report.html; per run: report.html, events.jsonl, capture.pcapng, "
+        "verdict.json, timeline.png)")
+    return batch
+
+
+def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, client: str | None = None,
+                topology: str = "netns", endpoint: str = "twin", duration: float | None = None,
+                base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", live_key=None,
+                keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
+                client_cmd: str | None = None) -> list[parallel.Cell]:
+    """The batch's runs as cells for lab.parallel (in order: scenario by scenario, run 1..n), each
+    into its own folder under `batch`; the scenarios are preflight's."""
+    cells = []
     for scn in scns:
         cl = client or scn.client
         # a framework client is an app run like --client-cmd, in its own venv (lab/clients/frameworks);
@@ -380,36 +400,51 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
         cmd = client_cmd or (build.command(REPO, scn.params_for(cl)) if build else None)
         for i in range(1, n + 1):
             run_dir = batch / f"{scn.name}-{'cmd' if client_cmd else label}-{i:02d}"
-            # the run's ledger: reserved before anything starts, charged per connection by the agent
-            ledger = budget.start_run(run_dir.name) if budget is not None else None
             who = f"command, judged as {cl}" if client_cmd else label
-            out(f"== {scn.name} ({who}, {topology}, {endpoint}) run {i}/{n} -> {run_dir}")
-            v = run_one(RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key,
-                                keylog_live, ca=ca, endpoint_hook=endpoint_hook, budget_ledger=ledger,
-                                client_cmd=cmd, framework=build.describe() if build else None), out=out)
-            why = _client_start_error(run_dir) if cmd else None
-            if why:    # the app never ran: a verdict would judge nothing, and every next run fails alike
-                raise LabError(why)
-            verdicts.append(v)
-            if budget is not None:
-                settled = budget.settle(run_dir)      # the cross-check: every opened connection charged
-                if settled.note:
-                    out(f"   budget: {settled.note}")
-            from lab.report.advice import failures     # here: the report loads lazily, as below
-            out(f"   verdict: {headline(v)}"
-                + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
-                          f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", []))
-                + "".join(f"\n     FAIL {what}: {text}" for what, text in failures(v)))
-            if endpoint == "live":
-                from lab.live.errors import stop_reason   # here: as load_key above
-                why = stop_reason(run_dir)
-                if why:
-                    raise LabError(f"stopping the batch: {why}")
-    from lab.report import summarize      # here: matplotlib, as above
-    summarize(batch)
-    out(f"== results: {batch} (summary.md, report.html; per run: report.html, events.jsonl, capture.pcapng, "
-        "verdict.json, timeline.png)")
-    return batch
+            spec = RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key, keylog_live,
+                           ca=ca, endpoint_hook=endpoint_hook, client_cmd=cmd,
+                           framework=build.describe() if build else None)
+            title = f"{scn.name} ({who}, {topology}, {endpoint}) run {i}/{n}"
+            cells.append(parallel.Cell(
+                f"{scn.name} x {who} {i:02d}", functools.partial(_run_cell, spec, title, budget),
+                expected_s=duration or scn.duration, log=run_dir / CELL_LOG,
+                cores=parallel.APP_CELL_CORES if cmd else parallel.CELL_CORES, group=client or None,
+                describe=functools.partial(_said, run_dir)))
+    return cells
+
+
+CELL_LOG = "lab.log"     # a cell's lines, when cells run side by side (lab/parallel.py)
+
+
+def _run_cell(spec: RunSpec, title: str, budget, out=print) -> dict:
+    """One run of a batch: the budget's ledger, the run, its verdict's lines."""
+    run_dir = spec.run_dir
+    # the run's ledger: reserved before anything starts, charged per connection by the agent
+    spec.budget_ledger = budget.start_run(run_dir.name) if budget is not None else None
+    out(f"== {title} -> {run_dir}")
+    v = run_one(spec, out=out)
+    why = _client_start_error(run_dir) if spec.client_cmd else None
+    if why:    # the app never ran: a verdict would judge nothing, and every next run fails alike
+        raise LabError(why)
+    if budget is not None:
+        settled = budget.settle(run_dir, run_dir.name)   # the cross-check: every opened connection charged
+        if settled.note:
+            out(f"   budget: {settled.note}")
+    from lab.report.advice import failures     # here: the report loads lazily, as below
+    out(f"   verdict: {headline(v)}"
+        + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
+                  f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", []))
+        + "".join(f"\n     FAIL {what}: {text}" for what, text in failures(v)))
+    if spec.endpoint == "live":
+        from lab.live.errors import stop_reason   # here: as load_key above
+        why = stop_reason(run_dir)
+        if why:
+            raise LabError(f"stopping the batch: {why}")
+    return v
+
+
+def _said(run_dir: Path, verdict: dict) -> str:
+    return f"{headline(verdict)} -> {run_dir}"
 
 
 # ---- CLI -------------------------------------------------------------------------------------------
@@ -434,6 +469,9 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default=None, help="batch folder (default captures/<time>-<scenario>)")
     p.add_argument("--budget", type=int, default=None, help="live mode: most sessions this batch may open")
     p.add_argument("--keylog-live", action="store_true", help="live mode: write TLS secrets (kept out of results)")
+    p.add_argument("-j", "--jobs", type=parallel.parse_jobs, default=1, metavar="N",
+                   help="runs side by side (each in its own namespaces or Compose project; the live budget is "
+                        "shared); auto: from the cores, the load and the memory")
     p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write the verdicts as JUnit XML (for a CI)")
     p.set_defaults(func=_cmd_run)
 
@@ -455,7 +493,7 @@ def _cmd_run(args) -> int:
     batch = run_batch(names, n=args.n, client=args.client, topology=topology, endpoint=args.endpoint,
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
-                      ca=args.ca, client_cmd=args.client_cmd)
+                      ca=args.ca, client_cmd=args.client_cmd, jobs=args.jobs)
     from lab.report.junit import publish      # here: the report loads matplotlib, as above
     publish(batch, args.junit_xml)
     # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on

@@ -38,7 +38,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from lab.errors import CapabilityError, LabError
@@ -61,6 +63,9 @@ IMAGE_VARS = ("LAB_IMAGE_TAG", "LAB_IMAGE_BASE", "LAB_BASE_IMAGE")   # compose.y
 _BUILT_IN_PROCESS: set[tuple[str, ...]] = set()   # image keys (ComposeTopology._image_key) built by this process
 NODES = ("endpoint", "client")          # the lab's two nodes; their services are started on them with popen
 LAB_SERVICES = (*NODES, "capture")      # and the client's capture sidecar, in the client's network namespace
+# runs side by side in one process (`lab matrix -j N`): the first to need an image set builds it and
+# the others wait for it, then find it built, rather than N builds of the same tags at once
+_BUILDING = threading.Lock()
 UPLINK_MISSING = ("the compose topology has no way out (its network is internal): live mode runs in "
                   "--topology netns")
 PROJECT_PREFIX = "livelab"
@@ -431,12 +436,14 @@ class ComposeTopology(Topology):
         # checked); the images one process built are current for its later runs (assumption: the
         # source tree does not change under a batch), so each image set is built once per process
         images = self._image_key()
-        build = () if images in _BUILT_IN_PROCESS else ("--build",)
-        r = self.compose("up", "-d", *build, "--wait", "--wait-timeout", str(self.wait_timeout),
-                         *LAB_SERVICES, *(["router"] if self.router else []), timeout=self.wait_timeout + 300, check=False)
+        with _BUILDING if images not in _BUILT_IN_PROCESS else nullcontext():
+            build = () if images in _BUILT_IN_PROCESS else ("--build",)
+            r = self.compose("up", "-d", *build, "--wait", "--wait-timeout", str(self.wait_timeout),
+                             *LAB_SERVICES, *(["router"] if self.router else []), timeout=self.wait_timeout + 300,
+                             check=False)
+            if r.returncode == 0 and build:
+                _BUILT_IN_PROCESS.add(images)
         self.timings["up_s"] = time.monotonic() - t1
-        if r.returncode == 0 and build:
-            _BUILT_IN_PROCESS.add(images)
         if r.returncode != 0:
             detail = self._failure_detail(r)
             self.down()

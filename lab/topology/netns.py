@@ -92,6 +92,21 @@ def _used_uplinks() -> set[int]:
     return {(int(ip) - int(UPLINK_NET.network_address)) // 4 for ip in _lab_addresses(root=True) if ip in UPLINK_NET}
 
 
+class _Claims:
+    """Subnets and uplink /30s this process has picked and not yet released. A pick scans the lab
+    namespaces for used addresses, and a subnet is in use only once its addresses are set: two runs
+    of one process side by side (`lab matrix -j N`) could both scan before either set them and pick
+    the same one. The scan and the claim are one step under the lock; down() releases."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.subnets: set[int] = set()
+        self.uplinks: set[int] = set()
+
+
+_CLAIMS = _Claims()
+
+
 def _host_resolv() -> str:
     """The host's resolv.conf; systemd-resolved's upstream list if the host's names only a
     loopback stub (127.0.0.53 is not reachable from another namespace)."""
@@ -127,6 +142,8 @@ class NetnsTopology(Topology):
         self._ca_path = Path(ca_path) if ca_path else None
         self.sysctls = dict(sysctls or {})
         self._subnet = subnet
+        self._claimed_subnet: int | None = None     # picked by this topology: released by down()
+        self._claimed_uplink: int | None = None
         self.pid_dir = pid_dir
         self._procs: list[tuple[subprocess.Popen | forked.ForkedProcess, Path]] = []
         self.log = log
@@ -219,22 +236,34 @@ class NetnsTopology(Topology):
         return str(self.uplink_subnet.network_address + 2)
 
     def _pick_subnet(self) -> int:
-        used = _used_subnets()
-        start = int(hashlib.sha1(self.run_id.encode()).hexdigest(), 16) % 254 + 1
-        for i in range(254):
-            n = (start - 1 + i) % 254 + 1
-            if n not in used:
-                return n
+        with _CLAIMS.lock:
+            used = _used_subnets() | _CLAIMS.subnets
+            start = int(hashlib.sha1(self.run_id.encode()).hexdigest(), 16) % 254 + 1
+            for i in range(254):
+                n = (start - 1 + i) % 254 + 1
+                if n not in used:
+                    _CLAIMS.subnets.add(n)
+                    self._claimed_subnet = n
+                    return n
         raise CapabilityError("every 10.203.x.0/24 is used by lab namespaces; run `lab down`")
 
     def _pick_uplink(self) -> int:
-        used = _used_uplinks()
-        start = int(hashlib.sha1(b"uplink " + self.run_id.encode()).hexdigest(), 16) % UPLINK_SLOTS
-        for i in range(UPLINK_SLOTS):
-            n = (start + i) % UPLINK_SLOTS
-            if n not in used:
-                return n
+        with _CLAIMS.lock:
+            used = _used_uplinks() | _CLAIMS.uplinks
+            start = int(hashlib.sha1(b"uplink " + self.run_id.encode()).hexdigest(), 16) % UPLINK_SLOTS
+            for i in range(UPLINK_SLOTS):
+                n = (start + i) % UPLINK_SLOTS
+                if n not in used:
+                    _CLAIMS.uplinks.add(n)
+                    self._claimed_uplink = n
+                    return n
         raise CapabilityError("every 10.204.x.y/30 is in use; run `lab down`")
+
+    def _release_claims(self) -> None:
+        with _CLAIMS.lock:
+            _CLAIMS.subnets.discard(self._claimed_subnet)
+            _CLAIMS.uplinks.discard(self._claimed_uplink)
+        self._claimed_subnet = self._claimed_uplink = None
 
     # --------------------------------------------------------------------------- up / down
     def up(self) -> None:
@@ -395,6 +424,7 @@ class NetnsTopology(Topology):
         else:
             self.log(f"  teardown left namespaces of {self.run_id}: {'; '.join(errors) or 'no error said why'}")
         self._up = False
+        self._release_claims()     # the addresses went with the namespaces
 
     # --------------------------------------------------------------------------- processes
     def _exec(self, ns: str, role: str, argv: list[str], **popen_kw) -> subprocess.Popen | forked.ForkedProcess:

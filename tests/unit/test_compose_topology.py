@@ -177,3 +177,36 @@ def test_lab_down_layers_the_router_overlay_only_on_router_projects(monkeypatch)
     calls.clear()
     assert compose.down_all(owner_pids={os.getpid()}) == {"removed": [], "spared": [f"livelab-l1 (pid {os.getpid()})"]}
     assert not [c for c in calls if "down" in c or "-D" in c]
+
+
+def test_runs_side_by_side_build_the_images_once(monkeypatch, tmp_path):
+    import subprocess
+    import threading
+    import time
+
+    from lab.topology import compose
+    monkeypatch.setattr(compose, "ensure_docker", lambda *a, **k: None)
+    monkeypatch.setattr(compose, "_BUILT_IN_PROCESS", set())
+    calls, building, most = [], [0], [0]
+    lock = threading.Lock()
+
+    def fake_compose(self, *args, **kw):
+        built = "--build" in args
+        with lock:
+            calls.append(built)
+            building[0] += built
+            most[0] = max(most[0], building[0])
+        time.sleep(0.05)            # long enough for the others to arrive while it builds
+        with lock:
+            building[0] -= built
+        return subprocess.CompletedProcess(args, 0, "", "")
+    monkeypatch.setattr(compose.ComposeTopology, "compose", fake_compose)
+    monkeypatch.setattr(compose.ComposeTopology, "containers", lambda self: {})
+    monkeypatch.setattr(compose.ComposeTopology, "_image_key", lambda self: ("same",))
+    topos = [compose.ComposeTopology(f"run{i}", captures_dir=tmp_path) for i in range(3)]
+    threads = [threading.Thread(target=t.up) for t in topos]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls.count(True) == 1 and len(calls) == 3 and most[0] == 1
