@@ -133,8 +133,9 @@ def rule_rows(events: list[Event], twin: list[Event] | None, meta: dict[str, Any
     return out
 
 
-def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) -> dict[str, Any]:
-    """Verdict of one run folder; writes verdict.json and (by default) timeline.png and report.html."""
+def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True, page: bool = True) -> dict[str, Any]:
+    """Verdict of one run folder; writes verdict.json and (by default) timeline.png and report.html
+    (`page=False`: the picture without the page, which `lab bench report` weighs against each other)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise LabError(f"no such run folder: {run_dir}")
@@ -151,7 +152,7 @@ def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) ->
             v["timeline"] = "timeline.png"
         except Exception as e:  # a picture must never cost the verdict
             v["notes"].append(f"timeline not drawn: {e.__class__.__name__}: {e}")
-    if timeline and write:
+    if timeline and write and page:
         try:
             # lazy, as the timeline: plotly loads only when a page is written
             from lab.report import run_page
