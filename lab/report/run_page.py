@@ -151,7 +151,7 @@ def timeline_figure(events: list[Event], twin: list[Event] | None = None) -> dic
         "height": 560, "margin": {"l": 90, "r": 20, "t": 30, "b": 50}, "hovermode": "closest", "shapes": shapes,
         "xaxis": {"title": {"text": "seconds since run start"}, "zeroline": False},
         "yaxis": {"tickvals": list(lanes.values()), "ticktext": list(lanes), "range": [-0.7, len(lanes) - 0.3],
-                  "fixedrange": True},
+                  "fixedrange": True, "zeroline": False},     # y 0 is the lowest lane, not a value
         "legend": {"font": {"size": 10}}, "plot_bgcolor": "white"}
     return {"data": traces, "layout": layout}
 
