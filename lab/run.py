@@ -283,7 +283,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
         shutil.rmtree(secrets, ignore_errors=True)
         phases.mark("teardown")
     from lab.report import build_run      # here, not at the top: the report loads matplotlib
-    verdict = build_run(run_dir)
+    verdict = build_run(run_dir, batch=run_dir.parent)     # a run's folder is in its batch's
     verdict["run_status"] = status
     phases.mark("report")
     phases.write(run_dir / PHASES_FILE)
@@ -295,14 +295,14 @@ GO_FILE = ".agent-go"    # written once the services are ready; the started-earl
 
 
 def _preload_report() -> None:
-    """Import the timeline's drawing (matplotlib: seconds, once per process) and report.html's plotly
+    """Import the timeline's drawing (matplotlib: seconds, once per process) and report.html's page
     in the background while the scenario plays, so the report after it does not wait for the import.
     Failures are left to the report, which notes a picture it could not draw."""
     def load():
         try:
             # here, not at the top: matplotlib must not load for `lab` itself (see lab/report/__init__.py)
             import lab.report.timeline  # noqa: F401
-            import lab.report.run_page  # noqa: F401  (plotly, for report.html)
+            import lab.report.run_page  # noqa: F401  (report.html's page)
         except Exception:
             pass
     threading.Thread(target=load, daemon=True).start()

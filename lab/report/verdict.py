@@ -146,6 +146,7 @@ def rule_rows(events: list[Event], twin: list[Event] | None, meta: dict[str, Any
     return out
 
 
+<<<<<<< HEAD
 def client_started(events: list[Event], twin: list[Event] | None = None) -> bool:
     """Whether the client under test did anything: an event the client (or the backend it calls)
     writes, or a connection the twin saw."""
@@ -170,6 +171,14 @@ def headline(v: dict[str, Any]) -> str:
 
 def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) -> dict[str, Any]:
     """Verdict of one run folder; writes verdict.json and (by default) timeline.png and report.html."""
+=======
+def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True, page: bool = True,
+              batch: Path | str | None = None) -> dict[str, Any]:
+    """Verdict of one run folder; writes verdict.json and (by default) timeline.png and report.html
+    (`page=False`: the picture without the page, which `lab bench report` weighs against each other).
+    `batch`: the batch folder holding the run, where its page finds the batch's one copy of plotly's
+    script; None for a run folder alone, whose page carries the script inline."""
+>>>>>>> report2
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise LabError(f"no such run folder: {run_dir}")
@@ -186,11 +195,11 @@ def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) ->
             v["timeline"] = "timeline.png"
         except Exception as e:  # a picture must never cost the verdict
             v["notes"].append(f"timeline not drawn: {e.__class__.__name__}: {e}")
-    if timeline and write:
+    if timeline and write and page:
         try:
             # lazy, as the timeline: plotly loads only when a page is written
             from lab.report import run_page
-            run_page.write(run_dir, v, events, twin)
+            run_page.write(run_dir, v, events, twin, batch_dir=batch)
             v["report"] = run_page.PAGE
         except Exception as e:  # a page must never cost the verdict either
             v["notes"].append(f"report.html not written: {e.__class__.__name__}: {e}")
