@@ -146,7 +146,6 @@ def rule_rows(events: list[Event], twin: list[Event] | None, meta: dict[str, Any
     return out
 
 
-<<<<<<< HEAD
 def client_started(events: list[Event], twin: list[Event] | None = None) -> bool:
     """Whether the client under test did anything: an event the client (or the backend it calls)
     writes, or a connection the twin saw."""
@@ -169,16 +168,12 @@ def headline(v: dict[str, Any]) -> str:
     return word + (f" ({'; '.join(reasons)})" if reasons else "")
 
 
-def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) -> dict[str, Any]:
-    """Verdict of one run folder; writes verdict.json and (by default) timeline.png and report.html."""
-=======
 def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True, page: bool = True,
               batch: Path | str | None = None) -> dict[str, Any]:
     """Verdict of one run folder; writes verdict.json and (by default) timeline.png and report.html
     (`page=False`: the picture without the page, which `lab bench report` weighs against each other).
     `batch`: the batch folder holding the run, where its page finds the batch's one copy of plotly's
     script; None for a run folder alone, whose page carries the script inline."""
->>>>>>> report2
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise LabError(f"no such run folder: {run_dir}")
