@@ -324,6 +324,7 @@ DECLARED: dict[str, Spec] = {
     "stop_after_commit_reply": Text(),
     "early_stop_call_p": Number(lo=0, hi=1),
     "early_stop_call_delay_s": Delay(),
+    "conversation_scope": Choice(options=("client", "session")),
     "vad_threshold_rms": Number(lo=0),
     "vad_onset_ms": Number(lo=0),
     "vad_silence_ms": Number(lo=0),

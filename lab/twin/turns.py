@@ -52,6 +52,7 @@ class TurnParams:
     stray_audio_close: bool
     usage_audio_tokens_per_s: float
     usage_text_chars_per_token: float
+    conversation_scope: str             # "client": a client's sessions share one conversation; "session"
 
 
 # ---- timers (subclasses inherit the frozen dataclass: equal only to their own type) -----------
@@ -158,6 +159,8 @@ class Turns:
         self.rng = rng
         self.outlet = outlet
         self.plays: dict[str, Playback] = {}
+        # the conversation's state outlives a session (fidelity §8 F6): one Story per client
+        self.stories: dict[str, M.Story] = {}
         self._call_ids: set[str] = set()     # call ids are unique across sessions
         self._inputs: dict[str, Callable[[str, int, dict, float], list]] = {
             "clientContent": self._on_client_content, "realtimeInput": self._on_realtime_input,
@@ -183,16 +186,21 @@ class Turns:
             raise UnknownSession(f"no playback for session {sid!r}") from None
 
     # ---- TurnHooks ----------------------------------------------------------------------------
-    def begin(self, sid: str, setup: dict) -> None:
-        mdl = M.ScriptedModel(self.model_cfg, random.Random(self.rng.random()), next_call_id=self._next_call_id)
+    def begin(self, sid: str, setup: dict, client: str = "") -> list:
+        story = None
+        if self.prm.conversation_scope == "client" and client:    # a client not told apart gets its own
+            story = self.stories.setdefault(client, M.Story())
+        mdl = M.ScriptedModel(self.model_cfg, random.Random(self.rng.random()), next_call_id=self._next_call_id,
+                              story=story)
         det = M.AudioTurnDetector(self.prm.vad_threshold_rms, self.prm.vad_onset_ms, self.prm.vad_silence_ms)
         usage = Usage(self.prm.usage_audio_tokens_per_s, self.prm.usage_text_chars_per_token)
         # the setup's instruction and tools are the first of every turn's prompt
         usage.heard_text(len(str(setup.get("systemInstruction") or "")) + len(str(setup.get("tools") or "")))
         self.plays[sid] = Playback(mdl, det, usage=usage)
-        self.configure(sid, setup)
+        return self.configure(sid, setup)
 
-    def configure(self, sid: str, setup: dict) -> None:
+    def configure(self, sid: str, setup: dict) -> list:
+        """A setup (new or resumed) configures the session's model; twin.conversation says what it plays."""
         p = self.play(sid)
         p.model.configure(setup)
         p.input_transcription = setup.get("inputAudioTranscription") is not None
@@ -203,6 +211,15 @@ class Turns:
         p.detector.onset_ms = p.activity.prefix_ms if p.activity.prefix_ms is not None else self.prm.vad_onset_ms
         p.detector.silence_ms = (p.activity.silence_ms if p.activity.silence_ms is not None
                                  else self.prm.vad_silence_ms)
+        return [self._conversation_log(sid, p.model)]
+
+    @staticmethod
+    def _conversation_log(sid: str, mdl: M.ScriptedModel) -> Log:
+        conv = mdl.conv
+        # "twin.conversation" is semantics.EVENT_KIND, the name the report reads it by
+        return Log("twin.conversation", {"session": sid, "source": conv.source, "name": conv.name,
+                                          "tools": [t.semantics.to_json() for t in mdl.tools.values()],
+                                          "assumed": dict(mdl.assumed) or None})
 
     def stop(self, sid: str) -> bool:
         p = self.play(sid)
@@ -231,8 +248,9 @@ class Turns:
 
     # ---- inputs -------------------------------------------------------------------------------
     def _on_context_update(self, sid: str, conn: int, body: dict, now: float) -> list:
-        self.play(sid).model.configure(body)
-        return []
+        p = self.play(sid)
+        p.model.configure(body)
+        return [self._conversation_log(sid, p.model)] if M.declarations(body) else []
 
     def _on_client_content(self, sid: str, conn: int, body: dict, now: float) -> list:
         cc = wire.client_content(body)
@@ -431,7 +449,7 @@ class Turns:
     def _line_now(self, p: Playback) -> str:
         """The script line the utterance in progress stands for (not yet taken from the model)."""
         i = p.model.utterances
-        return p.model.script[i] if i < len(p.model.script) else ""
+        return p.model.line_now()
 
     def _transcribe_heard(self, sid: str, conn: int, now: float, upto: int | None = None) -> list:
         """inputTranscription for the words of the line spoken so far (all of them at `upto`)."""
@@ -481,12 +499,20 @@ class Turns:
             plan.steps[0].delay = 0.0
         acts.append(Log("twin.user", {"conn": conn, "session": sid, "source": source,
                                       "intent": M.classify(text), "plan": plan.why if plan else None}))
+        acts.append(self._model_log(conn, sid, text, source, plan))
         if plan:
             if p.turn is not None:
                 p.queue.append(plan)        # NO_INTERRUPTION: the model finishes its turn first
             else:
                 acts += self._start_plan(sid, plan, now)
         return acts
+
+    def _model_log(self, conn: int, sid: str, text: str, source: str, plan: M.Plan | None) -> Log:
+        """twin.model: one decision of the model, the user turn it matched and why."""
+        call = next((s for s in plan.steps if s.kind == "call"), None) if plan else None
+        return Log("twin.model", {"conn": conn, "session": sid, "source": source, "text": text,
+                                  "match": dict(plan.match) if plan else {}, "plan": plan.why if plan else None,
+                                  "tool": call.tool if call else None, "args": dict(call.args) if call else None})
 
     def _interrupt(self, sid: str, conn: int, now: float) -> list:
         """Barge-in: the turn in flight is cut with interrupted, then turnComplete (no cancellation).
@@ -563,13 +589,13 @@ class Turns:
             return [Log("twin.say", {"conn": conn, "session": sid, "text": step.text})] + self._on_chunk(sid, p, now)
         if step.kind == "call":
             # one toolCall frame; a multi-slot step carries one functionCall per slot (lab.twin.model)
-            calls = p.model.new_calls((step.slot, *step.also))
+            calls = p.model.new_calls([step.args, *step.more], tool=step.tool or None)
             t.emitted = True
-            frame = wire.tool_calls([(c.id, c.name, {"slot": c.slot}) for c in calls])
+            frame = wire.tool_calls([(c.id, c.name, c.args) for c in calls])
             p.usage.said_text(len(str(frame)))
             acts = [self.wire.send(conn, frame, now)]
             acts += [Log("twin.tool_call", {"conn": conn, "session": sid, "id": c.id, "name": c.name,
-                                            "args": {"slot": c.slot}, "blocking": c.blocking}) for c in calls]
+                                            "args": c.args, "blocking": c.blocking}) for c in calls]
             return acts + self._advance(sid, p, now)
         if step.kind == "turn_complete":
             return self._end_turn(sid, p, conn, now)
