@@ -165,6 +165,7 @@ class Call:
     status: str = PENDING
     batch: tuple[str, ...] = ()   # the ids issued in the same batch, this one included
     fields: dict = field(default_factory=dict)          # the response's fields, once answered
+    reissued: bool = False        # issued again after a stop (001 C): its answer says it was already done
 
     @property
     def slot(self) -> str:
@@ -224,6 +225,7 @@ class Engine:
         self.declared: list[dict] = []
         self.assumed: dict[str, str] = {}         # lines-only: tool -> why its side effect was guessed
         self.call_planned: str | None = None      # a call step is on its way (F: the early stop)
+        self.reissuing = False                    # the planned call is a stop's re-issue
         self.quiet_ids: set[str] = set()          # calls whose response gets no reply (superseded, or A's silence)
         self.contradict = False                   # C without a re-issue: the next reply says "not made"
         self.pending_at_utterance: set[str] | None = None
@@ -309,13 +311,20 @@ class Engine:
         self.call_planned = None
         blocking = self.is_blocking(tool)
         cid = self._next_call_id(blocking) if self._next_call_id else f"fc-{self.story.call_seq}"
-        c = Call(id=cid, name=tool, args=dict(args if args is not None else self.default_args(tool)), blocking=blocking)
+        c = Call(id=cid, name=tool, args=dict(args if args is not None else self.default_args(tool)), blocking=blocking,
+                 reissued=self.reissuing)
+        self.reissuing = False
         self.calls[c.id] = c
         return c
 
     def new_calls(self, batch: list[dict], tool: str | None = None) -> list[Call]:
         """The calls of one batch, each knowing its batch (see tool_response)."""
-        calls = [self.new_call(a, tool) for a in batch]
+        reissuing = self.reissuing
+        calls = []
+        for a in batch:
+            self.reissuing = reissuing
+            calls.append(self.new_call(a, tool))
+        self.reissuing = False
         for c in calls:
             c.batch = tuple(x.id for x in calls)
         return calls
@@ -491,6 +500,7 @@ class Engine:
             rate = self.stop_param(tool, "reissue_audio_p" if spoken else "reissue_text_p")
             if self.rng.random() < rate:
                 self.quiet_ids.update(c.id for c in pending + answered_since)
+                self.reissuing = True
                 last = (pending + answered_since)[-1]
                 return self._call_plan(last.name, [dict(last.args)],
                                        draw(self.stop_param(tool, "reissue_delay_s"), self.rng), why="stop-reissue")
@@ -550,7 +560,9 @@ class Engine:
             return True, status, (Plan([Step("turn_complete")], why="response-quiet")
                                   if call.blocking and not self.pending_calls() else None)
         tool = self.tools.get(call.name)
-        text = self.sentence(tool, "done" if status == DONE else "failed", call) or (
+        # F3: the re-issued call's answer is "already booked/made" (001 C text, 3/3)
+        key = ("again_done" if call.reissued else "done") if status == DONE else "failed"
+        text = self.sentence(tool, key, call) or self.sentence(tool, "done" if status == DONE else "failed", call) or (
             "Done." if status == DONE else "That did not work.")
         if self.contradict:
             self.contradict = False

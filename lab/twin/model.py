@@ -47,6 +47,7 @@ SAY_STATUS_NOTE_BOOKED = _say("status_note_done")
 SAY_IN_PROGRESS = _say("pending")
 SAY_REBOOKING = _say("reissue")
 SAY_ALREADY_BOOKING = _say("again_pending")
+SAY_ALREADY_BOOKED = _say("again_done")
 SAY_NOT_BOOKED = _say("failed")
 SAY_STATUS_NOT_BOOKED = _say("status_failed")
 SAY_NO_BOOKING = _say("status_none")
@@ -107,7 +108,10 @@ class ModelConfig(E.Params):
                    reissue_p=profile["reissue_p"], stop_contradict_reply=profile["stop_contradict_reply"],
                    stop_after_commit_reply=profile["stop_after_commit_reply"],
                    early_stop_call_p=profile["early_stop_call_p"],
-                   early_stop_call_delay_s=profile["early_stop_call_delay_s"])
+                   early_stop_call_delay_s=profile["early_stop_call_delay_s"],
+                   reissue_text_p=profile["reissue_text_p"],
+                   restore_reissue_call_s=profile["restore_reissue_call_s"],
+                   restore_reissue_say_s=profile["restore_reissue_say_s"])
 
 
 def _with_overrides(cfg: ModelConfig) -> F.Conversation:

@@ -52,6 +52,7 @@ class TurnParams:
     stray_audio_close: bool
     usage_audio_tokens_per_s: float
     usage_text_chars_per_token: float
+    text_interrupt_s: Any               # a Delay: a typed turn's interrupted after it arrives
     conversation_scope: str             # "client": a client's sessions share one conversation; "session"
 
 
@@ -129,7 +130,7 @@ class Playback:
     started: bool = False       # ACTIVITY_START sent (or the manual window opened)
     ending: bool = False        # the utterance is over, ACTIVITY_END not yet sent
     heard_ms: float = 0.0       # speech heard in the current utterance (audio time)
-    words_sent: int = 0         # inputTranscription words sent for it
+    voiced_ms: float = 0.0      # of it, the voiced chunks only (what a line's length is compared with)
     window: bool = False        # a manual activityStart..activityEnd window is open
     window_voiced: bool = False
     usage: Usage | None = None
@@ -341,6 +342,7 @@ class Turns:
             return []       # discarded, as pipecat's docstring says the service does
         if M.rms16(pcm) >= p.detector.threshold:
             p.window_voiced = True
+            p.voiced_ms += len(pcm) / 2 / rate * 1000
         # a pause inside the window is part of it: nothing here ends the utterance
         p.heard_ms += len(pcm) / 2 / rate * 1000
         return self._transcribe_heard(sid, conn, now) if p.window_voiced else []
@@ -370,6 +372,8 @@ class Turns:
             p.voiced_at = now
         if before or voiced:
             p.heard_ms += len(pcm) / 2 / rate * 1000
+        if voiced:
+            p.voiced_ms += len(pcm) / 2 / rate * 1000
         acts += self._detector_events(sid, conn, events, now)
         if p.started and not p.ending:
             acts += self._transcribe_heard(sid, conn, now)
@@ -383,8 +387,7 @@ class Turns:
         p.turns_begun += 1
         p.voice_at = p.voiced_at = now
         p.started = p.ending = False
-        p.heard_ms = 0.0
-        p.words_sent = 0
+        p.heard_ms = p.voiced_ms = 0.0
 
     def _on_flush(self, sid: str, p: Playback, key: TimerKey, now: float) -> list:
         p.flush_armed = False
@@ -446,34 +449,46 @@ class Turns:
         acts: list = [self.wire.send(conn, wire.voice_activity("ACTIVITY_END"), now)]
         return acts + self._utterance_over(sid, conn, now)
 
-    def _line_now(self, p: Playback) -> str:
-        """The script line the utterance in progress stands for (not yet taken from the model)."""
-        i = p.model.utterances
-        return p.model.line_now()
+    # the user's speaking rate, ms per character of a line (fidelity §7: 49.8-68.4 over the studies' clips)
+    USER_MS_PER_CHAR = (49.8, 68.4)
+
+    def _lines_heard(self, p: Playback) -> list[str]:
+        """The script lines the utterance in progress stands for: one, or two when it lasted longer
+        than its line spoken at the slowest rate plus half the next at the fastest (a request and a
+        stop said in one activity window, 001 F speech: one turn carrying both, fidelity §8 F7)."""
+        mdl = p.model
+        i = mdl.utterances
+        first = mdl.script[i] if i < len(mdl.script) else ""
+        nxt = mdl.script[i + 1] if i + 1 < len(mdl.script) else ""
+        lo, hi = self.USER_MS_PER_CHAR
+        if first and nxt and p.voiced_ms >= len(first) * hi + len(nxt) * lo / 2:
+            return [first, nxt]
+        return [first] if first else []
 
     def _transcribe_heard(self, sid: str, conn: int, now: float, upto: int | None = None) -> list:
-        """inputTranscription for the words of the line spoken so far (all of them at `upto`)."""
+        """inputTranscription: the whole utterance once, when it ends (fidelity §3, §8 F7: the records
+        show it in the same ms as ACTIVITY_END; nothing while the user speaks)."""
         p = self.play(sid)
-        line = self._line_now(p)
-        if not (p.input_transcription and line):
+        if upto is None or not p.input_transcription:
             return []
-        ws = pieces.words(line)
-        n = len(ws) if upto is not None else pieces.heard(line, p.heard_ms, self.prm.speech_ms_per_char)
-        if n <= p.words_sent:
-            return []
-        text = "".join(ws[p.words_sent:n])
-        p.words_sent = n
-        return [self.wire.send(conn, wire.input_transcription_piece(text), now)]
+        text = " ".join(self._lines_heard(p))
+        return [self.wire.send(conn, wire.input_transcription_piece(text), now)] if text else []
 
     def _utterance_over(self, sid: str, conn: int, now: float) -> list:
         p = self.play(sid)
         acts = self._transcribe_heard(sid, conn, now, upto=-1)
-        line = p.model.next_script_line()
+        heard = self._lines_heard(p)
+        for _ in heard or [None]:
+            p.model.next_script_line()
         p.usage.heard_audio(p.heard_ms / 1000)
         acts.append(Log("twin.vad", {"conn": conn, "session": sid, "event": "end", "line": p.model.utterances - 1,
                                      "heard_ms": round(p.heard_ms, 1)}))
-        if line:
-            acts += self._user_text(sid, conn, line, now, source="speech", interrupt=False)
+        if heard:
+            acts += self._user_text(sid, conn, heard[0], now, source="speech", interrupt=False)
+        if len(heard) > 1:
+            # records (001 F speech, 3/3): the request of a merged turn was acted on, book_slot 0-1 ms
+            # after ACTIVITY_END; the stop in the same turn did not withdraw it
+            p.model.history.append(("user", " ".join(heard[1:])))
         return acts
 
     def _barge_in(self, sid: str, conn: int, now: float) -> list:
@@ -488,11 +503,17 @@ class Turns:
         if source != "speech":
             p.turns_begun += 1          # a spoken line was counted when its utterance began
             p.usage.heard_text(len(text))
-        if interrupt:
-            acts += self._interrupt(sid, conn, now)
+        t = p.turn
+        if (source != "speech" and t is not None and not t.emitted
+                and p.model.read(text)["intent"] == M.STOP):
+            # fidelity §8 F2: a typed stop before the model sent anything of its turn (001 F, 3/3)
+            # got no interrupted; the turn under way is dropped and the stop answered
+            p.drop_turn()
+        elif interrupt:
+            acts += self._interrupt(sid, conn, now, typed=source != "speech")
         elif p.turn is not None and p.activity.interrupts:
             acts += self._interrupt(sid, conn, now)
-        plan = p.model.user_turn(text)
+        plan = p.model.user_turn(text, spoken=source == "speech")
         if source == "speech" and plan and plan.steps and plan.steps[0].kind == "call":
             # fidelity §2: a spoken request's toolCall comes 0-8 ms after ACTIVITY_END (the model
             # decided during the end-of-speech silence); the typed request's delay does not apply
@@ -514,13 +535,16 @@ class Turns:
                                   "match": dict(plan.match) if plan else {}, "plan": plan.why if plan else None,
                                   "tool": call.tool if call else None, "args": dict(call.args) if call else None})
 
-    def _interrupt(self, sid: str, conn: int, now: float) -> list:
+    def _interrupt(self, sid: str, conn: int, now: float, typed: bool = False) -> list:
         """Barge-in: the turn in flight is cut with interrupted, then turnComplete (no cancellation).
-        A turn the client has not heard from yet is cut the same way: it was under way."""
+        A turn the client has not heard from yet is cut the same way: it was under way. A typed
+        turn's interrupted comes text_interrupt_s after it (F14); speech's at ACTIVITY_START."""
         p = self.play(sid)
         acts: list = []
         t = p.turn
         if t is not None:
+            if typed:
+                now += draw(self.prm.text_interrupt_s, self.rng)
             acts.append(self.wire.send(conn, wire.interrupted(), now))
             acts.append(Log("twin.interrupted", {"conn": conn, "session": sid, "speaking": t.speaking}))
             at = now + draw(self.prm.interrupt_turn_complete_s, self.rng)

@@ -15,9 +15,9 @@ SUPPORT_TOOLS = [{"functionDeclarations": [
 
 
 class ConvSim(Sim):
-    def __init__(self, conversation, peer="10.0.0.2:40000", **overrides):
+    def __init__(self, conversation, peer="10.0.0.2:40000", seed=7, **overrides):
         super().__init__(**overrides)
-        self.core = TwinCore("developer-api", overrides or None, seed=7, conversation=conversation)
+        self.core = TwinCore("developer-api", overrides or None, seed=seed, conversation=conversation)
         self.peer = peer
 
     def open(self, conn: int):
