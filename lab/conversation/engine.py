@@ -225,7 +225,8 @@ class Engine:
         self.declared: list[dict] = []
         self.assumed: dict[str, str] = {}         # lines-only: tool -> why its side effect was guessed
         self.call_planned: str | None = None      # a call step is on its way (F: the early stop)
-        self.reissuing = False                    # the planned call is a stop's re-issue
+        self.reissuing = False                    # the planned call comes after a stop (re-issued or late)
+        self.stopped = False                      # the user said stop in this conversation
         self.quiet_ids: set[str] = set()          # calls whose response gets no reply (superseded, or A's silence)
         self.contradict = False                   # C without a re-issue: the next reply says "not made"
         self.pending_at_utterance: set[str] | None = None
@@ -492,6 +493,7 @@ class Engine:
     def _stop_plan(self, tool: Tool | None, spoken: bool, then: set[str]) -> Plan:
         """The user said stop (001, scenario by scenario; see the module docstring). `then`: the calls
         pending when a spoken stop began (utterance_started)."""
+        self.stopped = True
         name = tool.name if tool else None
         pending = self.pending_calls(name)
         answered_since = [self.calls[i] for i in then if i in self.calls and self.calls[i].status != PENDING]
@@ -505,7 +507,7 @@ class Engine:
                 return self._call_plan(last.name, [dict(last.args)],
                                        draw(self.stop_param(tool, "reissue_delay_s"), self.rng), why="stop-reissue")
             if pending:
-                self.contradict = spoken or self.cfg.reissue_text_p is None
+                self.contradict = True
                 return Plan([], why="stop-blocking-no-reissue")
             # the response came while the user was still saying stop: the contradiction is said now
             return self._say(self._stop_text(tool, "contradict", answered_since[-1]), "stop-blocking-answered-while-speaking")
@@ -520,6 +522,7 @@ class Engine:
         if self.call_planned and not self.calls:
             if self.rng.random() < self.stop_param(tool, "late_call_p"):
                 planned = self.call_planned
+                self.reissuing = True
                 return self._call_plan(planned, [self.story.asked.get(planned) or self.default_args(planned)],
                                        draw(self.stop_param(tool, "late_call_delay_s"), self.rng),
                                        why="stop-early-late-call")
@@ -560,8 +563,9 @@ class Engine:
             return True, status, (Plan([Step("turn_complete")], why="response-quiet")
                                   if call.blocking and not self.pending_calls() else None)
         tool = self.tools.get(call.name)
-        # F3: the re-issued call's answer is "already booked/made" (001 C text, 3/3)
-        key = ("again_done" if call.reissued else "done") if status == DONE else "failed"
+        # F1 is the idle model's answer; after a stop the model said it was made: the re-issued call's
+        # answer "already booked/made" (001 C text, 3/3), the late call's "made" (001 F text, 2/2)
+        key = ("again_done" if call.reissued or self.stopped else "done") if status == DONE else "failed"
         text = self.sentence(tool, key, call) or self.sentence(tool, "done" if status == DONE else "failed", call) or (
             "Done." if status == DONE else "That did not work.")
         if self.contradict:

@@ -339,6 +339,8 @@ DECLARED: dict[str, Spec] = {
     "interrupt_turn_complete_s": Delay(),
     "audio_send_speed": Number(lo=1),
     "vad_end_s": Delay(),
+    "vad_end_stop_s": Delay(),
+    "vad_end_request_s": Delay(),
     "stray_audio_close": Flag(),
     "usage_audio_tokens_per_s": Number(lo=0),
     "usage_text_chars_per_token": Number(lo=1),

@@ -47,6 +47,8 @@ class TurnParams:
     vad_onset_ms: float
     vad_silence_ms: float
     vad_end_s: Any                      # a Delay: seconds or a range drawn per utterance
+    vad_end_stop_s: Any                 # ... when the utterance stands for a stop
+    vad_end_request_s: Any              # ... when it stands for a request of a tool
     interrupt_turn_complete_s: Any      # a Delay, drawn per interrupted turn
     audio_send_speed: float
     stray_audio_close: bool
@@ -54,6 +56,11 @@ class TurnParams:
     usage_text_chars_per_token: float
     text_interrupt_s: Any               # a Delay: a typed turn's interrupted after it arrives
     conversation_scope: str             # "client": a client's sessions share one conversation; "session"
+
+
+# a chunk counts as sound (the fade of a clip, not digital silence) above this share of the VAD
+# threshold (assumption: a tenth; the records give the clips' end, not their levels)
+SOUND_FLOOR = 0.1
 
 
 # ---- timers (subclasses inherit the frozen dataclass: equal only to their own type) -----------
@@ -131,6 +138,11 @@ class Playback:
     ending: bool = False        # the utterance is over, ACTIVITY_END not yet sent
     heard_ms: float = 0.0       # speech heard in the current utterance (audio time)
     voiced_ms: float = 0.0      # of it, the voiced chunks only (what a line's length is compared with)
+    hearing: bool = False       # between ACTIVITY_START (or a window's start) and its end
+    deferred: list = field(default_factory=list)   # replies held while the user speaks (F4)
+    audio_in_s: float = 0.0     # input audio received in this session (audio time): voiceActivity's offset
+    voice_audio_s: float = 0.0  # that offset where the current utterance's speech began
+    sound_at: float = 0.0       # wall time of the utterance's last chunk with any sound in it
     window: bool = False        # a manual activityStart..activityEnd window is open
     window_voiced: bool = False
     usage: Usage | None = None
@@ -322,7 +334,7 @@ class Turns:
             return []
         p.window, p.window_voiced = True, False
         self._new_utterance(p, now)
-        p.started = True
+        p.started = p.hearing = True
         return self._barge_in(sid, conn, now)
 
     def _window_close(self, sid: str, conn: int, now: float) -> list:
@@ -331,7 +343,7 @@ class Turns:
             return []
         p.window = False
         if not p.window_voiced:
-            return [Log("twin.vad", {"conn": conn, "session": sid, "event": "empty_window"})]
+            return [Log("twin.vad", {"conn": conn, "session": sid, "event": "empty_window"})] + self._release(sid, now)
         return self._utterance_over(sid, conn, now)
 
     def _window_audio(self, sid: str, conn: int, pcm: bytes, rate: int, now: float) -> list:
@@ -340,6 +352,7 @@ class Turns:
             if self.prm.stray_audio_close:
                 raise wire.BadInput(wire.INVALID_ARGUMENT)
             return []       # discarded, as pipecat's docstring says the service does
+        p.audio_in_s += len(pcm) / 2 / rate
         if M.rms16(pcm) >= p.detector.threshold:
             p.window_voiced = True
             p.voiced_ms += len(pcm) / 2 / rate * 1000
@@ -361,15 +374,20 @@ class Turns:
         p.last_audio_at = now
         det = p.detector
         before = det.in_voice or det.candidate
-        voiced = M.rms16(pcm) >= det.threshold
+        rms = M.rms16(pcm)
+        voiced = rms >= det.threshold
+        chunk_s = len(pcm) / 2 / rate
         events = det.feed(pcm, rate)
         acts: list = []
         if voiced and not before:
             if p.ending:        # the last utterance's ACTIVITY_END was still due: it ends now
                 acts += self._activity_end(sid, conn, now)
             self._new_utterance(p, now)
+        p.audio_in_s += chunk_s
         if voiced:
             p.voiced_at = now
+        if (before or voiced) and rms >= det.threshold * SOUND_FLOOR:
+            p.sound_at = now
         if before or voiced:
             p.heard_ms += len(pcm) / 2 / rate * 1000
         if voiced:
@@ -385,7 +403,8 @@ class Turns:
     def _new_utterance(self, p: Playback, now: float) -> None:
         p.utt += 1
         p.turns_begun += 1
-        p.voice_at = p.voiced_at = now
+        p.voice_at = p.voiced_at = p.sound_at = now
+        p.voice_audio_s = p.audio_in_s
         p.started = p.ending = False
         p.heard_ms = p.voiced_ms = 0.0
 
@@ -418,13 +437,25 @@ class Turns:
                     acts += self._activity_start(sid, conn, now)
                 p.ending = True
                 end_s = (p.activity.silence_ms / 1000 if p.activity.silence_ms is not None
-                         else draw(self.prm.vad_end_s, self.rng))
-                due = p.voiced_at + end_s
+                         else draw(self._vad_end(p), self.rng))
+                # fidelity §8 F9: the records time it from the clip's last chunk, sound in it
+                # though below the speech threshold (its fade), not from the last voiced frame
+                due = max(p.voiced_at, p.sound_at) + end_s
                 if due > now + 1e-6:
                     acts.append(Timer(VadEnd(sid, p.utt), due))
                 else:
                     acts += self._activity_end(sid, conn, now)
         return acts
+
+    def _vad_end(self, p: Playback) -> Any:
+        """ACTIVITY_END's delay for what the utterance stands for (fidelity §2, §8 F9 [records]:
+        a stop clip 1188-1279 ms, the booking request 1134-1253 ms, "Did you book it?" 786-1096 ms)."""
+        intent = p.model.read(p.model.line_now())["intent"] if p.model.line_now() else None
+        if intent == M.STOP:
+            return self.prm.vad_end_stop_s
+        if intent == "CALL":
+            return self.prm.vad_end_request_s
+        return self.prm.vad_end_s
 
     def _on_vad_timer(self, sid: str, p: Playback, key: TimerKey, now: float) -> list:
         assert isinstance(key, UtteranceTimer)
@@ -437,16 +468,16 @@ class Turns:
 
     def _activity_start(self, sid: str, conn: int, now: float) -> list:
         p = self.play(sid)
-        p.started = True
+        p.started = p.hearing = True
         p.model.utterance_started()
         acts: list = [Log("twin.vad", {"conn": conn, "session": sid, "event": "onset"}),
-                      self.wire.send(conn, wire.voice_activity("ACTIVITY_START"), now)]
+                      self.wire.send(conn, wire.voice_activity("ACTIVITY_START", p.voice_audio_s), now)]
         return acts + self._barge_in(sid, conn, now) + self._transcribe_heard(sid, conn, now)
 
     def _activity_end(self, sid: str, conn: int, now: float) -> list:
         p = self.play(sid)
         p.ending = False
-        acts: list = [self.wire.send(conn, wire.voice_activity("ACTIVITY_END"), now)]
+        acts: list = [self.wire.send(conn, wire.voice_activity("ACTIVITY_END", p.audio_in_s), now)]
         return acts + self._utterance_over(sid, conn, now)
 
     # the user's speaking rate, ms per character of a line (fidelity §7: 49.8-68.4 over the studies' clips)
@@ -485,11 +516,22 @@ class Turns:
                                      "heard_ms": round(p.heard_ms, 1)}))
         if heard:
             acts += self._user_text(sid, conn, heard[0], now, source="speech", interrupt=False)
+        acts += self._release(sid, now)
         if len(heard) > 1:
             # records (001 F speech, 3/3): the request of a merged turn was acted on, book_slot 0-1 ms
             # after ACTIVITY_END; the stop in the same turn did not withdraw it
             p.model.history.append(("user", " ".join(heard[1:])))
         return acts
+
+    def _release(self, sid: str, now: float) -> list:
+        """The user stopped speaking: a reply held meanwhile (F4) is said now, unless the user's
+        turn got one of its own (G2: one sentence 0.5-0.9 s after ACTIVITY_END, 4/4)."""
+        p = self.play(sid)
+        p.hearing = False
+        held, p.deferred = p.deferred, []
+        if held and p.turn is None and not p.queue:
+            return self._start_plan(sid, held[-1], now)
+        return []
 
     def _barge_in(self, sid: str, conn: int, now: float) -> list:
         """The user started speaking: the model's turn is cut, unless activityHandling says not to."""
@@ -567,7 +609,13 @@ class Turns:
             if not plan:
                 continue
             t = p.turn
-            if t is not None and t.holding:
+            if p.hearing and (t is None or t.holding) and p.activity.interrupts:
+                # fidelity §8 F4 (001 G2, 4/4): a response while the user speaks is answered once
+                # the user stopped (ACTIVITY_END), never over the user
+                if t is not None:
+                    p.drop_turn()
+                p.deferred.append(plan)
+            elif t is not None and t.holding:
                 p.drop_turn()       # the held BLOCKING turn continues with the answer
                 acts += self._start_plan(sid, plan, now, emitted=True)
             elif t is None:

@@ -192,3 +192,60 @@ def test_f14_a_greeting_is_answered_and_a_typed_stop_interrupts_14_to_21_ms_late
     s2.after(0.1)
     (intr,) = sc_at(s2, "interrupted")
     assert 0.013 <= intr - t <= 0.023
+
+
+def _stream(s: ConvSim, pcm_chunks, conn: int = 1, chunk_s: float = 0.1) -> None:
+    for pcm in pcm_chunks:
+        s.send(conn, _blob("audio", pcm, RATE))
+        s.after(chunk_s)
+
+
+VOICED, SILENT = tone(0.1, 16000, 300, 8000), bytes(3200)
+FADE = tone(0.1, 16000, 300, 150)           # a clip's fade: sound, below the speech threshold
+
+
+def test_f4_a_response_while_the_user_speaks_is_answered_after_activity_end_with_one_interrupted():
+    # F4 / §4 G2 (4/4): silent until ACTIVITY_END, then "already made" 0.5-0.9 s after it; one
+    # interrupted, at ACTIVITY_START
+    s = sim(script=[STOP], tool_call_delay_s=0.2)
+    new_session(s)
+    s.text(1, BOOK)
+    s.after(1)
+    s.text(1, STATUS)                                              # the model speaks, the call pending
+    s.after(1.2)
+    _stream(s, [VOICED] * 5)                                       # the user says stop
+    (start,) = [at for at, f in timed(s) if f.get("voiceActivity", {}).get("type") == "ACTIVITY_START"]
+    t = respond(s)                                                 # the commit, the user still speaking
+    _stream(s, [VOICED] * 10 + [SILENT] * 20)
+    s.after(3)
+    (end,) = [at for at, f in timed(s) if f.get("voiceActivity", {}).get("type") == "ACTIVITY_END"]
+    assert sc_at(s, "interrupted") == [start]
+    spoken = [at for at, f in timed(s) if "modelTurn" in f.get("serverContent", {}) and at > start]
+    assert spoken and not [at for at in spoken if t <= at < end]  # nothing over the user
+    assert 0.5 <= spoken[0] - end <= 0.94
+    assert s.said(1)[-1] == "The booking was already made."
+
+
+def test_f8_voice_activity_carries_its_audio_offset():
+    # F8: audioOffset present ("0.240s", "3.840s", "10s"): where in the input audio it happened
+    s = sim(script=[STATUS])
+    new_session(s)
+    _stream(s, [SILENT] * 2 + [bytes(1280)] + [VOICED] * 10 + [SILENT] * 20, chunk_s=0.1)
+    s.after(2)
+    va = [f["voiceActivity"] for f in s.frames(1, "voiceActivity")]
+    assert [v["type"] for v in va] == ["ACTIVITY_START", "ACTIVITY_END"]
+    assert va[0]["audioOffset"] == "0.240s"
+    end_offset = float(va[1]["audioOffset"].rstrip("s"))
+    assert 1.24 <= end_offset <= 0.24 + 1.0 + 2.0
+
+
+def test_f9_activity_end_comes_after_the_clips_last_chunk_as_recorded():
+    # F9: 1188-1279 ms after a stop clip's last chunk (12/12), 1134-1253 ms after the booking clip
+    for line, lo, hi in ((STOP, 1.188, 1.279), (BOOK, 1.134, 1.253)):
+        s = sim(script=[line], tool_call_delay_s=0.1)
+        new_session(s)
+        _stream(s, [VOICED] * 15 + [FADE] * 2)
+        last_chunk = s.now - 0.1
+        _stream(s, [SILENT] * 20)
+        (end,) = [at for at, f in timed(s) if f.get("voiceActivity", {}).get("type") == "ACTIVITY_END"]
+        assert lo <= end - last_chunk <= hi, (line, end - last_chunk)

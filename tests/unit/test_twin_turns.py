@@ -161,7 +161,7 @@ def test_usage_grows_turn_after_turn():
 # ------------------------------------------------------------------------------------------ speech in
 
 def test_voice_activity_follows_the_records_wall_clock():
-    sim = Sim(tool_call_delay_s=0.7, vad_onset_ms=150, vad_end_s=1.0)
+    sim = Sim(tool_call_delay_s=0.7, vad_onset_ms=150, vad_end_s=1.0, vad_end_request_s=1.0)
     new_session(sim)
     t0 = sim.now
     speak(sim, 1.0)
