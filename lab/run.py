@@ -142,6 +142,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
     duration = spec.duration or scn.duration
+    conv_copy = _record_conversation(spec.conversation, run_dir)
+    scn = scenario_mod.with_conversation_lines(scn, run_dir)      # a lines file: its lines are the user's
     meta = {"run_id": run_id, "scenario": scn.to_json(), "client": spec.client, "topology": spec.topology,
             "endpoint": spec.endpoint, "duration": duration, "params": scn.params_for(spec.client),
             "expect": scn.expect_for(spec.client), "started": datetime.now(timezone.utc).isoformat()}
@@ -155,7 +157,6 @@ def run_one(spec: RunSpec, out=print) -> dict:
     # the scenario as run, next to its results: provenance, and a path the agent can read in any
     # topology (a container sees the run folder, not the host's source tree)
     shutil.copyfile(scn.path, run_dir / "scenario.yaml")
-    conv_copy = _record_conversation(spec.conversation, run_dir)
     secrets = Path(tempfile.mkdtemp(prefix=f"livelab-{run_id}-"))   # CA key, TLS keylog: never in results
     # TLS secrets: a twin run's go into its pcapng (throw-away CA, nothing to protect); a live run's
     # only with --keylog-live, and then to a private file outside the results, never into the pcapng

@@ -7,7 +7,8 @@ malformed file costs nothing.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from netem.errors import NetemError
 
 from lab import actions, anchors, expectations, yamlines
 from lab.conversation import format as conversation_format
+from lab.conversation.semantics import JSON_FILE
 from lab import clients as client_registry
 from lab.clients import frameworks
 from lab.errors import LabError, ScenarioError
@@ -237,6 +239,19 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
         backend={"commit_after_s": 4.0, **backend}, endpoint=dict(endpoint), input=inp,
         expect={k: dict(v) for k, v in exp.items()}, path=path, twin=twin, topology=topology,
         conversation=conversation)
+
+
+def with_conversation_lines(scn: Scenario, run_dir: Path) -> Scenario:
+    """The scenario as a run played it: with a lines-only conversation (`--conversation lines.txt`)
+    its lines are what the user says, in place of the scenario's script (the run folder's
+    conversation.json says which; the timeline's `say: N` says line N, if there is one)."""
+    try:
+        d = json.loads((run_dir / JSON_FILE).read_text())
+    except (OSError, ValueError):
+        return scn
+    if d.get("source") == conversation_format.SOURCE_LINES and d.get("lines"):
+        return replace(scn, script=[str(x) for x in d["lines"]])
+    return scn
 
 
 def _conversation(err, raw: dict, path: str) -> str:

@@ -296,7 +296,8 @@ class Turns:
         p.usage.heard_text(sum(len(x) for _, x in texts))
         plan = p.model.restore(cc.turns, cc.turn_complete)
         acts: list = [Log("twin.restore", {"conn": conn, "session": sid, "turns": len(cc.turns),
-                                           "note": p.model.note_status, "plan": plan.why if plan else None})]
+                                           "note": p.model.note_status, "plan": plan.why if plan else None}),
+                      self._model_log(conn, sid, texts[-1][1] if texts else "", "restore", plan)]
         if plan:
             acts += self._interrupt(sid, conn, now)
             acts += self._start_plan(sid, plan, now)

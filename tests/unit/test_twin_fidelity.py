@@ -15,6 +15,16 @@ BOOK, STATUS, STOP = "Book me the 3pm slot tomorrow, please.", "Did you book it?
 RATE = "audio/pcm;rate=16000"
 
 
+def _stream(s: ConvSim, pcm_chunks, conn: int = 1, chunk_s: float = 0.1) -> None:
+    for pcm in pcm_chunks:
+        s.send(conn, _blob("audio", pcm, RATE))
+        s.after(chunk_s)
+
+
+VOICED, SILENT = tone(0.1, 16000, 300, 8000), bytes(3200)
+FADE = tone(0.1, 16000, 300, 150)           # a clip's fade: sound, below the speech threshold
+
+
 def sim(**kw) -> ConvSim:
     return ConvSim("booking", **kw)
 
@@ -107,24 +117,13 @@ def test_f6_a_new_session_of_the_same_client_continues_the_conversation():
     # F6: after a fallback to a new session, "Did you book it?" is a question about the booking made
     s = sim(tool_call_delay_s=0.1, reply_delay_s=0.1)
     new_session(s)
-    voiced, silence = tone(2.3, 16000, 300, 8000), bytes(3200)
-    for i in range(0, len(voiced), 3200):                         # utterance 1 (the booking)
-        s.send(1, _blob("audio", voiced[i:i + 3200], RATE))
-        s.after(0.1)
-    for _ in range(15):
-        s.send(1, _blob("audio", silence, RATE))
-        s.after(0.1)
+    _stream(s, [VOICED] * 23 + [SILENT] * 15)                     # utterance 1 (the booking)
     s.after(1)
     respond(s)
     s.after(4)
     s.end(1)
     new_session(s, conn=2)                                        # a new session, no handle
-    for i in range(0, len(voiced[:16000]), 3200):                 # utterance 2
-        s.send(2, _blob("audio", voiced[i:i + 3200], RATE))
-        s.after(0.1)
-    for _ in range(15):
-        s.send(2, _blob("audio", silence, RATE))
-        s.after(0.1)
+    _stream(s, [VOICED] * 5 + [SILENT] * 15, conn=2)              # utterance 2
     s.after(4)
     assert not s.frames(2, "toolCall")                            # not heard as a booking request
     assert s.said(2) == [M.SAY_STATUS_BOOKED]
@@ -192,16 +191,6 @@ def test_f14_a_greeting_is_answered_and_a_typed_stop_interrupts_14_to_21_ms_late
     s2.after(0.1)
     (intr,) = sc_at(s2, "interrupted")
     assert 0.013 <= intr - t <= 0.023
-
-
-def _stream(s: ConvSim, pcm_chunks, conn: int = 1, chunk_s: float = 0.1) -> None:
-    for pcm in pcm_chunks:
-        s.send(conn, _blob("audio", pcm, RATE))
-        s.after(chunk_s)
-
-
-VOICED, SILENT = tone(0.1, 16000, 300, 8000), bytes(3200)
-FADE = tone(0.1, 16000, 300, 150)           # a clip's fade: sound, below the speech threshold
 
 
 def test_f4_a_response_while_the_user_speaks_is_answered_after_activity_end_with_one_interrupted():
