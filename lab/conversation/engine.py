@@ -20,9 +20,9 @@ What it models, per tool of the conversation (seeds 000 and 001; fidelity.md §4
   call the call may still come; never a cancellation (84 sessions of both studies had none);
 - a restored session: with a status note the model answers from it; without, it issues the call again.
 
-State that outlives a session (what was asked, called and answered, how far the spoken lines got)
-is a `Story`: the protocol room may give several sessions of one client the same one, so a new
-session continues where the conversation stood (F6).
+A session's state is a `Story`; how far the spoken lines got is its `Position`, which the protocol
+room may share among one client's sessions, so a new session continues where the user's lines
+stood (F6) while what it knows of earlier calls comes from what the client restores.
 
 Knows no wire: no Gemini field names, no frames, no clock, no I/O.
 """
@@ -194,14 +194,24 @@ class Params:
     restore_reissue_say_s: Any = (0.66, 0.67)
 
 
-class Story:
-    """What one client's conversation has come to, across its sessions: calls and their answers,
-    the status notes read, how many spoken lines were heard, what was said."""
+class Position:
+    """How far the user's spoken lines have got: shared by one client's sessions, so a new session
+    hears the next line, not line 1 again (fidelity §8 F6). Only the position: what the model knows
+    of earlier calls a new session learns from what the client restores (000 s2: with the status
+    note it answers from it, without it issues the call again), as the real service's does."""
 
     def __init__(self) -> None:
+        self.heard = 0
+
+
+class Story:
+    """One session's conversation: calls and their answers, the status notes read, what was said,
+    and the spoken lines' position (shared with the client's other sessions)."""
+
+    def __init__(self, position: Position | None = None) -> None:
         self.calls: dict[str, Call] = {}
         self.call_seq = 0
-        self.utterances = 0
+        self.position = position if position is not None else Position()
         self.notes: dict[str, str] = {}          # tool -> status, from a restore's "System note"
         self.history: list[tuple[str, str]] = []
         self.asked: dict[str, dict] = {}          # tool -> the args it was last asked with
@@ -242,7 +252,7 @@ class Engine:
 
     @property
     def utterances(self) -> int:
-        return self.story.utterances
+        return self.story.position.heard
 
     # ---- the client's tools -----------------------------------------------------------------
     def declare(self, declared: list[dict]) -> None:
@@ -336,13 +346,13 @@ class Engine:
 
     def next_line(self) -> str:
         """The text the next detected utterance stands for (line N of the script; '' past its end)."""
-        i = self.story.utterances
-        self.story.utterances += 1
+        i = self.story.position.heard
+        self.story.position.heard += 1
         return self.script[i] if i < len(self.script) else ""
 
     def line_now(self) -> str:
         """The line the utterance in progress stands for (not yet taken)."""
-        i = self.story.utterances
+        i = self.story.position.heard
         return self.script[i] if i < len(self.script) else ""
 
     # ---- reading a user turn ------------------------------------------------------------------
@@ -612,7 +622,9 @@ class Engine:
                 return self._reissue(asked, delay)
             return self._delayed(self.user_turn(last), delay)
         if status == DONE:
-            return self._say(self.sentence(tool, "note_done" if source == "note" else "done", call),
+            # 000 s2: a restored session that knows it happened says it has been done (not F1's
+            # in-progress sentence, the answer to a response)
+            return self._say(self.sentence(tool, "note_done", call) or self.sentence(tool, "done", call),
                              "restore-booked", delay=delay)
         if status == PENDING and source == "note":
             return self._say(self.sentence(tool, "pending"), "restore-pending", delay=delay)

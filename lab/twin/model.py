@@ -25,7 +25,7 @@ from typing import Any
 from lab.conversation import engine as E
 from lab.conversation import format as F
 from lab.conversation import intents
-from lab.conversation.engine import Call, Plan, Step, Story, response_status, status_word  # noqa: F401 (the twin's names)
+from lab.conversation.engine import Call, Plan, Position, Step, Story, response_status, status_word  # noqa: F401 (the twin's names)
 from lab.conversation.semantics import BOOKING
 
 BOOK, STATUS, STOP, OTHER, GREETING = "BOOK", intents.STATUS, intents.STOP, intents.OTHER, intents.GREETING

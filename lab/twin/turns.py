@@ -172,8 +172,8 @@ class Turns:
         self.rng = rng
         self.outlet = outlet
         self.plays: dict[str, Playback] = {}
-        # the conversation's state outlives a session (fidelity §8 F6): one Story per client
-        self.stories: dict[str, M.Story] = {}
+        # the user's spoken lines go on across a client's sessions (fidelity §8 F6): one Position per client
+        self.positions: dict[str, M.Position] = {}
         self._call_ids: set[str] = set()     # call ids are unique across sessions
         self._inputs: dict[str, Callable[[str, int, dict, float], list]] = {
             "clientContent": self._on_client_content, "realtimeInput": self._on_realtime_input,
@@ -202,7 +202,7 @@ class Turns:
     def begin(self, sid: str, setup: dict, client: str = "") -> list:
         story = None
         if self.prm.conversation_scope == "client" and client:    # a client not told apart gets its own
-            story = self.stories.setdefault(client, M.Story())
+            story = M.Story(self.positions.setdefault(client, M.Position()))
         mdl = M.ScriptedModel(self.model_cfg, random.Random(self.rng.random()), next_call_id=self._next_call_id,
                               story=story)
         det = M.AudioTurnDetector(self.prm.vad_threshold_rms, self.prm.vad_onset_ms, self.prm.vad_silence_ms)

@@ -123,11 +123,24 @@ def test_f6_a_new_session_of_the_same_client_continues_the_conversation():
     s.after(4)
     s.end(1)
     new_session(s, conn=2)                                        # a new session, no handle
+    # the client restores what was said, with the status note (000 s2), and waits for the user
+    s.send(2, {"client_content": {"turns": [
+        {"role": "user", "parts": [{"text": BOOK}]},
+        {"role": "user", "parts": [{"text": "System note: book_slot(tomorrow 3pm) booked"}]}], "turnComplete": False}})
     _stream(s, [VOICED] * 5 + [SILENT] * 15, conn=2)              # utterance 2
     s.after(4)
     assert not s.frames(2, "toolCall")                            # not heard as a booking request
-    assert s.said(2) == [M.SAY_STATUS_BOOKED]
+    assert s.said(2) == [M.SAY_STATUS_NOTE_BOOKED]
     assert s.logs_of("twin.model")[-1]["text"] == STATUS
+    # without the sharing (each session its own), the new session hears line 1 again: the old fault
+    s = sim(tool_call_delay_s=0.1, reply_delay_s=0.1, conversation_scope="session")
+    new_session(s)
+    _stream(s, [VOICED] * 23 + [SILENT] * 15)
+    s.end(1)
+    new_session(s, conn=2)
+    _stream(s, [VOICED] * 5 + [SILENT] * 15, conn=2)
+    s.after(4)
+    assert s.logs_of("twin.model")[-1]["text"] == BOOK
 
 
 def test_f7_input_transcription_is_whole_at_activity_end_and_a_merged_window_carries_both_lines():
