@@ -122,6 +122,8 @@ EVENT_KINDS: dict[str, EventKind] = {
     "twin.av_resume": _k("twin", "conn session mitigations helped_by fails_after",
                          "002: a session with audio+video history resumed; the mitigations the twin saw"),
     "twin.setup": _k("twin", "conn resume handle_len handle_sha route model"),
+    "twin.resume_hang": _k("twin", "conn session since_ms",
+                           "a resume left without setupComplete or close (resume_hang_s, fidelity §8 F11)"),
     "twin.refuse": _k("twin", "conn session code reason why close_in_ms release_in_ms"),
     "twin.bad_input": _k("twin", "conn session code reason why"),
     "twin.accept": _k("twin", "conn session resume setup_ms"),

@@ -242,6 +242,7 @@ DECLARED: dict[str, Spec] = {
     "new_setup_s": Delay(),
     "resume_setup_s": Delay(),
     "refuse_close_s": Delay(),
+    "resume_hang_s": Delay(nullable=True),
     "refuse_code": CLOSE_CODE,
     "refuse_reason": Text(),
     "idle_release_s": SECONDS,

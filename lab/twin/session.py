@@ -25,7 +25,7 @@ from lab.events import redact_handle
 from lab.twin import wire
 from lab.twin.actions import Log, Send, Timer, TimerKey, TwinBug, UnknownConnection, UnknownSession, UnknownTimer
 from lab.twin.modalities import Carried, media_of
-from lab.twin.params import draw
+from lab.twin.params import bounds, draw
 from lab.twin.transparent import WRONG_REPLAYS, Replays
 
 
@@ -45,6 +45,7 @@ class SessionParams:
     new_setup_s: Any
     resume_setup_s: Any
     refuse_close_s: Any
+    resume_hang_s: Any              # [lo, hi] after the old connection's last data: a resume hangs (F11)
     refuse_code: int
     refuse_reason: str
     idle_release_s: float
@@ -513,6 +514,15 @@ class Sessions:
         elif (not (s.speaking_at_end and self.prm.speaking_release_immediate)
               and release_at is not None and now < release_at):
             why = "idle_release"
+        hang = self.prm.resume_hang_s
+        if why == "old_connection_open" and hang is not None and s is not None:
+            old = self.conns.get(s.conn)
+            since = now - old.last_data_at if old is not None else -1.0
+            lo, hi = bounds(hang)
+            if lo <= since <= hi:
+                # fidelity §8 F11 (P4, a 13 min freeze): between ~+244 and +454 s four resume attempts
+                # got neither setupComplete nor a close; the client's own timeout ends them
+                return [Log("twin.resume_hang", {"conn": c.id, "session": sid, "since_ms": round(since * 1000, 1)})]
         if why:
             at = now + draw(self.prm.refuse_close_s, self.rng)
             fields = {"conn": c.id, "session": sid, "code": code, "reason": reason, "why": why,

@@ -251,3 +251,24 @@ def test_f9_activity_end_comes_after_the_clips_last_chunk_as_recorded():
         _stream(s, [SILENT] * 20)
         (end,) = [at for at, f in timed(s) if f.get("voiceActivity", {}).get("type") == "ACTIVITY_END"]
         assert lo <= end - last_chunk <= hi, (line, end - last_chunk)
+
+
+def test_f11_resumes_hang_in_the_recorded_window_of_a_long_freeze_when_asked_to():
+    # F11 (P4): between ~+244 and +454 s after the freeze, resume attempts got neither
+    # setupComplete nor a close; before and after, refusals. Off by default (resume_hang_s: null).
+    s = sim(resume_hang_s=[244, 454])
+    handle = new_session(s)
+    frozen = s.now                                                  # the client goes silent: a freeze
+    for conn, at, hangs in ((2, 100, False), (3, 300, True), (4, 440, True)):
+        s.after(frozen + at - s.now)
+        s.setup(conn, handle=handle)
+        s.after(10)                                                 # the records' 10 s without an answer
+        answered = conn in s.closed or bool(s.frames(conn, "setupComplete"))
+        assert answered is not hangs, (at, s.closed.get(conn))
+    assert [e["session"] for e in s.logs_of("twin.resume_hang")] == ["s1", "s1"]
+    off = sim()
+    handle = new_session(off)
+    off.after(300)
+    off.setup(2, handle=handle)
+    off.after(10)
+    assert off.closed[2][1] == 1011                                 # the default: refused, as before
