@@ -243,11 +243,12 @@ class Capture:
         """(node, role, tcpdump options, raw file) for each tcpdump."""
         eth, nflog = RAW_FILES
         stamp = "--time-stamp-precision=nano"
+        at = self.node.capture_node       # the client's namespace, from a sidecar where it has one
         if self.router is None:
-            return [(self.node, "tcpdump-eth", ["-i", self.node.dev, stamp], eth),
-                    (self.node, "tcpdump-nflog", ["-i", "nflog:5"], nflog)]
+            return [(at, "tcpdump-eth", ["-i", self.node.dev, stamp], eth),
+                    (at, "tcpdump-nflog", ["-i", "nflog:5"], nflog)]
         return [*((self.router, f"tcpdump-{link}", ["-i", link, stamp], f"raw-eth-{link}.pcap") for link in self.links),
-                (self.node, "tcpdump-nflog", ["-i", "nflog:5"], nflog),
+                (at, "tcpdump-nflog", ["-i", "nflog:5"], nflog),
                 (self.router, "tcpdump-nflog-router", ["-i", "nflog:5"], "raw-nflog-router.pcap")]
 
     def commands(self) -> list[tuple[str, list[str], Path, Path]]:
@@ -297,8 +298,8 @@ class Capture:
 
     def _drain(self) -> None:
         """Wait until each tcpdump has written every packet its filter took in. SIGINT ends tcpdump at
-        once and what is still in its ring is lost: in CI a loaded machine left 9 of 10 packets of the
-        cell link unwritten ("1 packet captured, 10 packets received by filter"). SIGUSR1 makes
+        once and what is still in its ring is lost, and on a loaded machine that can be most of a
+        quiet link's last packets ("1 packet captured, 10 packets received by filter"). SIGUSR1 makes
         tcpdump print those two counts to its log without stopping; bounded by DRAIN_TIMEOUT."""
         t0 = time.monotonic()
         pending = [(proc, log) for proc, _out, log, _where in self._procs if proc.poll() is None]
