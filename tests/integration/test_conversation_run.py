@@ -4,6 +4,7 @@ support agent with check_order and refund_order, no booking and no lab import; t
 nothing of it but the lines. Through a control run, a silent loss and a path that returns, the twin
 must build the tools from the app's declarations and call refund_order with the order number of
 the line, and say so in twin.jsonl."""
+import hashlib
 import json
 import subprocess
 import sys
@@ -46,5 +47,7 @@ def test_a_support_app_gets_refund_order_with_the_order_number_of_its_line(tmp_p
     assert json.loads((run / "conversation.json").read_text())["source"] == "lines"
     said = [e["text"] for e in read_events(run / "events.jsonl") if e.kind == "user.say"]
     assert said and said[0] == "Please refund order 4417."
+    # this run's namespaces only (their names carry a hash of the run folder): other runs of the
+    # same scenario may be up on the machine right now
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert f"ll-{run.name}-" not in ns
+    assert f"ll-{run.name}-{hashlib.sha1(str(run.resolve()).encode()).hexdigest()[:4]}-" not in ns
