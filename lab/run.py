@@ -24,6 +24,8 @@ from pathlib import Path
 
 from lab import parallel
 from lab import scenario as scenario_mod
+from lab.conversation import format as conversations
+from lab.conversation import semantics
 from lab.clients import get as get_client
 from lab.clients.command import parse_command
 from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
@@ -123,7 +125,9 @@ class RunSpec:
 
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
                  keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None,
-                 framework=None, app_dir=None):
+                 framework=None, app_dir=None, conversation=None):
+        # what the twin's model plays: `lab run --conversation`, else the scenario's own
+        self.conversation = conversation or scn.conversation
         self.framework = framework             # a framework client's Build.describe(), for run.json
         self.client_cmd = client_cmd           # a user's app as the client, judged as `client`
         self.app_dir = Path(app_dir or os.getcwd())   # where its command line's relative paths start
@@ -140,6 +144,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
     duration = spec.duration or scn.duration
+    conv_copy = _record_conversation(spec.conversation, run_dir)
+    scn = scenario_mod.with_conversation_lines(scn, run_dir)      # a lines file: its lines are the user's
     meta = {"run_id": run_id, "scenario": scn.to_json(), "client": spec.client, "topology": spec.topology,
             "endpoint": spec.endpoint, "duration": duration, "params": scn.params_for(spec.client),
             "expect": scn.expect_for(spec.client), "started": datetime.now(timezone.utc).isoformat()}
@@ -202,12 +208,14 @@ def run_one(spec: RunSpec, out=print) -> dict:
             sans = tuple(a for n in ENDPOINT_NAMES for a in ("--san", n)) if spec.client_cmd else ()
             # the twin does not transcribe speech: the Nth utterance stands for line N of the script, and
             # the orchestrator (which knows the scenario) tells the twin the lines, never the client
-            script = ("--set", "script=" + json.dumps(scn.script))
+            script: tuple[str, ...] = ()
+            if conversations.load(str(conv_copy)).source != conversations.SOURCE_LINES:
+                script = ("--set", "script=" + json.dumps(scn.script))     # a lines file is its own script
             # the twin the scenario asks for (validated with the scenario): its profile and overrides
             script += ("--profile", scn.twin.get("profile", "developer-api"),
                        *(a for k, v in scn.twin.get("set", {}).items() for a in ("--set", f"{k}={json.dumps(v)}")))
             twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl",
-                        t0=t0, seed=seed, port=port, extra=sans + script)
+                        t0=t0, seed=seed, port=port, extra=sans + script, conversation=conv_copy)
             services.append(twin)
             base_url, ca, key = twin.base_url, topo.ca_path, TWIN_KEY
             twin_control = twin.control_url
@@ -346,6 +354,17 @@ class _Phases:
         path.write_text(json.dumps(self.seconds, indent=2))
 
 
+def _record_conversation(name: str, run_dir: Path) -> Path:
+    """The run's conversation in its folder: conversation.json (what the report reads) and the file
+    itself, which the twin loads from there (a container sees the run folder, not the source tree)."""
+    src = conversations.resolve(name)
+    conv = conversations.load(str(src))
+    copy = run_dir / ("conversation" + (src.suffix if src.suffix in (".yaml", ".yml") else ".txt"))
+    shutil.copyfile(src, copy)
+    (run_dir / semantics.JSON_FILE).write_text(json.dumps(conv.to_json(), indent=2))
+    return copy
+
+
 def _finish(capture: Capture, raw: list[Path], keylog: Path | None, out) -> None:
     """Merge the raw captures into one pcapng with comments and secrets; keep going on failure."""
     try:
@@ -359,8 +378,10 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
               endpoint: str = "twin", out_dir: Path | None = None, duration: float | None = None,
               base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", out=print,
               keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
-              client_cmd: str | None = None, jobs: int | str = 1) -> Path:
+              client_cmd: str | None = None, jobs: int | str = 1, conversation: str | None = None) -> Path:
     scns = preflight(scenarios, client, topology, endpoint, client_cmd)
+    if conversation:
+        conversations.load(conversation)      # a bad file is one line before anything starts
     live_key = None
     if endpoint == "live":
         from lab.live.key import load_key     # here: lab.live's soak imports this module
@@ -372,7 +393,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
         budget.attach(batch)
     cells = batch_cells(scns, batch, n=n, client=client, topology=topology, endpoint=endpoint, duration=duration,
                         base_url=base_url, budget=budget, model=model, live_key=live_key, keylog_live=keylog_live,
-                        ca=ca, endpoint_hook=endpoint_hook, client_cmd=client_cmd)
+                        ca=ca, endpoint_hook=endpoint_hook, client_cmd=client_cmd, conversation=conversation)
     parallel.run_cells(cells, parallel.resolve_jobs(jobs, cells, out), out=out)
     from lab.report import summarize      # here: matplotlib, as above
     summarize(batch)
@@ -385,7 +406,7 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
                 topology: str = "netns", endpoint: str = "twin", duration: float | None = None,
                 base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", live_key=None,
                 keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
-                client_cmd: str | None = None) -> list[parallel.Cell]:
+                client_cmd: str | None = None, conversation: str | None = None) -> list[parallel.Cell]:
     """The batch's runs as cells for lab.parallel (in order: scenario by scenario, run 1..n), each
     into its own folder under `batch`; the scenarios are preflight's."""
     cells = []
@@ -403,7 +424,7 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
             who = f"command, judged as {cl}" if client_cmd else label
             spec = RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key, keylog_live,
                            ca=ca, endpoint_hook=endpoint_hook, client_cmd=cmd,
-                           framework=build.describe() if build else None)
+                           framework=build.describe() if build else None, conversation=conversation)
             title = f"{scn.name} ({who}, {topology}, {endpoint}) run {i}/{n}"
             cells.append(parallel.Cell(
                 f"{scn.name} x {who} {i:02d}", functools.partial(_run_cell, spec, title, budget),
@@ -469,6 +490,9 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default=None, help="batch folder (default captures/<time>-<scenario>)")
     p.add_argument("--budget", type=int, default=None, help="live mode: most sessions this batch may open")
     p.add_argument("--keylog-live", action="store_true", help="live mode: write TLS secrets (kept out of results)")
+    p.add_argument("--conversation", default=None, metavar="FILE",
+                   help="what the twin's model plays, for every scenario: a conversation name or .yaml, or a "
+                        "text file of the user's lines (docs/conversations.md)")
     p.add_argument("-j", "--jobs", type=parallel.parse_jobs, default=1, metavar="N",
                    help="runs side by side (each in its own namespaces or Compose project; the live budget is "
                         "shared); auto: from the cores, the load and the memory")
@@ -493,7 +517,7 @@ def _cmd_run(args) -> int:
     batch = run_batch(names, n=args.n, client=args.client, topology=topology, endpoint=args.endpoint,
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
-                      ca=args.ca, client_cmd=args.client_cmd, jobs=args.jobs)
+                      ca=args.ca, client_cmd=args.client_cmd, jobs=args.jobs, conversation=args.conversation)
     from lab.report.junit import publish      # here: the report loads matplotlib, as above
     publish(batch, args.junit_xml)
     # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on
