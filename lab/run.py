@@ -25,6 +25,7 @@ from lab import scenario as scenario_mod
 from lab.clients import get as get_client
 from lab.clients.command import parse_command
 from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
+from lab.clients.frameworks import venvs as framework_venvs
 from lab.events import read_events
 from lab.report.verdict import verdict_passed   # reads old verdicts (`passed`) too; loads no matplotlib
 from lab.errors import CapabilityError, LabError
@@ -54,10 +55,24 @@ def _relay(proc: subprocess.Popen, prefix: str, sink) -> threading.Thread:
     return t
 
 
+def framework_build(name: str | None, requirements: str | None = None, out=print):
+    """The framework build a client name stands for (None: no framework), in the venv copy with the
+    user's requirements when there are some (made once: lab/clients/frameworks/venvs.py)."""
+    build = resolve_framework(name)
+    if build is None:
+        if requirements:
+            raise LabError(f"--requirements goes into a framework's venv; client {name!r} is none "
+                           f"({', '.join(FRAMEWORKS)})")
+        return None
+    return framework_venvs.ensure(build, requirements, REPO, out) if requirements else build
+
+
 def preflight(scenarios: list[str], client: str | None, topology: str, endpoint: str,
-              client_cmd: str | None = None) -> list[scenario_mod.Scenario]:
+              client_cmd: str | None = None, requirements: str | None = None,
+              out=print) -> list[scenario_mod.Scenario]:
     """Validate everything up front; raise one clear LabError on the first problem."""
     scns = [scenario_mod.load(s) for s in scenarios]
+    entries_checked: set[str] = set()
     for s in scns:
         if s.router_links and topology not in ("netns", "compose"):
             raise LabError(f"scenario {s.name} has a router (topology: {{router: true}}): it runs in the netns "
@@ -65,11 +80,15 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
         if s.router_links and endpoint == "live":
             raise LabError(f"scenario {s.name} has a router: live mode has no uplink behind a router yet")
         name = client or s.client
-        build = resolve_framework(name)     # livekit, livekit@1.8.9, livekit@1.8.9+pr003
+        # livekit, livekit@1.8.9, livekit@1.8.9+pr003, livekit:agent:OrderSupport (the user's agent)
+        build = framework_build(name, requirements, out)
         if build is not None:
             if topology != "netns":    # its venv is on the host; the client image holds none
                 raise LabError(f"client {name!r} runs in the netns topology only (its venv is not in the client image)")
             build.check(REPO)
+            if build.client_spec not in entries_checked:    # the user's module, loaded in the venv once
+                build.check_entry(REPO, Path.cwd())
+                entries_checked.add(build.client_spec)
             _check_client_cmd(build.command(REPO), endpoint, topology)
         else:
             get_client(name)
@@ -214,7 +233,10 @@ def run_one(spec: RunSpec, out=print) -> dict:
             if spec.endpoint_hook is not None:
                 base_url, ca = spec.endpoint_hook(topo)
             key = spec.live_key
-        proxy = Proxy(topo.endpoint, idle_timeout_s=scn.endpoint.get("idle_timeout_s")) if via_proxy else None
+        # an app dials the API by its real names: through the proxy they must reach the twin
+        names = {n: topo.endpoint.ip for n in ENDPOINT_NAMES} if spec.client_cmd and spec.endpoint == "twin" else None
+        proxy = Proxy(topo.endpoint, idle_timeout_s=scn.endpoint.get("idle_timeout_s"), resolve=names) \
+            if via_proxy else None
         if proxy:
             services.append(proxy)
         argv = [_python(), "-m", "lab", "agent", "--scenario", str(run_dir / "scenario.yaml"), "--client", spec.client,
@@ -356,8 +378,8 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
               endpoint: str = "twin", out_dir: Path | None = None, duration: float | None = None,
               base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", out=print,
               keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
-              client_cmd: str | None = None) -> Path:
-    scns = preflight(scenarios, client, topology, endpoint, client_cmd)
+              client_cmd: str | None = None, requirements: str | None = None) -> Path:
+    scns = preflight(scenarios, client, topology, endpoint, client_cmd, requirements, out)
     live_key = None
     if endpoint == "live":
         from lab.live.key import load_key     # here: lab.live's soak imports this module
@@ -372,7 +394,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
         cl = client or scn.client
         # a framework client is an app run like --client-cmd, in its own venv (lab/clients/frameworks);
         # it is judged (params, expect) by its plain name, whatever release runs
-        build = None if client_cmd else resolve_framework(cl)
+        build = None if client_cmd else framework_build(cl, requirements, out)
         label = build.label if build else cl
         if build is not None:
             cl = build.name
@@ -417,7 +439,11 @@ def add_parser(sub) -> None:
     p.add_argument("-n", type=int, default=1, help="runs per scenario")
     p.add_argument("--client", default=None,
                    help=f"probe, recovery, naive, a framework ({', '.join(FRAMEWORKS)}; NAME@RELEASE[+BUILD] for "
-                        "another release, e.g. livekit@1.8.0+pr003), or module:Class")
+                        "another release, e.g. livekit@1.8.0+pr003), your agent in a framework "
+                        "(adk:MODULE[:ATTR], livekit:MODULE:CLASS, pipecat:MODULE[:FUNC]; docs/agents.md), "
+                        "or module:Class")
+    p.add_argument("--requirements", default=None, metavar="FILE",
+                   help="your agent's own requirements, installed into a copy of its framework's venv")
     p.add_argument("--client-cmd", default=None, metavar="CMD",
                    help="run your own unmodified app as the client (stdin: the user's lines; "
                         "$LAB_BACKEND_URL: the backend); judged as --client or the scenario's client")
@@ -454,7 +480,7 @@ def _cmd_run(args) -> int:
     batch = run_batch(names, n=args.n, client=args.client, topology=topology, endpoint=args.endpoint,
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
-                      ca=args.ca, client_cmd=args.client_cmd)
+                      ca=args.ca, client_cmd=args.client_cmd, requirements=args.requirements)
     # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on
     return 0 if batch_passed(batch) else 1
 
