@@ -42,8 +42,9 @@ class Agent:
                  t0: float | None = None, duration: float | None = None, proxy_control: str | None = None,
                  endpoint_ip: str | None = None, progress=print, before_connect=None, twin_control: str | None = None,
                  client_cmd: str | None = None, client_owns_files: bool = False, client_cwd: str | None = None,
-                 router: dict | None = None):
+                 router: dict | None = None, proxy: str | None = None):
         self.scn = scn
+        self.proxy = proxy      # the scenario's CONNECT proxy URL, for a --client-cmd app (the SDK clients read $HTTPS_PROXY)
         self.client_cwd = client_cwd
         # a router scenario: lab.topology.router's description of the run's router (its faults, the switch)
         self.router = Router.from_description(router) if router else None
@@ -250,7 +251,8 @@ class Agent:
         ctx = ClientContext(endpoint=self.endpoint, log=self.log, backend=backend,
                             params=self.scn.params_for(self.client_name), speech=self.scn.input == "speech",
                             before_connect=self.before_connect)
-        self.client = (CommandClient(ctx, self.client_cmd, self.endpoint_ip, self.client_owns_files, self.client_cwd) if self.client_cmd
+        self.client = (CommandClient(ctx, self.client_cmd, self.endpoint_ip, self.client_owns_files, self.client_cwd,
+                                     proxy=self.proxy) if self.client_cmd
                        else get_client(self.client_name)(ctx))
         steps = [s for s in self.scn.timeline if s.applies_to(self.client_name)]
         says_expected = sum(1 for s in steps if s.say is not None)
@@ -380,7 +382,8 @@ def _main(args) -> int:
                   before_connect=(ConnectionCharger.from_ledger(args.budget_ledger, run_dir.name)
                                   if args.budget_ledger else None),
                   client_cmd=args.client_cmd, client_owns_files=args.client_node_files == "own",
-                  client_cwd=args.client_cwd, router=json.loads(args.router) if args.router else None)
+                  client_cwd=args.client_cwd, router=json.loads(args.router) if args.router else None,
+                  proxy=args.proxy)
 
     async def main() -> int:
         loop = asyncio.get_running_loop()

@@ -11,8 +11,8 @@ name, each framework's venv, what the topology can do (lab.run.preflight, once p
 name is one line and exit 2 with nothing started. The clients' package versions are measured in
 their own venvs before the runs and written to versions.json. After the runs (and after a run
 that stopped the matrix half-way, for what ran) the matrix is written by lab/report/matrix.py.
-A cell that would test nothing is not run and says why in one line (`not_runnable`: a framework on
-a scenario behind the lab's CONNECT proxy, which a black-box app is not sent through).
+Every cell runs: a framework on a scenario behind the lab's CONNECT proxy (m3) is sent through it
+as any app is ($HTTPS_PROXY; the proxy maps the API's hostnames to the twin).
 
 `--duration S` caps the scenarios that run their whole duration (`end: duration`, e.g. B1's 900 s);
 a scenario that ends when the user's question is answered keeps its own duration, its upper bound.
@@ -101,16 +101,6 @@ def _duration(scn: scenario_mod.Scenario, cap: float | None) -> float | None:
     return min(cap, scn.duration) if cap is not None and scn.end == "duration" else None
 
 
-def not_runnable(scn: scenario_mod.Scenario, client: str) -> str | None:
-    """Why a cell would test nothing, or None. A framework runs black-box by the API's real hostname
-    with the lab's proxy variables dropped (lab/clients/command.py), and the proxy resolves no API
-    hostname: on a `via: proxy` scenario (m3) it would reach the twin directly, past the proxy whose
-    idle timeout is the scenario's point (seen: the twin's peer was the client's own address)."""
-    if scn.endpoint.get("via") == "proxy" and resolve_framework(client) is not None:
-        return "a framework app is not sent through the lab's proxy (it would reach the twin directly)"
-    return None
-
-
 def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: float | None = None,
                out_dir: Path | None = None, topology: str = "netns", out=print) -> Path:
     """Run every scenario x client n times into one batch folder; write the matrix; return the folder."""
@@ -131,10 +121,6 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
     try:
         for client in clients:
             for scn in scns[client]:
-                why = not_runnable(scn, client)
-                if why:
-                    out(f"== matrix: {scn.name} x {client} not run: {why}")
-                    continue
                 run_mod.run_batch([str(scn.path)], n=n, client=client, topology=topology, out_dir=batch,
                                   duration=_duration(scn, duration), out=out)
     finally:
