@@ -5,7 +5,8 @@ google-genai<3 and websockets<16), never in the project's venv: the stdlib and g
 no lab import. An app as an ADK user writes one, run black-box by lab/clients/command.py: no base
 URL (ADK's google-genai client dials generativelanguage.googleapis.com, which the lab maps to the
 twin, trusted through $SSL_CERT_FILE), the key from $GOOGLE_API_KEY, the user's lines from stdin, one
-per line, each sent into a LiveRequestQueue. book_slot is a FunctionTool that ADK runs itself; it
+per line, each sent into a LiveRequestQueue (in a spoken scenario the microphone's audio instead, as
+realtime input). book_slot is a FunctionTool that ADK runs itself; it
 takes the booking from the lab's backend ($LAB_BACKEND_URL, POST /book, which answers once the
 booking commits) under the call id ADK hands it. Resumption, goAway and retries are ADK's own.
 """
@@ -59,8 +60,14 @@ async def main() -> None:
                 log("tool call:", fc.name, fc.id)
 
     consumer = asyncio.create_task(events())
+    if app_io.spoken():     # the microphone, as realtime input: the server hears the user speak
+        async def mic() -> None:
+            async for chunk in app_io.mic_chunks(log):
+                queue.send_realtime(types.Blob(data=chunk, mime_type=f"audio/pcm;rate={app_io.MIC_RATE}"))
+        microphone = asyncio.create_task(mic())  # noqa: F841 (runs until the lab stops the app)
     async for text in user_lines(log):
-        queue.send_content(types.Content(role="user", parts=[types.Part(text=text)]))
+        if not app_io.spoken():
+            queue.send_content(types.Content(role="user", parts=[types.Part(text=text)]))
     await consumer
 
 
