@@ -33,6 +33,8 @@ from lab.topology import AUTO, TOPOLOGIES
 from lab.topology import choose as choose_topology
 from lab.topology import get as get_topology
 from lab.topology.compose import APP_DIR, app_command, app_mount_file
+from lab.topology.framework_image import IMAGE_REPO
+from lab.topology.framework_image import environment as framework_image_environment
 from lab.topology.hostnames import ENDPOINT_NAMES, ENDPOINT_PORT
 from lab.topology.services import Capture, Proxy, Twin
 from netem import faults as netem_faults
@@ -73,6 +75,8 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
     """Validate everything up front; raise one clear LabError on the first problem."""
     scns = [scenario_mod.load(s) for s in scenarios]
     entries_checked: set[str] = set()
+    image_frameworks: set[str] = set()      # compose: the framework venvs the client image must hold
+    compose_entries: list = []              # compose: users' agents, checked in that image
     for s in scns:
         if s.router_links and topology not in ("netns", "compose"):
             raise LabError(f"scenario {s.name} has a router (topology: {{router: true}}): it runs in the netns "
@@ -81,10 +85,22 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
             raise LabError(f"scenario {s.name} has a router: live mode has no uplink behind a router yet")
         name = client or s.client
         # livekit, livekit@1.8.9, livekit@1.8.9+pr003, livekit:agent:OrderSupport (the user's agent)
+        if topology == "compose" and resolve_framework(name) is not None:
+            # the client image holds the framework's pinned venv (lab/topology/framework_image.py)
+            build = resolve_framework(name)
+            if not build.pinned:
+                raise LabError(f"client {name!r}: the Compose client image holds {build.name}'s pinned release "
+                               f"only; another release or build runs in --topology netns")
+            if requirements:
+                raise LabError("--requirements goes into a venv on this host: use --topology netns")
+            image_frameworks.add(build.name)
+            if build.entry is not None:
+                compose_entries.append(build)
+            continue
         build = framework_build(name, requirements, out)
         if build is not None:
             if topology != "netns":    # its venv is on the host; the client image holds none
-                raise LabError(f"client {name!r} runs in the netns topology only (its venv is not in the client image)")
+                raise LabError(f"client {name!r} runs in the netns and compose topologies only")
             build.check(REPO)
             if build.client_spec not in entries_checked:    # the user's module, loaded in the venv once
                 build.check_entry(REPO, Path.cwd())
@@ -98,12 +114,19 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
         _check_client_cmd(client_cmd, endpoint, topology)
     client_tools = frozenset(SPEECH_TOOLS if any(s.input == "speech" for s in scns) else ())
     topo_cls = get_topology(topology)
-    topo_cls.preflight(client_tools=client_tools, uplink=endpoint == "live")
+    if len(image_frameworks) > 1:
+        raise LabError(f"one framework per Compose batch (the client image holds one): {sorted(image_frameworks)}")
+    framework = next(iter(image_frameworks), None)
+    image_kw = {"framework": framework} if framework else {}
+    topo_cls.preflight(client_tools=client_tools, uplink=endpoint == "live", **image_kw)
+    for build in {b.client_spec: b for b in compose_entries}.values():
+        build.check_entry(IMAGE_REPO, Path.cwd(), run=lambda argv: topo_cls.run_in_client_image(
+            argv, framework=build.name, app_dir=Path.cwd()))
     # every fault kind a scenario uses, asked of netem's registry (what the kernel must offer), as
     # the topology's client node sees it (the host, or the client image for compose)
     kinds = sorted({st.fault["kind"] for s in scns for st in s.timeline if st.fault})
     if kinds:
-        caps = topo_cls.kernel_caps()
+        caps = topo_cls.kernel_caps(**image_kw)
         for kind in kinds:
             missing = netem_faults.unmet(kind, caps)
             if missing:
@@ -191,7 +214,11 @@ def run_one(spec: RunSpec, out=print) -> dict:
     app_cmd, app_cwd, topo_kw = spec.client_cmd, str(spec.app_dir), {}
     if spec.client_cmd and spec.topology == "compose":
         topo_kw["extra_files"] = [app_mount_file(spec.app_dir, secrets / "compose.app.yaml")]
-        app_cmd, app_cwd = app_command(spec.client_cmd, spec.app_dir), APP_DIR
+        app_cwd = APP_DIR
+        if spec.framework is not None:      # its command is the image's already (IMAGE_REPO); its image holds its venv
+            topo_kw["env"] = framework_image_environment(spec.framework["framework"])
+        else:
+            app_cmd = app_command(spec.client_cmd, spec.app_dir)
     # a router scenario (topology: {router: true, links}) puts a router between the nodes
     if scn.router_links:
         topo_kw["links"] = scn.router_links
@@ -394,11 +421,14 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
         cl = client or scn.client
         # a framework client is an app run like --client-cmd, in its own venv (lab/clients/frameworks);
         # it is judged (params, expect) by its plain name, whatever release runs
-        build = None if client_cmd else framework_build(cl, requirements, out)
+        build = None if client_cmd else (resolve_framework(cl) if topology == "compose"
+                                          else framework_build(cl, requirements, out))
         label = build.label if build else cl
         if build is not None:
             cl = build.name
-        cmd = client_cmd or (build.command(REPO, scn.params_for(cl)) if build else None)
+        # in Compose the framework runs from the client image's copy (lab/topology/framework_image.py)
+        where = IMAGE_REPO if topology == "compose" else REPO
+        cmd = client_cmd or (build.command(where, scn.params_for(cl)) if build else None)
         for i in range(1, n + 1):
             run_dir = batch / f"{scn.name}-{'cmd' if client_cmd else label}-{i:02d}"
             # the run's ledger: reserved before anything starts, charged per connection by the agent

@@ -195,3 +195,36 @@ def test_the_entry_check_says_what_is_wrong_in_one_line(tmp_path):
                                ("nowhere/bot.py", "run_bot", "does not exist")]:
         rc, said = _entry_check(tmp_path, "pipecat", module, attr)
         assert rc == 3 and says in said and "\n" not in said, (module, attr, said)
+
+
+# ---- in Compose: the framework's venv in the client image -----------------------------------------
+
+@pytest.mark.parametrize("client, says", [("livekit@1.8.0:agent:A", "pinned release only"),
+                                          ("adk@2.12.0", "pinned release only")])
+def test_compose_runs_the_pinned_framework_the_image_holds(client, says):
+    from lab.run import preflight
+    with pytest.raises(LabError, match=says):
+        preflight(["control"], client, "compose", "twin")
+
+
+def test_compose_takes_no_requirements_file(tmp_path):
+    from lab.run import preflight
+    (tmp_path / "r.txt").write_text("httpx\n")
+    with pytest.raises(LabError, match="--topology netns"):
+        preflight(["control"], "adk:table_reservation", "compose", "twin", requirements=str(tmp_path / "r.txt"))
+
+
+def test_the_image_wheelhouse_reads_the_pins_from_peers_setup():
+    from lab.topology import framework_image
+    assert framework_image.pins("adk") == ["google-adk==2.13.0"]
+    assert framework_image.pins("livekit") == ["livekit-agents==1.8.9", "livekit-plugins-google==1.8.9"]
+    assert framework_image.environment("pipecat") == {"LAB_FRAMEWORK": "pipecat"}
+
+
+def test_a_framework_command_in_compose_is_the_images_own(tmp_path):
+    from lab.topology.framework_image import IMAGE_REPO
+    argv = shlex.split(resolve("adk:table_reservation").command(IMAGE_REPO))
+    assert argv[:2] == ["/opt/lab/.venv-adk/bin/python", "/opt/lab/lab/peers/adk_host.py"]
+    text = (REPO / "Dockerfile.client").read_text()
+    assert "ARG LAB_FRAMEWORK=none" in text and "scripts/peers-setup.sh \"$LAB_FRAMEWORK\"" in text
+    assert "!scripts/peers-setup.sh" in (REPO / ".dockerignore").read_text()

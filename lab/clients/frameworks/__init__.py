@@ -166,16 +166,21 @@ class Build:
         if not self.python(repo).is_file():
             raise LabError(f"client {self.client_spec!r}: the venv with your requirements ({self.venv}) is missing")
 
-    def check_entry(self, repo: Path, cwd: Path) -> None:
+    def entry_check_argv(self, repo: Path) -> list[str]:
+        """The load of the user's agent its host will do, as a check (lab/peers/entry.py check)."""
+        return [str(self.python(repo)), str(repo / ENTRY_SCRIPT), "check", self.name, self.entry.module,
+                self.entry.attr]
+
+    def check_entry(self, repo: Path, cwd: Path, run=None) -> None:
         """Load the user's agent in the framework's venv, as its host will, from `cwd`: one LabError
-        line when the module does not import, has no such attribute, or holds the wrong kind of object."""
+        line when the module does not import, has no such attribute, or holds the wrong kind of object.
+        `run(argv)` runs the check elsewhere (a client container) and returns its CompletedProcess."""
         if self.entry is None:
             return
-        argv = [str(self.python(repo)), str(repo / ENTRY_SCRIPT), "check", self.name, self.entry.module,
-                self.entry.attr]
         try:
-            p = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=ENTRY_CHECK_TIMEOUT_S,
-                               stdin=subprocess.DEVNULL, env=venv_environment())
+            p = run(self.entry_check_argv(repo)) if run else \
+                subprocess.run(self.entry_check_argv(repo), cwd=cwd, capture_output=True, text=True,
+                               timeout=ENTRY_CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL, env=venv_environment())
         except subprocess.TimeoutExpired:
             raise LabError(f"client {self.client_spec!r}: loading {self.entry.spec} took over "
                            f"{ENTRY_CHECK_TIMEOUT_S} s in {self.venv}") from None
