@@ -16,6 +16,7 @@ import asyncio
 import os
 
 import app_io
+from adk_io import log_events
 from app_io import book, user_lines
 
 MODEL = os.environ.get("APP_MODEL", "gemini-3.8-live")
@@ -50,16 +51,8 @@ async def main() -> None:
                        output_audio_transcription=types.AudioTranscriptionConfig(),
                        session_resumption=types.SessionResumptionConfig())
 
-    async def events() -> None:
-        async for ev in runner.run_live(user_id="user", session_id=session.id, live_request_queue=queue,
-                                        run_config=config):
-            tr = getattr(ev, "output_transcription", None)
-            if tr is not None and getattr(tr, "text", None) and getattr(tr, "finished", True):
-                log("model:", tr.text)
-            for fc in ev.get_function_calls() if hasattr(ev, "get_function_calls") else []:
-                log("tool call:", fc.name, fc.id)
-
-    consumer = asyncio.create_task(events())
+    consumer = asyncio.create_task(log_events(runner.run_live(
+        user_id="user", session_id=session.id, live_request_queue=queue, run_config=config), log))
     if app_io.spoken():     # the microphone, as realtime input: the server hears the user speak
         async def mic() -> None:
             async for chunk in app_io.mic_chunks(log):

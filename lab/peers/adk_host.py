@@ -18,17 +18,13 @@ import sys
 
 import app_io
 import entry
+from adk_io import log_events
 
 log = app_io.logger("adk_host")
 
 
 async def main() -> None:
-    module, attr = app_io.entry_argv(sys.argv)
-    try:
-        agent = entry.load("adk", module, attr)
-    except entry.EntryError as e:
-        log(e)
-        raise SystemExit(entry.EXIT_BAD_ENTRY)
+    module, attr, agent = entry.from_argv("adk", sys.argv, log)
 
     import google.adk
     from google.adk.agents.live_request_queue import LiveRequestQueue
@@ -46,17 +42,6 @@ async def main() -> None:
                        input_audio_transcription=types.AudioTranscriptionConfig() if spoken else None,
                        session_resumption=types.SessionResumptionConfig())
 
-    async def events() -> None:
-        async for ev in runner.run_live(user_id="user", session_id=session.id, live_request_queue=queue,
-                                        run_config=config):
-            tr = getattr(ev, "output_transcription", None)
-            if tr is not None and getattr(tr, "text", None) and getattr(tr, "finished", True):
-                log("model:", tr.text)
-            for fc in ev.get_function_calls():
-                log("tool call:", fc.name, fc.id, dict(fc.args or {}))
-            for fr in ev.get_function_responses():
-                log("tool result:", fr.name, fr.id, str(fr.response)[:200])
-
     async def typed() -> None:
         async for text in app_io.user_lines(log):
             if not spoken:
@@ -66,7 +51,9 @@ async def main() -> None:
         async for chunk in app_io.mic_chunks(log):
             queue.send_realtime(types.Blob(data=chunk, mime_type=f"audio/pcm;rate={app_io.MIC_RATE}"))
 
-    tasks = [asyncio.create_task(events()), asyncio.create_task(typed())]
+    tasks = [asyncio.create_task(log_events(runner.run_live(
+        user_id="user", session_id=session.id, live_request_queue=queue, run_config=config), log)),
+        asyncio.create_task(typed())]
     if spoken:
         tasks.append(asyncio.create_task(mic()))
     await tasks[0]

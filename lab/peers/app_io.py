@@ -12,7 +12,6 @@ These apps run in the frameworks' own venvs, without the project, as black-box c
                            as audio on the microphone, and their text on stdin is not the user's input
     mic_chunks(log)        async iterator over the microphone's audio ($LAB_AUDIO_SOCKET: 16 kHz s16le
                            mono, 100 ms per chunk, silence between lines; lab/clients/mic.py)
-    entry_argv(argv)       (module, attr) from a host's `--entry MODULE ATTR`
 """
 from __future__ import annotations
 
@@ -67,13 +66,6 @@ async def user_lines(log: Callable[..., None]) -> AsyncIterator[str]:
 
 def spoken() -> bool:
     return os.environ.get("LAB_INPUT_MODE") == "speech"
-
-
-def entry_argv(argv: list[str]) -> tuple[str, str]:
-    if "--entry" not in argv or argv.index("--entry") + 2 >= len(argv):
-        raise SystemExit("usage: --entry MODULE ATTR")
-    i = argv.index("--entry")
-    return argv[i + 1], argv[i + 2]
 
 
 async def mic_chunks(log: Callable[..., None]) -> AsyncIterator[bytes]:

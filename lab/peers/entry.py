@@ -3,6 +3,8 @@
     load(kind, module, attr)    the object, checked to be what the framework's host runs; EntryError
                                 (one line) when the module does not import, has no such attribute,
                                 or holds the wrong kind of object
+    from_argv(kind, argv, log)  a host's `--entry MODULE ATTR`: (module, attr, the object); on an
+                                EntryError the one line goes to the log and the host exits 3
     python entry.py check KIND MODULE ATTR
                                 the same load, run by the lab in the framework's venv before a run
                                 starts: exit 0, or the one line on stdout and exit 3
@@ -102,6 +104,18 @@ def load(kind: str, module: str, attr: str) -> Any:
     obj = _attr(_import(module), module, attr, kind)
     _check_kind(kind, obj, f"{module}:{attr}")
     return obj
+
+
+def from_argv(kind: str, argv: list[str], log) -> tuple[str, str, Any]:
+    if "--entry" not in argv or argv.index("--entry") + 2 >= len(argv):
+        raise SystemExit("usage: --entry MODULE ATTR")
+    i = argv.index("--entry")
+    module, attr = argv[i + 1], argv[i + 2]
+    try:
+        return module, attr, load(kind, module, attr)
+    except EntryError as e:
+        log(e)
+        raise SystemExit(EXIT_BAD_ENTRY) from None
 
 
 def main(argv: list[str]) -> int:

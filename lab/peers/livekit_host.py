@@ -27,12 +27,7 @@ log = app_io.logger("livekit_host")
 
 
 async def main() -> None:
-    module, attr = app_io.entry_argv(sys.argv)
-    try:
-        agent_cls = entry.load("livekit", module, attr)
-    except entry.EntryError as e:
-        log(e)
-        raise SystemExit(entry.EXIT_BAD_ENTRY)
+    module, attr, agent_cls = entry.from_argv("livekit", sys.argv, log)
 
     import livekit.agents
     from google.genai import types

@@ -108,12 +108,7 @@ def make_transport():
 
 
 async def main() -> None:
-    module, attr = app_io.entry_argv(sys.argv)
-    try:
-        bot = entry.load("pipecat", module, attr)
-    except entry.EntryError as e:
-        log(e)
-        raise SystemExit(entry.EXIT_BAD_ENTRY)
+    module, attr, bot = entry.from_argv("pipecat", sys.argv, log)
 
     from loguru import logger
 

@@ -15,6 +15,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.events import read_events
+from tests.integration.test_frameworks import _venv    # builds a framework venv, skips with no network
 
 pytestmark = pytest.mark.netns
 
@@ -26,15 +27,6 @@ def _examples() -> dict[str, str]:
     rows = [ln.split() for ln in (EXAMPLES / "clients.txt").read_text().splitlines() if ln.strip()
             and not ln.startswith("#")]
     return {client.split(":")[0]: (folder, client) for folder, client in rows}
-
-
-def _venv(framework: str) -> None:
-    p = subprocess.run(["bash", str(ROOT / "scripts" / "peers-setup.sh"), framework], cwd=ROOT, capture_output=True,
-                       text=True, timeout=1200, stdin=subprocess.DEVNULL)
-    said = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or ["(no output)"])[-1]
-    if p.returncode == 75:
-        pytest.skip(f"cannot install the {framework} venv: {said}")
-    assert p.returncode == 0, said
 
 
 def _run(monkeypatch, tmp_path, framework: str, scenario: str):
