@@ -22,6 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab import scenario as scenario_mod
+from lab.conversation import format as conversations
+from lab.conversation import semantics
 from lab.clients import get as get_client
 from lab.clients.command import parse_command
 from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
@@ -163,7 +165,9 @@ class RunSpec:
 
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
                  keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None,
-                 framework=None, app_dir=None):
+                 framework=None, app_dir=None, conversation=None):
+        # what the twin's model plays: `lab run --conversation`, else the scenario's own
+        self.conversation = conversation or scn.conversation
         self.framework = framework             # a framework client's Build.describe(), for run.json
         self.client_cmd = client_cmd           # a user's app as the client, judged as `client`
         self.app_dir = Path(app_dir or os.getcwd())   # where its command line's relative paths start
@@ -193,6 +197,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
     # the scenario as run, next to its results: provenance, and a path the agent can read in any
     # topology (a container sees the run folder, not the host's source tree)
     shutil.copyfile(scn.path, run_dir / "scenario.yaml")
+    conv_copy = _record_conversation(spec.conversation, run_dir)
     secrets = Path(tempfile.mkdtemp(prefix=f"livelab-{run_id}-"))   # CA key, TLS keylog: never in results
     # TLS secrets: a twin run's go into its pcapng (throw-away CA, nothing to protect); a live run's
     # only with --keylog-live, and then to a private file outside the results, never into the pcapng
@@ -246,12 +251,14 @@ def run_one(spec: RunSpec, out=print) -> dict:
             sans = tuple(a for n in ENDPOINT_NAMES for a in ("--san", n)) if spec.client_cmd else ()
             # the twin does not transcribe speech: the Nth utterance stands for line N of the script, and
             # the orchestrator (which knows the scenario) tells the twin the lines, never the client
-            script = ("--set", "script=" + json.dumps(scn.script))
+            script: tuple[str, ...] = ()
+            if conversations.load(str(conv_copy)).source != conversations.SOURCE_LINES:
+                script = ("--set", "script=" + json.dumps(scn.script))     # a lines file is its own script
             # the twin the scenario asks for (validated with the scenario): its profile and overrides
             script += ("--profile", scn.twin.get("profile", "developer-api"),
                        *(a for k, v in scn.twin.get("set", {}).items() for a in ("--set", f"{k}={json.dumps(v)}")))
             twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl",
-                        t0=t0, seed=seed, port=port, extra=sans + script)
+                        t0=t0, seed=seed, port=port, extra=sans + script, conversation=conv_copy)
             services.append(twin)
             base_url, ca, key = twin.base_url, topo.ca_path, TWIN_KEY
             twin_control = twin.control_url
@@ -392,6 +399,17 @@ class _Phases:
         path.write_text(json.dumps(self.seconds, indent=2))
 
 
+def _record_conversation(name: str, run_dir: Path) -> Path:
+    """The run's conversation in its folder: conversation.json (what the report reads) and the file
+    itself, which the twin loads from there (a container sees the run folder, not the source tree)."""
+    src = conversations.resolve(name)
+    conv = conversations.load(str(src))
+    copy = run_dir / ("conversation" + (src.suffix if src.suffix in (".yaml", ".yml") else ".txt"))
+    shutil.copyfile(src, copy)
+    (run_dir / semantics.JSON_FILE).write_text(json.dumps(conv.to_json(), indent=2))
+    return copy
+
+
 def _finish(capture: Capture, raw: list[Path], keylog: Path | None, out) -> None:
     """Merge the raw captures into one pcapng with comments and secrets; keep going on failure."""
     try:
@@ -405,8 +423,11 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
               endpoint: str = "twin", out_dir: Path | None = None, duration: float | None = None,
               base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", out=print,
               keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
-              client_cmd: str | None = None, requirements: str | None = None) -> Path:
+              client_cmd: str | None = None, requirements: str | None = None,
+              conversation: str | None = None) -> Path:
     scns = preflight(scenarios, client, topology, endpoint, client_cmd, requirements, out)
+    if conversation:
+        conversations.load(conversation)      # a bad file is one line before anything starts
     live_key = None
     if endpoint == "live":
         from lab.live.key import load_key     # here: lab.live's soak imports this module
@@ -437,7 +458,8 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
             out(f"== {scn.name} ({who}, {topology}, {endpoint}) run {i}/{n} -> {run_dir}")
             v = run_one(RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key,
                                 keylog_live, ca=ca, endpoint_hook=endpoint_hook, budget_ledger=ledger,
-                                client_cmd=cmd, framework=build.describe() if build else None), out=out)
+                                client_cmd=cmd, framework=build.describe() if build else None,
+                                conversation=conversation), out=out)
             why = _client_start_error(run_dir) if cmd else None
             if why:    # the app never ran: a verdict would judge nothing, and every next run fails alike
                 raise LabError(why)
@@ -487,6 +509,9 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default=None, help="batch folder (default captures/<time>-<scenario>)")
     p.add_argument("--budget", type=int, default=None, help="live mode: most sessions this batch may open")
     p.add_argument("--keylog-live", action="store_true", help="live mode: write TLS secrets (kept out of results)")
+    p.add_argument("--conversation", default=None, metavar="FILE",
+                   help="what the twin's model plays, for every scenario: a conversation name or .yaml, or a "
+                        "text file of the user's lines (docs/conversations.md)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("list", help="list the scenario catalogue")
@@ -510,7 +535,8 @@ def _cmd_run(args) -> int:
     batch = run_batch(names, n=args.n, client=args.client, topology=topology, endpoint=args.endpoint,
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
-                      ca=args.ca, client_cmd=args.client_cmd, requirements=args.requirements)
+                      ca=args.ca, client_cmd=args.client_cmd, requirements=args.requirements,
+                      conversation=args.conversation)
     # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on
     return 0 if batch_passed(batch) else 1
 

@@ -158,6 +158,7 @@ class Conn:
     close_why: str = ""
     closing_kills: bool = False
     key: str = ""               # wire.KEY_*: the upgrade's verdict on the API key ("" = none needed)
+    client: str = ""            # the peer's address without its port: which client this is
     model: str = ""
     goaway_sent: bool = False   # the twin told this connection to go away
     media: Carried = field(default_factory=Carried)     # the modalities this connection carried
@@ -189,8 +190,8 @@ class Session:
 class TurnHooks(Protocol):
     """What the session rules need from the turn room."""
 
-    def begin(self, sid: str, setup: dict) -> None: ...            # a new session's model
-    def configure(self, sid: str, setup: dict) -> None: ...        # a resumed session's new setup
+    def begin(self, sid: str, setup: dict, client: str = "") -> list: ...   # a new session's model (its logs)
+    def configure(self, sid: str, setup: dict) -> list: ...        # a resumed session's new setup (its logs)
     def stop(self, sid: str) -> bool: ...                          # drop the turn in flight; was it speaking
     def user_turns(self, sid: str) -> int: ...                     # user turns begun (utterances, texts)
 
@@ -287,7 +288,8 @@ class Sessions:
     def opened(self, conn_id: int, now: float, route: str = "", peer: Any = None, key: str = "") -> list:
         if conn_id in self.conns or conn_id in self._ended:
             raise TwinBug(f"connection {conn_id} opened twice")
-        c = Conn(conn_id, now, route=route, last_data_at=now, key=key)
+        c = Conn(conn_id, now, route=route, last_data_at=now, key=key,
+                 client=str(peer).rsplit(":", 1)[0] if peer else "")
         self.conns[conn_id] = c
         acts: list = [Log("twin.conn.open", {"conn": conn_id, "route": route, "peer": peer})]
         if self.prm.freeze_close_s is not None:
@@ -445,7 +447,7 @@ class Sessions:
         s = Session(f"s{self._session_seq}", started_at=now)
         s.compressed = setup.get("contextWindowCompression") is not None
         self.sessions[s.id] = s
-        self.turns.begin(s.id, setup)
+        acts += self.turns.begin(s.id, setup, client=c.client)
         s.conn = c.id
         c.session = s.id
         if c.transparent:
@@ -524,8 +526,7 @@ class Sessions:
         c.session = s.id
         c.resumed = True
         s.compressed = setup.get("contextWindowCompression") is not None
-        self.turns.configure(s.id, setup)
-        acts: list = self._av_resume(c, s, handle, now)
+        acts: list = self.turns.configure(s.id, setup) + self._av_resume(c, s, handle, now)
         owed = self.replays.resumed(c.id, s.id, handle) if c.transparent else None
         if owed is not None:
             acts.append(Log("twin.replay", {"conn": c.id, "session": s.id, "verdict": "owed", "owed": owed}))
