@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES = [
     "lab.soak",         # lab soak
     "lab.matrix",       # lab matrix
     "lab.live.cli",     # lab scan, lab drift
+    "lab.record.cli",   # lab conversation record
     "netem.cli",        # lab netem probe|apply|clear
 ]
 
