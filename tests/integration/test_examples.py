@@ -29,13 +29,14 @@ def _examples() -> dict[str, str]:
     return {client.split(":")[0]: (folder, client) for folder, client in rows}
 
 
-def _run(monkeypatch, tmp_path, framework: str, scenario: str):
+def _run(monkeypatch, tmp_path, framework: str, scenario: str, conversation: str | None = None):
     from lab.run import run_batch
     _venv(framework)
     folder, client = _examples()[framework]
     monkeypatch.chdir(EXAMPLES / folder)        # where the user runs `lab run` from
     lines: list[str] = []
-    batch = run_batch([scenario], client=client, topology="netns", out_dir=tmp_path / "b", out=lines.append)
+    batch = run_batch([scenario], client=client, topology="netns", out_dir=tmp_path / "b", out=lines.append,
+                      conversation=conversation)
     runs = sorted(p for p in batch.iterdir() if (p / "run.json").is_file())
     assert len(runs) == 1, "\n".join(lines[-20:])
     return runs[0], client, lines
@@ -46,7 +47,7 @@ def _twin(run: Path) -> list[dict]:
 
 
 def test_the_adk_example_runs_unmodified_through_a_goaway(monkeypatch, tmp_path):
-    run, client, lines = _run(monkeypatch, tmp_path, "adk", "l1-goaway")
+    run, client, lines = _run(monkeypatch, tmp_path, "adk", "l1-goaway", conversation="lines.txt")
     meta = json.loads((run / "run.json").read_text())
     assert meta["framework"]["agent"] == "table_reservation:root_agent" and meta["client"] == "adk"
     ended = [e for e in read_events(run / "events.jsonl") if e.kind == "run.end"]
@@ -57,6 +58,10 @@ def test_the_adk_example_runs_unmodified_through_a_goaway(monkeypatch, tmp_path)
     # the twin's goAway came, and the agent's framework opened a second connection after it
     assert any(r["kind"] == "twin.goaway" for r in twin), sorted({r["kind"] for r in twin})
     assert sum(r["kind"] == "twin.conn.open" for r in twin) >= 2
+    # the twin's model played the example's lines against the tools the agent declared, and called one
+    declared = next(r["tools"] for r in twin if r["kind"] == "twin.conversation")
+    assert {t["name"] for t in declared} == {"check_slot", "reserve_table"}
+    assert {r["name"] for r in twin if r["kind"] == "twin.tool_call"} <= {"check_slot", "reserve_table"}
     # the model's tool call was answered by the agent's framework under the twin's call id
     calls = [e for e in read_events(run / "events.jsonl") if e.kind == "tool.call" and e.src == "twin-observed"]
     answered = [e for e in read_events(run / "events.jsonl") if e.kind == "tool.response" and e.src == "twin-observed"]

@@ -29,6 +29,9 @@ file or a package folder. Such a build runs lab/peers/<name>_host.py, which load
 there first, so a module that does not import, a missing attribute or the wrong kind of object is
 one line before anything starts. `build.with_requirements(file)` installs the user's own
 requirements into a copy of the framework's venv keyed by the file's hash (lab/clients/frameworks/venvs.py).
+
+In Compose the client image holds the pinned venv (lab/topology/framework_image.py):
+`build.command(IMAGE_REPO)` is the same command line there, and the entry check runs in that image.
 """
 from __future__ import annotations
 
