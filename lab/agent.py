@@ -12,6 +12,7 @@ the client's namespace (ip netns exec, or docker compose exec).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -338,6 +339,7 @@ def add_parser(sub) -> None:
                    "lab.topology.router.Router.describe()")
     p.add_argument("--client-cmd", default=None,
                    help="run this app as the client (lab/clients/command.py), judged as --client")
+    p.add_argument("--script", default=None, help="the user's lines as a JSON list, instead of the scenario's")
     p.add_argument("--client-cwd", default=None, help="the directory the --client-cmd app starts in")
     p.add_argument("--client-node-files", choices=("shared", "own"), default="shared",
                    help="own: the node is the run's container, its /etc/hosts and CA store may be extended; "
@@ -360,6 +362,8 @@ def wait_for_go(path: Path, timeout_s: float = GO_TIMEOUT_S) -> None:
 
 def _main(args) -> int:
     scn = scenario_mod.load(args.scenario)
+    if args.script:     # `lab run --conversation`: the user says the conversation's lines (lab.run.user_lines)
+        scn = dataclasses.replace(scn, script=list(json.loads(args.script)))
     if args.go_file:
         # the orchestrator starts this process while the twin and capture start: pay the imports
         # (the client's SDK is most of them) now, and open nothing until the go

@@ -165,9 +165,10 @@ class RunSpec:
 
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
                  keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None,
-                 framework=None, app_dir=None, conversation=None):
+                 framework=None, app_dir=None, conversation=None, lines=None):
         # what the twin's model plays: `lab run --conversation`, else the scenario's own
         self.conversation = conversation or scn.conversation
+        self.lines = lines          # what the user says instead of the scenario's script (user_lines)
         self.framework = framework             # a framework client's Build.describe(), for run.json
         self.client_cmd = client_cmd           # a user's app as the client, judged as `client`
         self.app_dir = Path(app_dir or os.getcwd())   # where its command line's relative paths start
@@ -193,6 +194,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
             meta.update(client="command", judged_as=spec.client)
     if spec.framework is not None:      # which release (and build) of the framework ran
         meta["framework"] = spec.framework
+    if spec.lines:                      # the user said the conversation's lines, not the script's
+        meta["user_lines"] = {"from": spec.conversation, "lines": spec.lines}
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
     # the scenario as run, next to its results: provenance, and a path the agent can read in any
     # topology (a container sees the run folder, not the host's source tree)
@@ -253,7 +256,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
             # the orchestrator (which knows the scenario) tells the twin the lines, never the client
             script: tuple[str, ...] = ()
             if conversations.load(str(conv_copy)).source != conversations.SOURCE_LINES:
-                script = ("--set", "script=" + json.dumps(scn.script))     # a lines file is its own script
+                script = ("--set", "script=" + json.dumps(spec.lines or scn.script))     # a lines file is its own script
             # the twin the scenario asks for (validated with the scenario): its profile and overrides
             script += ("--profile", scn.twin.get("profile", "developer-api"),
                        *(a for k, v in scn.twin.get("set", {}).items() for a in ("--set", f"{k}={json.dumps(v)}")))
@@ -290,6 +293,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
             argv += ["--budget-ledger", str(spec.budget_ledger)]
         if proxy:
             argv += ["--proxy", proxy.url, "--proxy-control", proxy.control_url]
+        if spec.lines:
+            argv += ["--script", json.dumps(spec.lines)]
         if spec.client_cmd:
             argv += ["--client-cmd", app_cmd, "--client-cwd", app_cwd]
             if topo.client.own_files:
@@ -419,6 +424,19 @@ def _finish(capture: Capture, raw: list[Path], keylog: Path | None, out) -> None
         out(f"  capture finalize failed: {type(e).__name__}: {e} (raw pcaps kept)")
 
 
+def user_lines(conv, name: str, scns: list[scenario_mod.Scenario]) -> list[str]:
+    """What the user says with `--conversation`: the conversation's own lines, line N at a scenario's
+    `say: N` (a scenario's script is the booking story's; an agent's conversation brings its own
+    user). LabError (one line) when a scenario says a line the conversation does not have."""
+    lines = conv.lines
+    for scn in scns:
+        said = [st.say for st in scn.timeline if st.say is not None]
+        if said and max(said) >= len(lines):
+            raise LabError(f"scenario {scn.name} says line {max(said)} of the user's lines, and the "
+                           f"conversation {name} has {len(lines)}")
+    return lines
+
+
 def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topology: str = "netns",
               endpoint: str = "twin", out_dir: Path | None = None, duration: float | None = None,
               base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", out=print,
@@ -426,8 +444,9 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
               client_cmd: str | None = None, requirements: str | None = None,
               conversation: str | None = None) -> Path:
     scns = preflight(scenarios, client, topology, endpoint, client_cmd, requirements, out)
+    lines = None
     if conversation:
-        conversations.load(conversation)      # a bad file is one line before anything starts
+        lines = user_lines(conversations.load(conversation), conversation, scns)   # one line before anything starts
     live_key = None
     if endpoint == "live":
         from lab.live.key import load_key     # here: lab.live's soak imports this module
@@ -459,7 +478,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
             v = run_one(RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key,
                                 keylog_live, ca=ca, endpoint_hook=endpoint_hook, budget_ledger=ledger,
                                 client_cmd=cmd, framework=build.describe() if build else None,
-                                conversation=conversation), out=out)
+                                conversation=conversation, lines=lines), out=out)
             why = _client_start_error(run_dir) if cmd else None
             if why:    # the app never ran: a verdict would judge nothing, and every next run fails alike
                 raise LabError(why)
