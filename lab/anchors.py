@@ -16,7 +16,6 @@ that one event and nothing else.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable
 
