@@ -35,6 +35,8 @@ from lab.report import matrix as matrix_report
 from lab.report.junit import publish
 from lab.report.shards import merge_summary
 from lab.topology import TOPOLOGIES
+from lab.topology import get as get_topology
+from lab.topology.framework_image import IMAGE_REPO
 
 # The named scenario sets: the studies' scenarios (text input; the spoken variants are the same
 # findings at several times the run time) and the server's lifecycle.
@@ -83,15 +85,20 @@ def split_names(values: list[str]) -> list[str]:
     return [x for v in values for x in v.split(",") if x.strip()]
 
 
-def client_versions(client: str, repo: Path | None = None) -> dict[str, str | None]:
-    """The client's packages and their versions, asked of the python that runs it."""
+def client_versions(client: str, repo: Path | None = None, topology: str = "netns") -> dict[str, str | None]:
+    """The client's packages and their versions, asked of the python that runs it (in Compose, a
+    framework's: the client image's venv)."""
     build = resolve_framework(client)      # livekit, livekit@1.8.0, livekit@1.8.0+pr003: that build's venv
-    if build is not None:
-        python, pkgs = str(build.python(repo or run_mod.REPO)), FRAMEWORK_PACKAGES[build.framework.name]
+    if build is not None and topology == "compose":
+        argv = [str(build.python(IMAGE_REPO)), "-c", _VERSIONS_PY, *FRAMEWORK_PACKAGES[build.framework.name]]
+        p = get_topology("compose").run_in_client_image(argv, framework=build.name)
     else:
-        python, pkgs = sys.executable, SDK_PACKAGES
-    p = subprocess.run([python, "-c", _VERSIONS_PY, *pkgs], capture_output=True, text=True, timeout=60,
-                       stdin=subprocess.DEVNULL)
+        if build is not None:
+            python, pkgs = str(build.python(repo or run_mod.REPO)), FRAMEWORK_PACKAGES[build.framework.name]
+        else:
+            python, pkgs = sys.executable, SDK_PACKAGES
+        p = subprocess.run([python, "-c", _VERSIONS_PY, *pkgs], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
     if p.returncode != 0:
         raise LabError(f"client {client!r}: could not read its package versions: "
                        f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}")
@@ -112,7 +119,7 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
     if not scenarios or not clients:
         raise LabError("name at least one scenario and one client")
     scns = {c: run_mod.preflight(scenarios, c, topology, "twin") for c in clients}   # every name, before any run
-    versions = {c: client_versions(c) for c in clients}
+    versions = {c: client_versions(c, topology=topology) for c in clients}
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     batch = Path(out_dir) if out_dir else Path.cwd() / "captures" / f"{stamp}-matrix"
     batch.mkdir(parents=True, exist_ok=True)
