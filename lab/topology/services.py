@@ -172,14 +172,18 @@ class Proxy(Service):
     # only the session's first tunnel freezes: its resume connections must reach the twin
     freeze_first = 1
 
-    def __init__(self, node: Node, idle_timeout_s: float | None = None):
+    def __init__(self, node: Node, idle_timeout_s: float | None = None, resolve: dict[str, str] | None = None):
         super().__init__(node)
         self.idle_timeout_s = idle_timeout_s  # a corporate proxy's idle timeout (endpoint.idle_timeout_s)
+        # names the proxy dials elsewhere than DNS says: an unmodified app's API hostnames -> the twin
+        self.resolve = dict(resolve or {})
 
     def argv(self) -> list[str]:
         idle = ["--idle-timeout", str(self.idle_timeout_s)] if self.idle_timeout_s else []
+        names = [a for n, ip in sorted(self.resolve.items()) for a in ("--resolve", f"{n}={ip}")]
         return [sys.executable, "-m", "lab", "proxy", "serve", "--listen", f"0.0.0.0:{self.port}",
-                "--control", f"0.0.0.0:{self.control_port}", "--freeze-first", str(self.freeze_first), *idle]
+                "--control", f"0.0.0.0:{self.control_port}", "--freeze-first", str(self.freeze_first), *idle,
+                *names]
 
     @property
     def url(self) -> str:
