@@ -16,23 +16,18 @@ that one event and nothing else.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable
 
+from lab.conversation import intents
 from lab.events import Event, EventLog
 
 STEP_PREFIX = "step:"
 
-# The user's "stop" (seed 001: "Actually, stop. Don't book it."): the words an app and the report
-# read as the user withdrawing the booking. Defined here, below the clients and the report, which
-# both ask it.
-STOP_RE = re.compile(r"\b(stop|don'?t book|do not book|cancel)\b", re.I)
-
-
 def is_stop(text: object) -> bool:
-    """The user's line withdraws the booking (curly apostrophes folded)."""
-    return bool(STOP_RE.search(str(text or "").replace("\u2019", "'")))
+    """The user's line withdraws what was asked (lab.conversation.intents: the one vocabulary the twin's
+    model and the report share)."""
+    return intents.is_stop(text)
 
 Predicate = Callable[[Event, EventLog, "float | None"], bool]
 
