@@ -555,7 +555,8 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("status_from_backend", "000 §What a client must do, 6",
          "the new session is told each side effect's status (a System note), not only the transcript", _status_note),
     Rule("dedupe_by_business_key", "000 §What a client must do, 7; 001 §What it means for an app",
-         "a side effect asked for twice (a re-issued call, a new id, one business key: a booking, a refund) happens once", _dedupe),
+         "a side effect asked for twice (a re-issued call, a new id, one business key: a booking, a refund) "
+         "happens once", _dedupe),
     Rule("no_transparent_mode", "000 §What a client must do, 8; §Other findings",
          "no setup asks for transparent resumption (the Developer API closes it 1007)", _transparent),
     Rule("no_reliance_on_goaway", "000 §What a client must do, 9; fidelity §5 (goAway)",
