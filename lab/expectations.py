@@ -118,6 +118,9 @@ def _bookings(exp, m):
     note = None
     if _own_action(m):
         note = f"{m['bookings']} done of {m['booking_requests']} asked: {_about(m)}"
+        if m.get("effects_from") == "twin" and m["booking_requests"] > m["bookings"]:
+            # a response lost in a dead path hides an effect the app may well have made
+            note += "; one not seen done may still have happened in the app (its response never reached the twin)"
     return exp, m["bookings"], in_range(m["bookings"], exp), note
 
 

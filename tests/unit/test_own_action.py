@@ -92,6 +92,14 @@ def test_the_rows_name_the_refund_and_say_it_is_a_twin_observation():
     assert rows["told_truth"]["note"].startswith("told refunded, truth refunded")
 
 
+def test_a_refund_whose_response_never_came_is_not_counted_and_the_row_says_why():
+    events, twin = app_run("I'm processing the refund now.", response_ms=None)
+    m = metrics.compute(events, {}, twin)
+    row = expectations.evaluate({"bookings": 1}, m)[0]
+    assert row["held"] is False and row["observed"] == 0
+    assert row["note"].startswith("0 done of 1 asked: refund_order") and "may still have happened" in row["note"]
+
+
 def test_an_old_record_reads_as_the_booking_from_the_backend_with_the_same_rows():
     events = [ev("run.start", 0), ev("user.say", 500, text="Book me the 3pm slot tomorrow, please."),
               ev("tool.call", 1000, id="c-1", name="book_slot"), ev("backend.request", 1001, job="J1"),
