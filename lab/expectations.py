@@ -23,7 +23,8 @@ from typing import Any, Callable
 from lab import metric_names
 
 # Keys of `expect:` that configure the report rather than check anything.
-SETTINGS = {"status_question": "the user's line that asks for the action's status (default: found by wording, lab.conversation.intents)"}
+SETTINGS = {"status_question": "the user's line that asks for the action's status "
+                               "(default: found by wording, lab.conversation.intents)"}
 
 
 @dataclass(frozen=True)
