@@ -58,7 +58,6 @@ NAMES = metric_names.TOP_LEVEL
 # The actions that cut the path (lab.actions), for the timeline's marks.
 LOSS_ACTIONS = actions.cutting_names()
 ERROR_CLOSE_CODES = (1007, 1008, 1011)
-business_key = effects.backend_key
 
 
 def _stats(values: Iterable[float | None]) -> dict[str, Any]:
