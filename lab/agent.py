@@ -29,26 +29,12 @@ from lab.backend import Backend
 from lab.clients import get as get_client
 from lab.clients.base import ClientContext, Endpoint
 from lab.clients.command import CommandClient
-from lab.conversation.semantics import JSON_FILE as CONVERSATION_JSON
 from lab.errors import ONE_LINE_ERRORS, LabError
 from lab.events import Event, EventLog
 from lab.live import errors as live_errors
 from lab.live.budget import ConnectionCharger
 from lab.topology.router import Router
 
-
-
-def user_lines(scn: scenario_mod.Scenario, run_dir: Path) -> list[str]:
-    """What the user says at a step's `say: N`: a lines-only conversation's own lines (`lab run
-    --conversation lines.txt`, as the run folder's conversation.json records them, source `lines`: the
-    twin plays the same lines), else the scenario's script."""
-    try:
-        conv = json.loads((run_dir / CONVERSATION_JSON).read_text())
-    except (OSError, ValueError):
-        return list(scn.script)
-    if isinstance(conv, dict) and conv.get("source") == "lines" and conv.get("lines"):
-        return [str(x) for x in conv["lines"]]
-    return list(scn.script)
 
 
 class Agent:
@@ -73,7 +59,6 @@ class Agent:
         self.progress = progress
         self.before_connect = before_connect   # live runs: one session charged per connection opened
         self.log = EventLog(run_dir / "events.jsonl", t0=t0)
-        self.lines = user_lines(scn, run_dir)
         self.table = None       # netem.table.FaultTable, created lazily: a run with no fault needs no root
         self.client = None
         self.loss_ms: float | None = None
@@ -153,9 +138,7 @@ class Agent:
 
     async def _execute(self, step: scenario_mod.Step) -> None:
         if step.say is not None:
-            if step.say >= len(self.lines):
-                raise LabError(f"say: {step.say}, but the user has only {len(self.lines)} line(s)")
-            await self.client.say(self.lines[step.say], step.say)
+            await self.client.say(self.scn.script[step.say], step.say)
         elif step.fault is not None:
             spec = self._fault_spec(step.fault)
             fault = build(spec)
