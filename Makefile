@@ -14,7 +14,9 @@ SCENARIO ?=
 TEST_WORKERS ?= 5
 RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),--client $(CLIENT)) \
            $(if $(DURATION),--duration $(DURATION)) $(if $(BUDGET),--budget $(BUDGET)) \
-           $(if $(CLIENT_CMD),--client-cmd "$(CLIENT_CMD)")
+           $(if $(CLIENT_CMD),--client-cmd "$(CLIENT_CMD)") $(if $(JUNIT),--junit-xml $(JUNIT))
+# JUNIT=file: lab run / lab matrix also write the verdicts as JUnit XML (for a CI's test tab)
+JUNIT ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help setup peers-setup test test-unit test-netns test-peers test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-stop lab-matrix lab-all bench bench-false-alarms soak down clean
@@ -84,7 +86,7 @@ MATRIX_OUT ?= captures/$(shell date -u +%Y%m%d-%H%M%S)-matrix
 
 lab-matrix: setup peers-setup ## the conformance matrix: scenarios x clients, then matrix.md and matrix.json
 	$(LAB) matrix --scenarios $(MATRIX_SCENARIOS) --clients $(MATRIX_CLIENTS) -n $(N) --topology $(TOPOLOGY) \
-	  --out "$(MATRIX_OUT)" $(if $(DURATION),--duration $(DURATION))
+	  --out "$(MATRIX_OUT)" $(if $(DURATION),--duration $(DURATION)) $(if $(JUNIT),--junit-xml $(JUNIT))
 
 lab-run: setup ## one scenario by name: make lab-run SCENARIO=r2-freeze
 	@test -n "$(SCENARIO)" || { echo "make lab-run: set SCENARIO= (see: .venv/bin/lab list)" >&2; exit 2; }
@@ -104,7 +106,7 @@ bench-false-alarms: setup ## 10 minutes of a healthy path with 300 ms jitter and
 	$(LAB) bench false-alarms $(if $(DURATION),-- --duration $(DURATION))
 
 soak: setup ## live soak against your key (GEMINI_API_KEY): scenarios repeated, one summary
-	$(LAB) soak --endpoint live $(if $(DURATION),--duration $(DURATION))
+	$(LAB) soak --endpoint live $(if $(DURATION),--duration $(DURATION)) $(if $(JUNIT),--junit-xml $(JUNIT))
 
 down: ## remove whatever a killed run left behind (rules, namespaces, processes, containers)
 	$(LAB) down

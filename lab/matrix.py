@@ -32,6 +32,7 @@ from lab import scenario as scenario_mod
 from lab.clients.frameworks import resolve as resolve_framework
 from lab.errors import LabError
 from lab.report import matrix as matrix_report
+from lab.report.junit import publish
 from lab.report.shards import merge_summary
 from lab.topology import TOPOLOGIES
 
@@ -169,14 +170,19 @@ def add_parser(sub) -> None:
     p.add_argument("--topology", default="netns", choices=sorted(TOPOLOGIES))
     p.add_argument("--report", nargs="+", type=Path, default=None, metavar="DIR",
                    help="rebuild the matrix from these result folders (shards merge) without running")
+    p.add_argument("--junit-xml", type=Path, default=None, metavar="FILE",
+                   help="also write every run's verdict and rules as JUnit XML (for a CI)")
     p.set_defaults(func=_cmd_matrix)
 
 
 def _cmd_matrix(args) -> int:
     if args.report:
-        print(f"matrix: {report(args.report, args.out)}")
+        md = report(args.report, args.out)
+        print(f"matrix: {md}")
+        publish(md.parent, args.junit_xml)
         return 0
     batch = run_matrix(expand_scenarios(args.scenarios), split_names(args.clients), n=args.n,
                        duration=args.duration, out_dir=args.out, topology=args.topology)
     print(f"== results: {batch} (matrix.md, matrix.json, summary.md)")
+    publish(batch, args.junit_xml)
     return 0

@@ -293,13 +293,14 @@ GO_FILE = ".agent-go"    # written once the services are ready; the started-earl
 
 
 def _preload_report() -> None:
-    """Import the timeline's drawing (matplotlib: seconds, once per process) in the background while
-    the scenario plays, so the report after it does not wait for the import. Failures are left to
-    the report, which notes a picture it could not draw."""
+    """Import the timeline's drawing (matplotlib: seconds, once per process) and report.html's plotly
+    in the background while the scenario plays, so the report after it does not wait for the import.
+    Failures are left to the report, which notes a picture it could not draw."""
     def load():
         try:
             # here, not at the top: matplotlib must not load for `lab` itself (see lab/report/__init__.py)
             import lab.report.timeline  # noqa: F401
+            import lab.report.run_page  # noqa: F401  (plotly, for report.html)
         except Exception:
             pass
     threading.Thread(target=load, daemon=True).start()
@@ -395,9 +396,11 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
                 if settled.note:
                     out(f"   budget: {settled.note}")
             held = verdict_passed(v)
+            from lab.report.advice import failures     # here: the report loads lazily, as below
             out(f"   verdict: {'PASS' if held else 'FAIL'}"
                 + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
-                          f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", [])))
+                          f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", []))
+                + "".join(f"\n     FAIL {what}: {text}" for what, text in failures(v)))
             if endpoint == "live":
                 from lab.live.errors import stop_reason   # here: as load_key above
                 why = stop_reason(run_dir)
@@ -405,7 +408,8 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
                     raise LabError(f"stopping the batch: {why}")
     from lab.report import summarize      # here: matplotlib, as above
     summarize(batch)
-    out(f"== results: {batch} (summary.md, per run: events.jsonl, capture.pcapng, verdict.json, timeline.png)")
+    out(f"== results: {batch} (summary.md, report.html; per run: report.html, events.jsonl, capture.pcapng, "
+        "verdict.json, timeline.png)")
     return batch
 
 
@@ -431,6 +435,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default=None, help="batch folder (default captures/<time>-<scenario>)")
     p.add_argument("--budget", type=int, default=None, help="live mode: most sessions this batch may open")
     p.add_argument("--keylog-live", action="store_true", help="live mode: write TLS secrets (kept out of results)")
+    p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write the verdicts as JUnit XML (for a CI)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("list", help="list the scenario catalogue")
@@ -455,6 +460,8 @@ def _cmd_run(args) -> int:
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
                       ca=args.ca, client_cmd=args.client_cmd)
+    from lab.report.junit import publish      # here: the report loads matplotlib, as above
+    publish(batch, args.junit_xml)
     # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on
     return 0 if batch_passed(batch) else 1
 

@@ -16,6 +16,7 @@ from lab.errors import BudgetError, LabError
 from lab.live.budget import Budget
 from lab.live.drift import drift_dir
 from lab.live.key import load_key
+from lab.report.junit import publish
 from lab.report.summary import summarize
 from lab.run import run_batch
 
@@ -32,6 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topology", default="netns")
     p.add_argument("--base-url", default=None)
     p.add_argument("--out", type=Path, default=None, help="soak folder (default captures/soak-<time>)")
+    p.add_argument("--junit-xml", type=Path, default=None, metavar="FILE",
+                   help="also write every run's verdict and rules as JUnit XML (for a CI)")
     p.set_defaults(func=cmd_soak)
 
 
@@ -65,4 +68,6 @@ def cmd_soak(args: argparse.Namespace) -> int:
     print(f"lab soak: {rounds} round(s) of {len(args.scenarios)} scenario(s); summary: {summary or 'no runs'}")
     if stopped:
         print(f"lab soak: stopped early: {stopped}")
+    if summary is not None:
+        publish(out, getattr(args, "junit_xml", None))   # a caller that builds its own Namespace may omit it
     return 0

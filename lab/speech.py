@@ -78,6 +78,25 @@ def synth(text: str, voice: str = "en-us", wpm: int = 165) -> bytes:
     return pcm
 
 
+VOICED_RMS = 500     # assumption: the twin's VAD threshold (vad_threshold_rms); espeak's fade-out is below it
+VOICED_FRAME_MS = 20
+
+
+def voiced_ms(pcm: bytes, rate: int = IN_RATE, threshold: float = VOICED_RMS) -> float:
+    """Where the speech in `pcm` ends: the end of its last 20 ms frame with an int16 RMS at or above
+    `threshold` (0 for silence). espeak-ng trails each line with a few hundred ms of near-silence,
+    which no VAD hears as speech, so a line's length is not where its speech ends."""
+    import numpy as np      # here: only a spoken line needs it, and a text client never loads it
+
+    step = int(rate * VOICED_FRAME_MS / 1000)
+    n = len(pcm) // (2 * step)
+    if n == 0:
+        return 0.0
+    frames = np.frombuffer(pcm[:n * step * 2], dtype="<i2").astype(np.float64).reshape(n, step)
+    loud = np.flatnonzero(np.sqrt((frames ** 2).mean(axis=1)) >= threshold)
+    return float((loud[-1] + 1) * VOICED_FRAME_MS) if loud.size else 0.0
+
+
 def silence(ms: int, rate: int = IN_RATE) -> bytes:
     return b"\x00\x00" * int(rate * ms / 1000)
 

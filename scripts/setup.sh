@@ -21,6 +21,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${need_apt[@]}" | sort -u) >/dev/null
 fi
 
+# the report pages' browser tests (Selenium drives Debian's headless Chromium): optional, they skip without it
+if ! command -v chromedriver >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null 2>&1 \
+    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }; } \
+    || echo "setup: chromium not installed; the browser tests will skip" >&2
+fi
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

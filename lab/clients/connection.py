@@ -72,6 +72,18 @@ class _TapConnection(ClientConnection):
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self._lab_conn = _OPENING.get()
+        self._lab_setup_sent = False
+
+    async def send(self, message: Any, *, text: bool | None = None) -> None:
+        # the first frame a Live client sends is its setup: the server's setup delays count from its
+        # arrival, not from connect_start, so the record marks when it left (lab twin calibrate)
+        if not self._lab_setup_sent and self._lab_conn is not None:
+            self._lab_setup_sent = True
+            try:
+                self._lab_conn._setup_sent()
+            except Exception:
+                pass
+        await super().send(message, text=text)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -83,6 +95,10 @@ class _TapConnection(ClientConnection):
 
 
 def make_genai_client(ep: Endpoint, **ws_args: Any) -> genai.Client:
+    # the SDK's first LiveServerMessage parse builds its validator, tens of ms: done now, so the first
+    # connection's setupComplete is not recorded that much late (setup times are records the twin is
+    # calibrated from, lab.live.samples; docs/calibration.md)
+    types.LiveServerMessage.model_validate({"setupComplete": {}})
     http: dict[str, Any] = {"async_client_args": {"ssl": ssl_context(ep), "ping_interval": None,
                                                   "create_connection": _TapConnection, **ws_args}}
     if ep.base_url:
@@ -169,6 +185,10 @@ class Connection:
         self.local = transport.get_extra_info("sockname")
         self.remote = transport.get_extra_info("peername")
         self._log_open()
+
+    def _setup_sent(self) -> None:
+        self._log_open()
+        self.log.write("conn.setup_sent", src=SRC, conn=self.n)
 
     def _log_open(self) -> None:
         if self._opened_logged:
@@ -311,7 +331,8 @@ class Connection:
             outstanding = None if self._unacked_since is None else now - self._unacked_since
             verdict = det.judge(silent, tcp, outstanding, self._timing.ping_interval_s)
         tcp_fields = {} if tcp is None else {"ack_silent_ms": round(tcp.ack_silent_s * 1000),
-                                             "rto_ms": round(tcp.rto_s * 1000), "unacked": tcp.unacked}
+                                             "rto_ms": round(tcp.rto_s * 1000), "rtt_ms": round(tcp.rtt_s * 1000, 2),
+                                             "unacked": tcp.unacked}
         if verdict == SUSPECT and self._suspected is None:
             self._suspected = time.monotonic()
             self.log.write("loss.suspected", src=SRC, conn=self.n, silent_ms=round(silent * 1000, 1), **tcp_fields)

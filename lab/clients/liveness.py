@@ -50,6 +50,7 @@ class TcpView:
     ack_silent_s: float      # since the last ACK arrived
     rto_s: float             # the RTO without backoff: what one retransmission round costs now
     backoff: int             # retransmission timeouts in a row for the head segment
+    rtt_s: float = 0.0       # the smoothed RTT (tcpi_rtt): what the path itself costs a round trip
 
 
 def parse_tcp_info(raw: bytes) -> TcpView | None:
@@ -63,7 +64,8 @@ def parse_tcp_info(raw: bytes) -> TcpView | None:
     rtt_us, rttvar_us = struct.unpack_from("=II", raw, _RTT_AT)
     # tcpi_rto doubles at each backoff; the RTO the path itself earns is srtt + 4 rttvar (RFC 6298)
     base = max(TCP_RTO_MIN_S, (rtt_us + 4 * rttvar_us) / 1e6, (rto_us >> min(backoff, 16)) / 1e6)
-    return TcpView(unacked=unacked, ack_silent_s=last_ack_ms / 1000.0, rto_s=base, backoff=backoff)
+    return TcpView(unacked=unacked, ack_silent_s=last_ack_ms / 1000.0, rto_s=base, backoff=backoff,
+                   rtt_s=rtt_us / 1e6)
 
 
 def read_tcp(sock: object) -> TcpView | None:

@@ -2,7 +2,7 @@
 
 * Its own ledger of tool calls by call id, across connections (`SdkClient.ledger`).
 * Detection with its own WebSocket pings (one every 0.25 s) and the kernel's TCP as a witness
-  (lab.clients.liveness): silent and nothing acknowledged by TCP for max(1.0 s, 5 RTO) is a loss,
+  (lab.clients.liveness): silent and nothing acknowledged by TCP for max(0.8 s, 4 RTO) is a loss,
   silent for 4 s whatever TCP says too (`lost_after_s`, `lost_rtos`, `stall_after_s`). A path
   with jitter and random loss is slow, not dead: TCP acks it within a few RTOs, so it is never
   taken for a loss (`lab bench false-alarms`); `tcp_witness: false` is the silence-only rule.
@@ -14,7 +14,9 @@
   socket (on a dead path it costs nothing; if the path is back, it is what unlocks the session); and
   a new session without a handle (the hedge), so a fallback costs no extra setup time.
 * The resume window: until the first refusal or 1.5 s (`resume_window_s` overrides the 1.5 s and
-  then refusals are retried inside it). When the old connection is known closed (aborted, closed
+  then refusals are retried inside it). After a silent loss whose suspicion already started a resume
+  attempt, the window closes at the loss (`cut_off_at_loss`): the server holds such a session and
+  refuses it, so the fallback does not wait for the refusal. When the old connection is known closed (aborted, closed
   by the server, or our close was echoed), a refusal is the transient idle-drop 1011: it is retried
   `retry_refused_after_s` (1 s) later while within `closed_window_s` (3 s) of the loss.
 * Resume accepted: every result of the session still owed is sent, all of them in one
@@ -64,15 +66,16 @@ class RecoveryClient(SdkClient):
     DEFAULTS = {
         **SdkClient.DEFAULTS,
         "ping_interval_s": 0.25,
-        "lost_after_s": 1.0,
+        "lost_after_s": 0.8,
         "tcp_witness": True,            # ask TCP before calling a silent connection lost
         "suspect_after_s": 0.4,
         "stall_after_s": 4.0,           # silent this long is a loss even with TCP acking
         "suspect_rtos": 2.0,
-        "lost_rtos": 5.0,
+        "lost_rtos": 4.0,               # a segment lost twice in a row stalls 3 RTO + RTT, still under it
         "prepare_on_suspect": True,     # resume attempt and spare session at the suspicion
         "resume_window_s": None,        # None: until the first refusal, at most 1.5 s
         "default_window_s": 1.5,
+        "cut_off_at_loss": True,        # silent loss, attempt from the suspicion unanswered: fall back now
         "closed_window_s": 3.0,         # old connection known closed: retry refusals this long
         "retry_refused_after_s": 1.0,
         "hedge": True,                  # open the new session in parallel with the resume
@@ -207,6 +210,11 @@ class RecoveryClient(SdkClient):
             left = end - time.monotonic()
             if left <= 0:
                 return None
+            if first is not None and self._cut_off_now(lost, first, explicit):
+                first.cancel()
+                self.log.write("resume.skip", src=SRC, reason="silent loss: the server holds the session",
+                               why="cut-off")
+                return None
             if first is not None:
                 done, _ = await asyncio.wait({first}, timeout=left)
                 if not done:
@@ -226,6 +234,17 @@ class RecoveryClient(SdkClient):
             if time.monotonic() + retry >= end:
                 return None
             await asyncio.sleep(retry)
+
+    def _cut_off_now(self, lost: Connection, first: asyncio.Task, explicit: Any) -> bool:
+        """The resume cut-off (000, what a client must do, 5) placed at the loss itself: the path died
+        silently (the old connection is not known closed, so the server saw no close) and the attempt
+        the suspicion started is still unanswered. After a silent loss the server held the session and
+        refused every resume for as long as the study tried (000 round 3: 450 of 450), so waiting out
+        the refusal only delays the fallback by the server's refusal time. A path that is only slow
+        is not here: the loss needs TCP's own witness (lab.clients.liveness). An explicit
+        `resume_window_s` keeps the old window."""
+        return (bool(self.p["cut_off_at_loss"]) and explicit is None and not first.done()
+                and not lost.closed)
 
     async def _drop_spare(self, hedge: asyncio.Task) -> None:
         try:

@@ -166,16 +166,19 @@ class SdkClient(Client):
         await self._before_say()
         c = self.current
         mode = "speech" if self.ctx.speech else "text"
-        self.log.write("user.say", src=SRC, conn=c.n if c else None, text=text, line=line, mode=mode)
+        voice = speech.synth(text) if self.ctx.speech and c is not None else None
+        # voiced_ms: where the speech ends before its quiet tail (the server's ACTIVITY_END counts from it)
+        self.log.write("user.say", src=SRC, conn=c.n if c else None, text=text, line=line, mode=mode,
+                       **({"voiced_ms": speech.voiced_ms(voice)} if voice else {}))
         self.transcript.append(("user", text))
         if c is None:
             return
-        if not self.ctx.speech:
+        if voice is None:
             ok = await c.send(lambda s: s.send_realtime_input(text=text))
             if not ok:
                 self.log.write("user.say.failed", src=SRC, conn=c.n, line=line)
             return
-        pcm = speech.synth(text) + speech.silence(int(self.p["speech_tail_ms"]))
+        pcm = voice + speech.silence(int(self.p["speech_tail_ms"]))
         await self._speak(pcm, c, line)
 
     async def _speak(self, pcm: bytes, c: Connection, line: int, follow: bool = True) -> bool:

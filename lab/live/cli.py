@@ -3,7 +3,8 @@
 - scan: exits 1 if the API key (from the environment or .env, in any form the scanner knows), a raw
   resumption handle, a TLS key log or embedded TLS secrets is found anywhere under DIR;
   `--allow-tls-secrets` accepts only the secrets a twin run embeds in its own capture.
-- drift: compares the runs under DIR with a twin profile, writes DIR/drift.md, exits 1 on a change.
+- drift: compares the runs under DIR... with a twin profile, writes drift.md into the first DIR, exits 1
+  on a change.
 """
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="accept the TLS secrets a twin run embeds in its own capture (throw-away CA, nothing real)")
     p.set_defaults(func=cmd_scan)
 
-    p = sub.add_parser("drift", help="compare live runs under DIR with the twin profile; writes drift.md")
-    p.add_argument("dir", type=Path)
+    p = sub.add_parser("drift", help="compare live runs under DIR... with the twin profile; writes drift.md "
+                                     "(into the first DIR)")
+    p.add_argument("dir", type=Path, nargs="+")
     p.add_argument("--profile", default="developer-api", help="profile name (lab/twin/profiles) or a YAML path")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="overrides",
                    help="a twin parameter as the twin was run with it (repeatable; as `lab twin serve --set`)")

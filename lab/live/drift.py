@@ -10,12 +10,22 @@ catalogue scenarios whose runs observe it; a folder without such runs shows "not
 | --- | --- | --- | --- |
 | resume refused while the old connection is held | (rule) | resumes after a path-cutting loss, before the old connection's close | b1, b2, r2 |
 | refusal code | `refuse_code` | close codes of refused resumes | r1, b1, b2, r2, s2 |
-| refusal delay | `refuse_close_s` | each refused resume's attempt -> close | r1, b1, b2, r2, s2 |
-| resumed session setup | `resume_setup_s` | each resumed connection's open -> setupComplete | r1, b2, r2 |
-| new session setup | `new_setup_s` | each initial or fallback connection's open -> setupComplete | every scenario |
+| refusal delay | `refuse_close_s` | each refused resume's setup frame -> close | r1, b1, b2, r2, s2 |
+| resumed session setup | `resume_setup_s` | each resumed connection's setup frame -> setupComplete | r1, b2, r2 |
+| new session setup | `new_setup_s` | each initial or fallback connection's setup frame -> setupComplete | every scenario |
 | goAway | `goaway_after_s` | goAway frames in frames.jsonl | every scenario |
 | pending call after resume | (rule) | the pre-loss call's result sent on the resumed session | r1, b2, r2 |
 | handle updates per connection | `handle_updates` | handle.update records per connection | every scenario |
+
+After those rows come two more kinds:
+
+- one row per timed parameter (lab.live.samples.MEASURES, the figures `lab twin calibrate` fits):
+  the records' median with its bootstrap error against the profile's, and the one-sample KS distance
+  D of the records from the profile's distribution; changed when D exceeds its 1 % critical value
+  at that n (lab.live.fit), so a handful of records flags only a large move;
+- what the runs did that the twin never does with this profile: a frame kind its wire never builds
+  (toolCallCancellation, say), a server close code no parameter of the profile holds, a close reason
+  none gives, a setup the server never answered. Each is changed when seen at all.
 
 The loss is the agent's `loss` event and nothing else: its `ms`, and its `cuts_path` (the server
 cannot see the connection end; a record without that field does not count for the lockout row).
@@ -33,11 +43,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from lab.errors import LabError
-from lab.events import Event, read_events
-from lab.record.frames import read_frames
+from lab.events import Event
+from lab.live.calibrate import Calibration, calibrate
+from lab.live.fit import LEVEL
+from lab.live.samples import Record, Sample, new_setups, read_record, refusals, resumed_setups
+from lab.record.frames import kind_of
 from lab.report.metrics import compute
 from lab.report.summary import fmt_range, runs_under
 from lab.report.verdict import load_meta
+from lab.twin import wire
+from lab.twin.params import CLOSE_CODE, DECLARED
 from lab.twin.profile import Profile, bounds, load_profile
 
 UNCHANGED, CHANGED, NOT_OBSERVED = "unchanged", "changed", "not observed"
@@ -63,6 +78,7 @@ class RunObs:
     events: list[Event]
     metrics: dict[str, Any]      # lab.report.metrics.compute: resume attempts and connections
     goaways: int | None          # goAway frames in frames.jsonl; None when the run recorded no frames
+    record: Record | None = None  # the folder as lab.live.samples reads it (the timed rows and the unmodelled)
 
     @property
     def loss(self) -> Event | None:
@@ -70,14 +86,10 @@ class RunObs:
 
 
 def read_run(run_dir: Path) -> RunObs:
+    rec = read_record(run_dir)
     meta, _ = load_meta(run_dir)
-    scn = meta.get("scenario")
-    name = scn.get("name") if isinstance(scn, dict) else scn
-    p = run_dir / "events.jsonl"
-    events = sorted(read_events(p), key=lambda e: e.ms) if p.is_file() else []
-    fp = run_dir / "frames.jsonl"
-    goaways = sum(1 for f in read_frames(fp) if f.get("kind") == "goAway") if fp.is_file() else None
-    return RunObs(str(name or run_dir.name), events, compute(events, meta), goaways)
+    goaways = None if rec.frames is None else sum(1 for f in rec.frames if f.get("kind") == "goAway")
+    return RunObs(rec.scenario, rec.events, compute(rec.events, meta), goaways, rec)
 
 
 # ---- what each row reads -------------------------------------------------------------------------
@@ -85,9 +97,10 @@ def _attempts(runs: list[RunObs], outcome: str) -> list[dict[str, Any]]:
     return [a for r in runs for a in r.metrics.get("resume_attempts", []) if a.get("outcome") == outcome]
 
 
-def _setup_times(runs: list[RunObs], purposes: tuple[str, ...]) -> list[float]:
-    return [c["setup_took_ms"] for r in runs for c in r.metrics.get("connections", [])
-            if c.get("purpose") in purposes and c.get("setup_took_ms") is not None]
+def _timed(runs: list[RunObs], take: Callable[[Record, str], list[Sample]]) -> list[float]:
+    """One lab.live.samples measure over the runs, in ms: the setup figures start at the setup
+    frame, as the twin's delays do (the client's own latencies start at connect_start)."""
+    return [smp.value for r in runs if r.record is not None for smp in take(r.record, "ms")]
 
 
 def _lost_conn(r: RunObs, loss: Event) -> Any:
@@ -201,16 +214,15 @@ def _refusal_code(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Be
 
 
 def _refusal_delay(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
-    return _in_range(row, prof, [a["latency_ms"] for a in _attempts(runs, "refused")
-                                 if a.get("latency_ms") is not None], tol)
+    return _in_range(row, prof, _timed(runs, refusals), tol)
 
 
 def _resumed_setup(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
-    return _in_range(row, prof, _setup_times(runs, ("resume",)), tol)
+    return _in_range(row, prof, _timed(runs, resumed_setups), tol)
 
 
 def _new_setup(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
-    return _in_range(row, prof, _setup_times(runs, ("initial", "new")), tol)
+    return _in_range(row, prof, _timed(runs, new_setups), tol)
 
 
 def _goaway(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
@@ -283,13 +295,95 @@ ROWS: tuple[Row, ...] = (
 )
 
 
+# ---- the timed parameters' distributions (the same figures as lab twin calibrate) -------------------
+def _ms_of(c: Calibration, v: float) -> float:
+    return v * 1000.0 if c.measure.unit == "s" else v
+
+
+def timed(prof: Profile, runs: list[RunObs]) -> list[Behaviour]:
+    """One row per timed parameter: the records' median against the profile's, and the KS distance
+    D of the records from the profile's distribution with its critical value at n (lab.live.fit.LEVEL)."""
+    records = [r.record for r in runs if r.record is not None]
+    out = []
+    for c in calibrate(records, prof):
+        name = f"{c.measure.what} (distribution)"
+        src = f"{c.measure.clock}; profile: {prof.source(c.parameter)}"
+        if c.fit is None:
+            out.append(Behaviour(name, c.parameter, "-", f"- (observed by {', '.join(c.measure.observed_by)})",
+                                 NOT_OBSERVED, src))
+            continue
+        f = c.fit
+        i = min(range(len(f.probabilities)), key=lambda k: abs(f.probabilities[k] - 0.5))
+        exp = f"p50 {_ms_of(c, f.profile[i]):.0f} ms"
+        obs = f"p50 {_ms_of(c, f.fitted[i]):.0f} \u00b1 {_ms_of(c, f.stderr[i]):.0f} ms (n={c.n}); "
+        obs += (f"|p50 - value| {_ms_of(c, f.median_gap):.0f} ms vs {_ms_of(c, f.median_allowed):.0f} allowed"
+                if f.point else f"KS D {f.ks:.2f} vs {f.ks_crit:.2f} at {LEVEL:.0%}")
+        out.append(Behaviour(name, c.parameter, exp, obs, CHANGED if f.changed else UNCHANGED, src,
+                             {"n": c.n, "ks": f.ks, "ks_crit": f.ks_crit, "p50_ms": _ms_of(c, f.fitted[i])}))
+    return out
+
+
+# ---- what the live runs did that the twin never does -------------------------------------------------
+# the kinds the twin's wire builds (lab.twin.wire): a frame of any other kind is one it never sends
+TWIN_FRAME_KINDS = frozenset(kind_of(f) for f in (
+    wire.setup_complete(), wire.resumption_update("h"), wire.go_away("1s"), wire.tool_calls([]),
+    wire.turn_complete(), wire.voice_activity("ACTIVITY_START"), wire.usage_metadata({}, {})))
+UNANSWERED = "TimeoutError"     # a resume.result reason: the setup got neither setupComplete nor a close
+
+
+def _twin_close_codes(prof: Profile) -> set[int]:
+    """Every close code the profile lets the twin send (each parameter shaped as a close code)."""
+    return {int(prof[n]) for n, spec in DECLARED.items() if spec is CLOSE_CODE and prof[n] is not None}
+
+
+def _twin_reasons(prof: Profile) -> list[str]:
+    """The close reasons the profile's twin sends: a templated one ({model}) by its fixed start."""
+    return [str(prof[n]).split("{")[0] for n in DECLARED if n.endswith("_reason") and prof[n]]
+
+
+def unmodelled(prof: Profile, runs: list[RunObs]) -> list[Behaviour]:
+    """Rows for what the runs showed that the twin, with this profile, never does: a frame kind it never
+    sends, a server close code or reason it never uses, a setup the server never answered."""
+    kinds: dict[str, int] = {}
+    codes: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    hung = 0
+    known_codes, known_reasons = _twin_close_codes(prof), _twin_reasons(prof)
+    for r in runs:
+        for f in (r.record.frames if r.record is not None and r.record.frames is not None else []):
+            if f.get("kind") != "close" and f.get("kind") not in TWIN_FRAME_KINDS:
+                kinds[str(f.get("kind"))] = kinds.get(str(f.get("kind")), 0) + 1
+        for e in r.events:
+            if e.kind == "conn.closed" and e.get("by") == "server" and e.get("code") not in (None, 1006):
+                code, reason = int(e["code"]), str(e.get("reason") or "")
+                if code not in known_codes:
+                    codes[str(code)] = codes.get(str(code), 0) + 1
+                elif reason and not any(reason.startswith(k) or k.startswith(reason) for k in known_reasons if k):
+                    reasons[f"{code} {reason!r}"] = reasons.get(f"{code} {reason!r}", 0) + 1
+            elif e.kind == "resume.result" and not e.get("ok") and str(e.get("reason") or "").startswith(UNANSWERED):
+                hung += 1
+    out = []
+    src = "(not modelled) the twin never does this with this profile"
+
+    def row(name: str, seen: dict[str, int], never: str) -> None:
+        obs = ", ".join(f"{k} \u00d7{n}" for k, n in sorted(seen.items()))
+        out.append(Behaviour(name, "(not modelled)", never, obs or "none", CHANGED if seen else UNCHANGED, src,
+                             {"seen": seen}))
+    row("frame kinds the twin never sends", kinds, "none (twin: " + ", ".join(sorted(TWIN_FRAME_KINDS)) + ")")
+    row("server close codes the twin never sends", codes, "none (twin: " + ", ".join(map(str, sorted(known_codes))) + ")")
+    row("server close reasons the twin never gives", reasons, "none")
+    row("setups never answered (neither setupComplete nor a close)", {"attempts": hung} if hung else {}, "none")
+    return out
+
+
 def compare(runs: Iterable[RunObs], prof: Profile, tolerance: float = 0.25) -> list[Behaviour]:
-    """Each row's behaviour: the runs against the profile."""
+    """Each row's behaviour: the runs against the profile; then the timed parameters' distances and
+    what the runs did that the twin never does."""
     runs = list(runs)
     for row in ROWS:
         if row.parameter and row.parameter not in prof.params:
             raise LabError(f"twin profile {prof.name!r} has no parameter {row.parameter!r} (drift row {row.name!r})")
-    return [row.compare(prof, runs, tolerance, row) for row in ROWS]
+    return [row.compare(prof, runs, tolerance, row) for row in ROWS] + timed(prof, runs) + unmodelled(prof, runs)
 
 
 def render(behaviours: list[Behaviour], title: str, profile_name: str, runs: int) -> str:
@@ -309,13 +403,14 @@ def render(behaviours: list[Behaviour], title: str, profile_name: str, runs: int
     return "\n".join(lines)
 
 
-def drift_dir(d: Path | str, profile: str = "developer-api", tolerance: float = 0.25,
+def drift_dir(d: Path | str | Iterable[Path | str], profile: str = "developer-api", tolerance: float = 0.25,
               overrides: Iterable[str] | None = None) -> tuple[Path, list[Behaviour]]:
-    """Compare every run under `d` with the profile (and its overrides); writes d/drift.md."""
-    d = Path(d)
-    runs = [read_run(r) for r in runs_under(d)]
+    """Compare every run under `d` (a folder or several) with the profile (and its overrides);
+    writes drift.md into the first folder."""
+    dirs = [Path(d)] if isinstance(d, (str, Path)) else [Path(x) for x in d]
+    runs = [read_run(r) for x in dirs for r in runs_under(x)]
     prof = load_profile(profile, list(overrides or []))
     behaviours = compare(runs, prof, tolerance)
-    out = d / "drift.md"
-    out.write_text(render(behaviours, d.name, prof.name, len(runs)))
+    out = dirs[0] / "drift.md"
+    out.write_text(render(behaviours, ", ".join(x.name for x in dirs), prof.name, len(runs)))
     return out, behaviours

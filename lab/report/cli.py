@@ -20,12 +20,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "several: shards merged into --out")
     p.add_argument("--out", type=Path, default=None, help="with several folders: where the merged summary goes")
     p.add_argument("--no-timeline", action="store_true", help="skip timeline.png (faster on long soaks)")
+    p.add_argument("--junit-xml", type=Path, default=None, metavar="FILE",
+                   help="also write every run's verdict and rules as JUnit XML (for a CI)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     # lazy: `lab` loads every room's parser; the report's modules (matplotlib) load only for `lab report`
-    from lab.report import matrix, shards, stop
+    from lab.report import advice, junit, matrix, shards, stop
     from lab.report.summary import summarize
     from lab.report.verdict import build_run, verdict_passed
 
@@ -42,10 +44,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:<36} {str(v.get('scenario') or '?')[:26]:<26} {'yes' if verdict_passed(v) else 'NO':<5} "
               f"{m['attempts']:>4}/{m['refused']:<3} {m['told']:<12} {str(m['truth_at_answer'] or m['truth_final']):<12} "
               f"{m['bookings']:>4}")
+        for what, text in advice.failures(v):
+            print(f"    {what}: {text}")
     if len(roots) > 1:
         print(f"summary: {shards.merge_summary(roots, args.out)}")
         if any(matrix.is_matrix_batch(r) for r in roots):
             print(f"matrix: {matrix.write(roots, args.out)[0]}")
+        if args.junit_xml:
+            print(f"junit: {junit.write(args.out, args.junit_xml, runs=runs)}")
         return 0
     out = summarize(d)
     print(f"summary: {out}")
@@ -54,4 +60,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"stop table: {stop_table}")
     if matrix.is_matrix_batch(d):
         print(f"matrix: {matrix.write([d], d)[0]}")
+    if args.junit_xml:
+        print(f"junit: {junit.write(d, args.junit_xml)}")
     return 0

@@ -1,6 +1,7 @@
 """The conformance matrix: scenarios x clients, each cell the rules' outcomes over its runs.
 
-    write(roots, out_dir)   -> (matrix.md, matrix.json) in out_dir, from the run folders under roots
+    write(roots, out_dir)   -> (matrix.md, matrix.json) in out_dir, from the run folders under roots,
+                               and matrix.html beside them (lab/report/batch_page.py)
 
 A pure function of result folders, like summary.md: `lab matrix` writes it after its runs, `lab
 matrix --report DIR...` and `lab report` on a matrix batch rebuild it, and several roots (shards
@@ -19,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lab.report import advice as advice_mod
 from lab.report import rules as rules_mod
 from lab.report.shards import labelled_runs, shard_labels
 from lab.report.summary import load_verdict
@@ -52,7 +54,8 @@ def read_versions(roots: list[Path]) -> dict[str, dict[str, str]]:
     return out
 
 
-def _aggregate(outcomes: list[rules_mod.Outcome]) -> dict[str, Any]:
+def aggregate(outcomes: list[rules_mod.Outcome]) -> dict[str, Any]:
+    """A rule over a cell's runs: FAIL if any run failed it, else pass if any passed, else n/a."""
     counts = {s: sum(1 for o in outcomes if o.status == s) for s in (rules_mod.PASS, rules_mod.FAIL, rules_mod.NA)}
     status = (rules_mod.FAIL if counts[rules_mod.FAIL] else rules_mod.PASS if counts[rules_mod.PASS] else rules_mod.NA)
     return {"status": status, "pass": counts[rules_mod.PASS], "fail": counts[rules_mod.FAIL], "na": counts[rules_mod.NA],
@@ -68,13 +71,13 @@ def build(roots: list[Path], out_dir: Path) -> dict[str, Any]:
         cells[(str(v.get("scenario") or "?"), str(v.get("client") or "-"))].append({
             "run": run_id, "dir": os.path.relpath(run, out_dir), "verdict_pass": verdict_passed(v),
             "failed": v.get("failed") or [], "notes": v.get("notes") or [],
-            "rules": {n: o.to_json() for n, o in outcomes.items()}, "_outcomes": outcomes})
+            "rules": {n: _with_advice(n, o, v["metrics"]) for n, o in outcomes.items()}, "_outcomes": outcomes})
     out_cells = []
     for (scenario, client), runs in sorted(cells.items()):
         out_cells.append({
             "scenario": scenario, "client": client, "runs": len(runs),
             "verdict": {"pass": sum(1 for r in runs if r["verdict_pass"]), "runs": len(runs)},
-            "rules": {n: _aggregate([r["_outcomes"][n] for r in runs]) for n in rules_mod.RULES},
+            "rules": {n: aggregate([r["_outcomes"][n] for r in runs]) for n in rules_mod.RULES},
             "per_run": [{k: val for k, val in r.items() if k != "_outcomes"} for r in runs],
         })
     return {
@@ -87,6 +90,20 @@ def build(roots: list[Path], out_dir: Path) -> dict[str, Any]:
         "clients": sorted({c["client"] for c in out_cells}),
         "cells": out_cells,
     }
+
+
+def _with_advice(name: str, outcome: rules_mod.Outcome, metrics: dict[str, Any]) -> dict[str, Any]:
+    row = outcome.to_json()
+    a = advice_mod.for_rule(name, outcome, metrics)
+    if a is not None:
+        row["advice"] = a.text()
+    return row
+
+
+def advice_of(cell: dict[str, Any], rule: str) -> list[str]:
+    """What to change for a rule in a cell: each distinct advice of its failed runs."""
+    return list(dict.fromkeys(r["rules"][rule]["advice"] for r in cell["per_run"]
+                              if r["rules"].get(rule, {}).get("advice")))
 
 
 def _cell(s: Any) -> str:
@@ -132,6 +149,7 @@ def render(matrix: dict[str, Any]) -> str:
             agg = c["rules"][r["name"]]
             seen = "; ".join(dict.fromkeys(agg["observed"]))
             lines.append(f"- R{i} {r['name']}: {_mark(agg, c['runs'])}: {_cell(seen)}")
+            lines += [f"  - {_cell(a)}" for a in advice_of(c, r["name"])]
         lines.append("")
     return "\n".join(lines)
 
@@ -149,6 +167,9 @@ def write(roots: list[Path], out_dir: Path) -> tuple[Path, Path]:
     md, js = (out_dir / n for n in MATRIX_FILES)
     js.write_text(json.dumps(m, indent=2, default=str) + "\n")
     md.write_text(render(m))
+    # here, not at the top: the page builds on this module's cells (aggregate)
+    from lab.report import batch_page
+    batch_page.write_matrix(m, out_dir)
     return md, js
 
 

@@ -2,7 +2,7 @@
 
 `summarize(batch_dir)` finds every run folder under `batch_dir` (a folder holding events.jsonl or
 run.json; nested batches such as a soak's rounds are walked), reads each run's verdict.json (or
-builds it when missing or older than the record), and writes `batch_dir/summary.md`:
+builds it when missing or older than the record), and writes `batch_dir/summary.md` (and report.html, the same batch in the browser: lab/report/batch_page.py):
 
 1. per scenario and client: runs, passed, resume attempts / refused (codes), detection latency,
    loss -> resumed/new setupComplete, loss -> first audio (min-max, p50), bookings per run, and
@@ -10,8 +10,9 @@ builds it when missing or older than the record), and writes `batch_dir/summary.
 2. recovery figures: the fallback's breakdown (detection, resume window, new session setup, first
    audio after the restore) and the resume figures (first accepted resume after the loss, resume
    after the close);
-3. the failed expectations, run by run;
-4. every run in one line.
+3. the failed expectations, run by run, each with what to change (lab.report.advice);
+4. the conformance rules each run failed (lab/report/rules.py), with what to change;
+5. every run in one line.
 
 Every figure whose value, against the twin, is one of the twin's own parameters echoed back carries
 a mark (TWIN_MARK) and the legend under the title says so (origins: lab.metric_names).
@@ -36,9 +37,12 @@ from lab.report.verdict import VERDICT_FORMAT, build_run, is_run_dir, verdict_pa
 TWIN_MARK = "\u2020"
 
 
-def _h(label: str, *metrics: str) -> str:
+def label(text: str, *metrics: str) -> str:
     """A column label, marked when any figure it shows is a twin input."""
-    return label + (TWIN_MARK if any(metric_names.origin(m) == metric_names.TWIN_INPUT for m in metrics) else "")
+    return text + (TWIN_MARK if any(metric_names.origin(m) == metric_names.TWIN_INPUT for m in metrics) else "")
+
+
+_h = label   # the short name the tables below use
 
 
 def legend() -> str:
@@ -246,7 +250,11 @@ def render_summary(verdicts: list[dict[str, Any]], title: str) -> str:
                for r in v["expectations"] if r["held"] is False]
         why += v.get("notes", []) if not why else []
         lines.append(f"- {v['run_id']} ({v.get('scenario')}): " + "; ".join(_cell(w) for w in why))
+        for text in [r["advice"] for r in v["expectations"] if r.get("advice")] + ([v["advice"]] if v.get("advice") else []):
+            lines.append(f"  - {_cell(text)}")
     lines.append("")
+
+    lines += _rule_failures(verdicts)
 
     unchecked = sorted({r["name"] for v in verdicts for r in v["expectations"] if r["held"] is None})
     if unchecked:
@@ -261,6 +269,17 @@ def render_summary(verdicts: list[dict[str, Any]], title: str) -> str:
                      f"{m['truth_at_answer'] or m['truth_final']} | {m['bookings']} |")
     lines.append("")
     return "\n".join(lines)
+
+
+def _rule_failures(verdicts: list[dict[str, Any]]) -> list[str]:
+    """The conformance rules each run failed, with what to change (lab.report.advice)."""
+    failed = [(v, name, r) for v in verdicts for name, r in (v.get("rules") or {}).items() if r.get("status") == "fail"]
+    lines = ["## Conformance rules failed", ""]
+    if not failed:
+        return lines + ["None." if any(v.get("rules") for v in verdicts) else "Not judged (verdicts without rules).", ""]
+    for v, name, r in failed:
+        lines.append(f"- {_cell(v['run_id'])}, `{name}`: {_cell(r.get('advice') or r.get('observed'))}")
+    return lines + [""]
 
 
 def _metrics_by_scenario_client(verdicts: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -281,5 +300,11 @@ def summarize(batch_dir: Path | str, rebuild: bool = False, timeline: bool = Fal
         v["run_id"] = str(r.relative_to(batch_dir)) if r != batch_dir else r.name
         verdicts.append(v)
     out = batch_dir / "summary.md"
-    out.write_text(render_summary(verdicts, f"livelab summary: {batch_dir.name}"))
+    title = f"livelab summary: {batch_dir.name}"
+    out.write_text(render_summary(verdicts, title))
+    if runs != [batch_dir]:     # a run folder alone keeps its own report.html (lab/report/run_page.py)
+        # here, not at the top: the batch page builds on the matrix's cells, and lab.report.matrix
+        # reads the verdicts through this module
+        from lab.report import batch_page
+        batch_page.write_batch(batch_dir, [(v["run_id"], r, v) for r, v in zip(runs, verdicts)], title)
     return out

@@ -1,8 +1,9 @@
 """One run's verdict: its metrics and each expectation of its scenario, held or failed.
 
 `build_run(run_dir)` reads `events.jsonl` (and `twin.jsonl`, `run.json` when present), computes
-the metrics (`lab.report.metrics`), evaluates the scenario's `expect` dict from run.json, writes
-`verdict.json` and `timeline.png` next to them and returns the verdict. It is a pure function of
+the metrics (`lab.report.metrics`), evaluates the scenario's `expect` dict from run.json, judges the
+conformance rules (`lab.report.rules`, each FAIL with its advice: `lab.report.advice`), writes
+`verdict.json`, `timeline.png` and `report.html` (lab/report/run_page.py) next to them and returns the verdict. It is a pure function of
 the folder: running it again on old results gives the same verdict.
 
 The expectations and their checkers are defined in `lab.expectations` (the scenario loader refuses
@@ -25,10 +26,12 @@ from lab import expectations
 from lab.conversation.semantics import JSON_FILE
 from lab.errors import LabError
 from lab.events import Event, read_events
+from lab.report import advice as advice_mod
 from lab.report import metrics as metrics_mod
+from lab.report import rules as rules_mod
 
 RUN_FILES = ("events.jsonl", "run.json")
-VERDICT_FORMAT = 2      # 2: one `pass` field, "no checks" fails, rows carry origin (issue 8)
+VERDICT_FORMAT = 3      # 2: one `pass` field, "no checks" fails, rows carry origin; 3: rules and advice
 META_FIELDS = ("scenario", "client", "topology", "endpoint", "duration", "n", "index", "started", "model")
 
 
@@ -103,8 +106,12 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
         notes.append("no expectations in run.json")
     if not checked:
         notes.append("no checks")
+    for r in rows:
+        a = advice_mod.for_expectation(r, m)
+        if a is not None:
+            r["advice"] = a.text()
     ok_run = bool(events) and m["complete"] and str(m["status"]).lower() not in ("error", "failed", "aborted", "interrupted")
-    return {
+    v = {
         "run_id": run_id,
         "format": VERDICT_FORMAT,
         **info,
@@ -112,12 +119,36 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
         "expectations": rows,
         "failed": [r["name"] for r in checked if not r["held"]],
         "notes": notes,
+        "rules": rule_rows(events, twin, meta, m, notes),
         "metrics": m,
     }
+    run_advice = advice_mod.for_run(v)
+    if run_advice is not None:
+        v["advice"] = run_advice.text()
+    return v
+
+
+def rule_rows(events: list[Event], twin: list[Event] | None, meta: dict[str, Any], m: dict[str, Any],
+              notes: list[str]) -> dict[str, dict[str, Any]]:
+    """Every conformance rule's outcome for the run, a FAIL with its advice (the rules do not decide
+    the verdict's pass: they are the client's conformance, the expectations the scenario's claim)."""
+    try:
+        outcomes = rules_mod.judge_all(rules_mod.Record(events, twin, meta, m))
+    except Exception as e:  # a rule that cannot read an odd record must not cost the verdict
+        notes.append(f"rules not judged: {e.__class__.__name__}: {e}")
+        return {}
+    out = {}
+    for name, o in outcomes.items():
+        row = o.to_json()
+        a = advice_mod.for_rule(name, o, m)
+        if a is not None:
+            row["advice"] = a.text()
+        out[name] = row
+    return out
 
 
 def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) -> dict[str, Any]:
-    """Verdict of one run folder; writes verdict.json and (by default) timeline.png."""
+    """Verdict of one run folder; writes verdict.json and (by default) timeline.png and report.html."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise LabError(f"no such run folder: {run_dir}")
@@ -134,6 +165,14 @@ def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) ->
             v["timeline"] = "timeline.png"
         except Exception as e:  # a picture must never cost the verdict
             v["notes"].append(f"timeline not drawn: {e.__class__.__name__}: {e}")
+    if timeline and write:
+        try:
+            # lazy, as the timeline: plotly loads only when a page is written
+            from lab.report import run_page
+            run_page.write(run_dir, v, events, twin)
+            v["report"] = run_page.PAGE
+        except Exception as e:  # a page must never cost the verdict either
+            v["notes"].append(f"report.html not written: {e.__class__.__name__}: {e}")
     if write:
         tmp = run_dir / "verdict.json.tmp"
         tmp.write_text(json.dumps(v, indent=2, default=str) + "\n")

@@ -1,6 +1,7 @@
 """`lab twin serve`: run the endpoint twin standalone until SIGINT/SIGTERM.
 
     lab twin serve --port 8765 --profile developer-api --set idle_release_s=1.5 --log twin.jsonl
+    lab twin calibrate captures/nightly-*/    # the timed parameters fitted from live runs (an overlay)
 
 Prints the base URL and the CA path (the PEM a client must trust) and serves until stopped.
 """
@@ -43,7 +44,31 @@ def add_parser(sub) -> None:
     r.add_argument("--cert-dir", default=None)
     r.add_argument("--san", action="append", default=[])
     r.set_defaults(func=_replay)
+    c = tsub.add_parser("calibrate", help="fit the profile's timed parameters from live run folders; "
+                                          "writes a profile overlay")
+    c.add_argument("dirs", nargs="+", help="live run folders or batches (events.jsonl + frames.jsonl)")
+    c.add_argument("--profile", default="developer-api", help="the profile to compare with and extend")
+    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                   help="a parameter of the profile as compared (repeatable; as `serve --set`)")
+    c.add_argument("--out", default=None, help="the overlay's path (default DIR/twin-calibrated.yaml, first DIR)")
+    c.add_argument("--min-records", type=int, default=5,
+                   help="fewest records for a parameter to be set in the overlay (default 5)")
+    c.set_defaults(func=_calibrate)
     p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
+
+
+def _calibrate(args) -> int:
+    # here, like the twin's own: the parsers load without the statistics; lab.live reads the twin's
+    # profiles, the twin's rooms never read lab.live
+    from lab.live.calibrate import calibrate_dirs
+
+    if args.min_records < 1:
+        raise LabError("--min-records must be at least 1")
+    out, _, lines = calibrate_dirs(args.dirs, args.profile, args.overrides, args.out, args.min_records)
+    for line in lines:
+        print(line)
+    print(f"overlay: {out}")
+    return 0
 
 
 def _replay(args) -> int:

@@ -1,7 +1,7 @@
 """The lab image's requirements cover what `python -m lab` imports when it starts.
 
 docker/requirements.txt is the image's list and pyproject.toml the host's; they differ on purpose
-(matplotlib and docker run on the host only). A module the CLI imports at start-up that the image
+(matplotlib, plotly and docker run on the host only). A module the CLI imports at start-up that the image
 lacks breaks every service in the Compose and pod topologies ("the twin did not start"), and only an
 end-to-end run would show it. This reads the modules the CLI actually loads and asks which
 distribution each comes from.
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-HOST_ONLY = {"matplotlib", "docker"}   # the image leaves these out (see docker/requirements.txt)
+HOST_ONLY = {"matplotlib", "plotly", "docker"}   # the image leaves these out (see docker/requirements.txt)
 
 _LOADED = r"""
 import importlib.metadata as md, json, sys

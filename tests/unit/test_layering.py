@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("lab", "netem")
 # The orchestration, top down. A module may import those below it in this list, never above.
 # lab.deploy's shard and fan-in are entry points of their own (`python -m lab.deploy.shard`), above the CLI.
-ORCHESTRATION = ["lab.__main__", "lab.deploy", "lab.cli", "lab.matrix", "lab.bench", "lab.soak", "lab.run", "lab.agent"]
+# The pytest plugin (lab.pytest_plugin) drives lab.run from a user's tests: above the orchestrator, like the CLI.
+ORCHESTRATION = ["lab.__main__", "lab.pytest_plugin", "lab.deploy", "lab.cli", "lab.matrix", "lab.bench", "lab.soak", "lab.run", "lab.agent"]
 
 
 def _modules() -> dict[str, Path]:

@@ -50,7 +50,7 @@ def test_parse_tcp_info_takes_the_rto_without_backoff():
     struct.pack_into("=I", raw, 56, 1234)                   # last ack, ms ago
     struct.pack_into("=II", raw, 68, 50, 10)                # rtt, rttvar (us)
     v = parse_tcp_info(bytes(raw))
-    assert v == TcpView(unacked=3, ack_silent_s=1.234, rto_s=0.2, backoff=2)
+    assert v == TcpView(unacked=3, ack_silent_s=1.234, rto_s=0.2, backoff=2, rtt_s=50e-6)
     assert parse_tcp_info(b"\0" * 20) is None
 
 

@@ -17,7 +17,7 @@ from lab.errors import LabError
 from lab.events import EventLog, redact_handle
 from lab.report import metrics as metrics_mod
 from lab.report.summary import find_runs, summarize
-from lab.report.verdict import build_run
+from lab.report.verdict import VERDICT_FORMAT, build_run
 
 T0 = 1_780_000_000.0
 BOOK = "Book me the 3pm slot tomorrow, please."
@@ -400,7 +400,7 @@ def test_a_folder_written_before_issue_8_is_rebuilt(tmp_path, clock):
                                                 "passed": False, "expectations": [], "notes": [], "metrics": {}}))
     out = summarize(tmp_path)        # the stale verdict is newer than the record, but of the old format
     v = json.loads((d / "verdict.json").read_text())
-    assert v["format"] == 2 and v["pass"] is True and "passed" not in v and v["scenario"] == "r2-freeze"
+    assert v["format"] == VERDICT_FORMAT and v["pass"] is True and "passed" not in v and v["scenario"] == "r2-freeze"
     assert v["metrics"]["loss_kind"] == "action:freeze" and v["metrics"]["loss_cuts_path"] is None
     assert v["metrics"]["detection_ms"] == 1800
     assert "| r2-old | r2-freeze | probe | pass |" in out.read_text()

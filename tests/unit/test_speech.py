@@ -54,3 +54,15 @@ def test_synth_without_espeak_is_a_capability_error(monkeypatch):
     monkeypatch.setattr(speech.shutil, "which", lambda name: None)
     with pytest.raises(CapabilityError):
         speech.synth("a line never synthesised before")
+
+
+def test_voiced_ms_ends_at_the_last_loud_frame_not_at_the_quiet_tail():
+    import math
+    import struct
+
+    def tone(ms, amplitude):
+        n = 16 * ms
+        return struct.pack(f"<{n}h", *(int(amplitude * math.sin(2 * math.pi * 220 * i / 16000)) for i in range(n)))
+    pcm = tone(1000, 6000) + tone(300, 200) + speech.silence(500)     # speech, a fade below any VAD, silence
+    assert speech.voiced_ms(pcm) == 1000.0
+    assert speech.voiced_ms(speech.silence(400)) == 0.0 and speech.voiced_ms(b"") == 0.0

@@ -1,0 +1,103 @@
+"""The JUnit XML of a batch, a matrix and a soak's nested rounds, validated against the format's schema
+(tests/fixtures/junit.xsd, with xmlschema), from runs recorded in network namespaces."""
+from __future__ import annotations
+
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import xmlschema
+
+from lab import cli
+from lab.report import junit
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SCHEMA = xmlschema.XMLSchema(FIXTURES / "junit.xsd")
+
+
+@pytest.fixture
+def batch(tmp_path) -> Path:
+    out = tmp_path / "batch"
+    shutil.copytree(FIXTURES / "report-matrix", out)
+    return out
+
+
+def _case(root: ET.Element, suite: str, name: str) -> ET.Element:
+    s = next(x for x in root if x.get("name") == suite)
+    return next(c for c in s.findall("testcase") if c.get("name") == name)
+
+
+def test_a_failed_rule_is_a_failure_with_its_advice_and_n_a_is_skipped_with_the_reason(batch, tmp_path):
+    out = tmp_path / "junit.xml"
+    assert cli.main(["report", str(batch), "--no-timeline", "--junit-xml", str(out)]) == 0
+    SCHEMA.validate(str(out))
+    root = ET.parse(out).getroot()
+    assert [s.get("name") for s in root] == ["b1-silent-loss-naive-01", "b1-silent-loss-recovery-01",
+                                             "control-naive-01", "control-recovery-01"]
+    f = _case(root, "b1-silent-loss-naive-01", "rule.resume_cutoff_fallback").find("failure")
+    assert f.get("type") == "rule" and f.get("message").startswith("no new session in the")
+    assert "What to change" in f.text and "seed 000" in f.text
+    skipped = _case(root, "b1-silent-loss-naive-01", "rule.close_reaches_server").find("skipped")
+    assert skipped.get("message") == "n/a: the path did not come back during the run"
+    assert _case(root, "control-naive-01", "verdict").find("failure") is None
+    assert _case(root, "control-naive-01", "expect.bookings").get("classname") == "livelab.control.naive"
+    assert int(root.get("failures")) == sum(1 for c in root.iter("testcase") if c.find("failure") is not None) == 1
+    assert int(root.get("tests")) == sum(1 for _ in root.iter("testcase"))
+
+
+def test_a_failed_expectation_fails_the_verdict_case_too(batch, tmp_path):
+    run = batch / "control-recovery-01"
+    (run / "run.json").write_text((run / "run.json").read_text().replace('"bookings": 1', '"bookings": 3'))
+    out = junit.write(batch, tmp_path / "j.xml")
+    SCHEMA.validate(str(out))
+    root = ET.parse(out).getroot()
+    f = _case(root, "control-recovery-01", "expect.bookings").find("failure")
+    assert "expected 3, observed 1" in f.get("message") and "What to change" in f.text
+    assert _case(root, "control-recovery-01", "verdict").find("failure").get("message") == "failed: bookings"
+
+
+def test_a_matrix_and_a_soaks_rounds_validate(batch, tmp_path):
+    out = tmp_path / "matrix.xml"
+    assert cli.main(["matrix", "--report", str(batch), "--junit-xml", str(out)]) == 0
+    SCHEMA.validate(str(out))
+    soak = tmp_path / "soak"
+    for i, run in enumerate(sorted(p for p in batch.iterdir() if p.is_dir())[:2], 1):
+        shutil.copytree(run, soak / f"round-{i:03d}" / run.name)
+    junit.publish(soak, tmp_path / "soak.xml", out=lambda _: None)
+    SCHEMA.validate(str(tmp_path / "soak.xml"))
+    names = [s.get("name") for s in ET.parse(tmp_path / "soak.xml").getroot()]
+    assert names == ["round-001/b1-silent-loss-naive-01", "round-002/b1-silent-loss-recovery-01"]
+
+
+def test_the_schema_refuses_a_case_with_two_results(tmp_path):
+    bad = tmp_path / "bad.xml"
+    bad.write_text('<testsuites><testsuite name="s" tests="1" failures="1" errors="0"><testcase classname="c" '
+                   'name="n"><failure message="a"/><skipped/></testcase></testsuite></testsuites>')
+    assert not SCHEMA.is_valid(str(bad))
+
+
+def test_on_github_actions_the_summary_goes_to_the_job_summary(batch, tmp_path, monkeypatch):
+    cli.main(["report", str(batch), "--no-timeline"])
+    target = tmp_path / "step-summary.md"
+    target.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(target))
+    lines: list[str] = []
+    junit.publish(batch, None, out=lines.append)
+    text = target.read_text()
+    assert text.startswith("earlier step\n") and "# livelab conformance matrix" in text
+    assert lines == ["== job summary: matrix.md added to $GITHUB_STEP_SUMMARY"]
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY")
+    assert junit.step_summary("x") is None
+
+
+def test_a_run_that_did_not_finish_is_an_error_with_what_to_change(batch, tmp_path):
+    crashed = batch / "crashed-01"
+    crashed.mkdir()
+    (crashed / "run.json").write_text('{"scenario": {"name": "control"}, "client": "probe", "expect": {"bookings": 1}}')
+    out = junit.write(batch, tmp_path / "j.xml")
+    SCHEMA.validate(str(out))
+    root = ET.parse(out).getroot()
+    err = _case(root, "crashed-01", "verdict").find("error")
+    assert err.get("message").startswith("no events.jsonl") and "What to change" in err.text
+    assert root.get("errors") == "1"
