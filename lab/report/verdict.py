@@ -119,7 +119,7 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
         "expectations": rows,
         "failed": [r["name"] for r in checked if not r["held"]],
         "notes": notes,
-        "rules": rule_rows(events, twin, meta, m, notes),
+        "rules": rule_rows(events, twin, meta, m, notes, conversation),
         "metrics": m,
     }
     run_advice = advice_mod.for_run(v)
@@ -129,11 +129,11 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
 
 
 def rule_rows(events: list[Event], twin: list[Event] | None, meta: dict[str, Any], m: dict[str, Any],
-              notes: list[str]) -> dict[str, dict[str, Any]]:
+              notes: list[str], conversation: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Every conformance rule's outcome for the run, a FAIL with its advice (the rules do not decide
     the verdict's pass: they are the client's conformance, the expectations the scenario's claim)."""
     try:
-        outcomes = rules_mod.judge_all(rules_mod.Record(events, twin, meta, m))
+        outcomes = rules_mod.judge_all(rules_mod.Record(events, twin, meta, m, conversation=conversation))
     except Exception as e:  # a rule that cannot read an odd record must not cost the verdict
         notes.append(f"rules not judged: {e.__class__.__name__}: {e}")
         return {}

@@ -176,3 +176,5 @@ def test_a_run_folder_with_conversation_json_is_judged_on_its_tools(tmp_path):
     v = build_run(tmp_path, timeline=False, write=False)
     assert v["metrics"]["tools_from"] == "conversation.json" and v["metrics"]["action"] == "refund_order"
     assert v["pass"], v["expectations"]
+    # the verdict's rule cells read the same tools: the refund is the side effect its results are owed for
+    assert "refund_order" in v["rules"]["owed_results_delivered"]["observed"], v["rules"]["owed_results_delivered"]
