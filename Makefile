@@ -29,11 +29,17 @@ help: ## list the targets
 	@echo "             MATRIX_SCENARIOS=sets or names  MATRIX_CLIENTS=a,b,c  MATRIX_OUT=folder (lab-matrix)"
 
 setup: ## install system tools (root) and the project venv; idempotent
-	@scripts/setup.sh
+	@scripts/phase.sh set-up scripts/setup.sh
 
-test: setup ## run every test: units, namespaces (root), the Compose and pod end-to-end runs; prints the slowest
-	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup -m "not serial" --durations=25
-	$(PYTEST) -q -m serial
+# each phase of `make test` is timed (scripts/phase.sh); the images and venvs are built before the
+# tests, by the same scripts the tests' fixtures call, so their time is not buried in a test's
+export PHASE_LOG := /tmp/livelab-phases-$(shell date +%s%N).log
+test: setup ## run every test: units, namespaces (root), the Compose and pod end-to-end runs; prints the slowest and each phase's time
+	@if [ "$$(id -u)" = 0 ]; then scripts/phase.sh images scripts/docker-setup.sh; fi
+	@scripts/phase.sh venvs --ok 75 scripts/peers-setup.sh all
+	@scripts/phase.sh parallel-tests $(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup -m "not serial" --durations=25
+	@scripts/phase.sh serial-test $(PYTEST) -q -m serial
+	@scripts/phase.sh --summary
 
 test-unit: setup ## pure unit tests only (no root, no network)
 	$(PYTEST) -q tests/unit
@@ -88,6 +94,16 @@ lab-matrix: setup peers-setup ## the conformance matrix: scenarios x clients, th
 	$(LAB) matrix --scenarios $(MATRIX_SCENARIOS) --clients $(MATRIX_CLIENTS) -n $(N) --topology $(TOPOLOGY) \
 	  --out "$(MATRIX_OUT)" $(if $(DURATION),--duration $(DURATION)) $(if $(JUNIT),--junit-xml $(JUNIT))
 
+# the release board (docs/matrix.md): the latest release of each framework across the resume, router and
+# lifecycle sets against the twin, cells side by side; board.md/json beside the matrix
+BOARD_SCENARIOS ?= resume router lifecycle
+BOARD_CLIENTS ?= livekit@latest,pipecat@latest,adk@latest
+BOARD_OUT ?= captures/$(shell date -u +%Y%m%d-%H%M%S)-board
+
+lab-board: setup ## the release board: the frameworks' latest releases x resume, router, lifecycle (twin); board.md/json
+	$(LAB) matrix --scenarios $(BOARD_SCENARIOS) --clients $(BOARD_CLIENTS) -j auto --out "$(BOARD_OUT)" \
+	  $(if $(DURATION),--duration $(DURATION))
+
 lab-run: setup ## one scenario by name: make lab-run SCENARIO=r2-freeze
 	@test -n "$(SCENARIO)" || { echo "make lab-run: set SCENARIO= (see: .venv/bin/lab list)" >&2; exit 2; }
 	$(LAB) run $(SCENARIO) $(RUN_ARGS)
@@ -108,7 +124,7 @@ bench-false-alarms: setup ## 10 minutes of a healthy path with 300 ms jitter and
 soak: setup ## live soak against your key (GEMINI_API_KEY): scenarios repeated, one summary
 	$(LAB) soak --endpoint live $(if $(DURATION),--duration $(DURATION)) $(if $(JUNIT),--junit-xml $(JUNIT))
 
-down: ## remove whatever a killed run left behind (rules, namespaces, processes, containers)
+down: ## remove what runs whose owner is gone left behind (rules, namespaces, processes, containers); live runs stay
 	$(LAB) down
 
 clean: down ## remove results and the venv

@@ -58,7 +58,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            body=(("name", "unresumable"), ("on", True))),
     Action("quota_out", TWIN, False, "the twin closes every new setup 1011 with the quota reason", verb="fault",
            body=(("name", "quota"), ("on", True))),
-    # a phone leaving Wi-Fi for cellular (issue 15): the old address is withdrawn, its flow dies silently
+    # a phone leaving Wi-Fi for cellular: the old address is withdrawn, its flow dies silently
     Action("switch_to_cell", NETWORK, True, "the client moves from wifi to cell, break-before-make: wifi and "
            "its address go, then cell comes up", body=(("to", "cell"), ("overlap_s", 0.0))),
     Action("switch_to_cell_overlap", NETWORK, True, "the client moves from wifi to cell, make-before-break: "

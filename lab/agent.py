@@ -138,6 +138,8 @@ class Agent:
 
     async def _execute(self, step: scenario_mod.Step) -> None:
         if step.say is not None:
+            if step.say >= len(self.scn.script):
+                return      # a lines-only conversation with fewer lines than the timeline says: no more to say
             await self.client.say(self.scn.script[step.say], step.say)
         elif step.fault is not None:
             spec = self._fault_spec(step.fault)
@@ -357,7 +359,7 @@ def wait_for_go(path: Path, timeout_s: float = GO_TIMEOUT_S) -> None:
 
 
 def _main(args) -> int:
-    scn = scenario_mod.load(args.scenario)
+    scn = scenario_mod.with_conversation_lines(scenario_mod.load(args.scenario), Path(args.run_dir))
     if args.go_file:
         # the orchestrator starts this process while the twin and capture start: pay the imports
         # (the client's SDK is most of them) now, and open nothing until the go

@@ -13,7 +13,8 @@ from lab.errors import ONE_LINE_ERRORS
 
 # (module, what it adds): each module exposes add_parser(subparsers) and sets args.func.
 SUBCOMMAND_MODULES = [
-    "lab.run",          # lab run, lab list, lab down
+    "lab.run",          # lab run, lab list
+    "lab.topology.down",  # lab down
     "lab.agent",        # lab agent (inside the client namespace; internal)
     "lab.report.cli",   # lab report
     "lab.twin.cli",     # lab twin serve
@@ -21,6 +22,7 @@ SUBCOMMAND_MODULES = [
     "lab.bench.cli",    # lab bench twin|faults|recovery
     "lab.soak",         # lab soak
     "lab.matrix",       # lab matrix
+    "lab.report.board", # lab board write|compare
     "lab.live.cli",     # lab scan, lab drift
     "netem.cli",        # lab netem probe|apply|clear
 ]

@@ -1,18 +1,24 @@
 """`lab matrix`: catalogue scenarios x clients, N runs each, then the conformance matrix.
 
     lab matrix [--scenarios default|NAME...] [--clients probe,livekit,...] [-n N] [--duration S]
-               [--out DIR] [--topology netns|compose]
+               [--out DIR] [--topology netns|compose] [-j N|auto]
     lab matrix --report DIR [DIR...] [--out DIR]     rebuild matrix.md/json from result folders
 
-Every run is `lab run`'s (lab.run.run_batch: preflight, run folder, agent, capture, verdict), one
-batch per (scenario, client) into one batch folder, so the cells are ordinary run folders that `lab
-report` reads too. Everything is checked before the first run: every scenario name, every client
+Every run is `lab run`'s (lab.run.batch_cells: preflight, run folder, agent, capture, verdict), all
+into one batch folder, so the cells are ordinary run folders that `lab report` reads too; `-j N`
+runs N cells side by side (lab/parallel.py) and the matrix ends with its wall time against the
+cells' own times summed (timing.json). Everything is checked before the first run: every scenario name, every client
 name, each framework's venv, what the topology can do (lab.run.preflight, once per client); a bad
 name is one line and exit 2 with nothing started. The clients' package versions are measured in
 their own venvs before the runs and written to versions.json. After the runs (and after a run
 that stopped the matrix half-way, for what ran) the matrix is written by lab/report/matrix.py.
 A cell that would test nothing is not run and says why in one line (`not_runnable`: a framework on
 a scenario behind the lab's CONNECT proxy, which a black-box app is not sent through).
+
+A sweep (`--clients livekit@1.8.7..1.8.9,pipecat@latest`, lab/clients/frameworks/releases.py)
+is a matrix whose framework clients are releases: their venvs are built first (once, kept), and
+after the matrix the board (lab/report/board.py: rules x releases per framework, each change
+flagged) is written beside it.
 
 `--duration S` caps the scenarios that run their whole duration (`end: duration`, e.g. B1's 900 s);
 a scenario that ends when the user's question is answered keeps its own duration, its upper bound.
@@ -27,10 +33,13 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab import parallel
 from lab import run as run_mod
 from lab import scenario as scenario_mod
+from lab.clients.frameworks import releases
 from lab.clients.frameworks import resolve as resolve_framework
 from lab.errors import LabError
+from lab.report import board
 from lab.report import matrix as matrix_report
 from lab.report.junit import publish
 from lab.report.shards import merge_summary
@@ -44,11 +53,11 @@ SETS: dict[str, tuple[str, ...]] = {
     "stop": ("stop-a-pending", "stop-b-pending-late", "stop-c-blocking", "stop-d-after-commit", "stop-e-silent",
              "stop-f-early"),                                                               # seed 001
     "lifecycle": ("l1-goaway", "l2-slow-pongs", "l3-stall"),                                # fidelity §5
-    # issue 15: a phone switching networks and the middleboxes of real paths (n1, m1, m2, m4 behind
+    # a phone switching networks and the middleboxes of real paths (n1, m1, m2, m4 behind
     # the router node; m3's CONNECT proxy is the endpoint's proxy, the same middlebox family)
     "router": ("n1-network-switch", "m1-nat-idle-reap", "m2-fixed-age-relay", "m3-proxy-idle-timeout",
                "m4-mtu-blackhole"),
-    # seed 000's "Not tested" list, and issue 14's healthy poor path that must not look like a loss
+    # seed 000's "Not tested" list, and a healthy poor path that must not look like a loss
     "untested": ("s3-second-loss", "g1-speech-in-gap", "b3-after-server-close", "s4-held-sessions-limit",
                  "h1-healthy-jitter-loss"),
 }
@@ -113,8 +122,9 @@ def not_runnable(scn: scenario_mod.Scenario, client: str) -> str | None:
 
 
 def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: float | None = None,
-               out_dir: Path | None = None, topology: str = "netns", out=print) -> Path:
-    """Run every scenario x client n times into one batch folder; write the matrix; return the folder."""
+               out_dir: Path | None = None, topology: str = "netns", out=print, jobs: int | str = 1) -> Path:
+    """Run every scenario x client n times into one batch folder, `jobs` cells side by side; write the
+    matrix; return the folder."""
     if n < 1:
         raise LabError("-n must be at least 1")
     if duration is not None and duration <= 0:
@@ -128,21 +138,50 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
     batch.mkdir(parents=True, exist_ok=True)
     (batch / matrix_report.VERSIONS_FILE).write_text(json.dumps(
         {"measured": datetime.now(timezone.utc).isoformat(timespec="seconds"), "clients": versions}, indent=2) + "\n")
-    out(f"== matrix: {len(scenarios)} scenarios x {len(clients)} clients x {n} -> {batch}")
+    cells, not_run = [], []
+    for client in clients:
+        for scn in scns[client]:
+            why = not_runnable(scn, client)
+            if why:
+                out(f"== matrix: {scn.name} x {client} not run: {why}")
+                not_run.append({"scenario": scn.name, "client": client, "why": why})
+                continue
+            cells += run_mod.batch_cells([scn], batch, n=n, client=client, topology=topology,
+                                         duration=_duration(scn, duration))
+    out(f"== matrix: {len(scenarios)} scenarios x {len(clients)} clients x {n} ({len(cells)} cells) -> {batch}")
+    done = None
     try:
-        for client in clients:
-            for scn in scns[client]:
-                why = not_runnable(scn, client)
-                if why:
-                    out(f"== matrix: {scn.name} x {client} not run: {why}")
-                    continue
-                run_mod.run_batch([str(scn.path)], n=n, client=client, topology=topology, out_dir=batch,
-                                  duration=_duration(scn, duration), out=out)
+        # a client whose app cannot start (a release the app does not run on) stops its own cells only
+        done = parallel.run_cells(cells, parallel.resolve_jobs(jobs, cells, out), out=out, contain=(LabError,))
+        not_run += [{"scenario": None, "client": c, "why": why} for c, why in done.stopped.items()]
     finally:
+        (batch / board.NOT_RUN_FILE).write_text(json.dumps({"cells": not_run}, indent=2) + "\n")
         if any(batch.glob("*/run.json")):
+            from lab.report import summarize      # here: the report loads matplotlib
+            summarize(batch)
             md, _ = matrix_report.write([batch], batch)
             out(f"== matrix: {md}")
+            if any(_release_of(c) for c in clients):      # a sweep: the rules x releases board too
+                out(f"== board: {board.write(batch)[0]}")
+    (batch / TIMING_FILE).write_text(json.dumps(_timing(cells, done), indent=2) + "\n")
+    m = parallel.machine()
+    out(f"== matrix time: {done.figure()}; load {m.load1:.1f} at the end on {m.cores} cores")
     return batch
+
+
+def _release_of(client: str) -> bool:
+    """The client names a framework at a release of its own (livekit@1.8.8), not the pinned name."""
+    build = resolve_framework(client)
+    return build is not None and not build.pinned
+
+
+TIMING_FILE = "timing.json"   # the matrix's wall time and each cell's own (the -j figure's inputs)
+
+
+def _timing(cells: list, done) -> dict:
+    return {"jobs": done.jobs, "wall_s": round(done.wall_s, 3), "cells_s": round(done.cells_s, 3),
+            "ratio": round(done.wall_s / done.cells_s, 4) if done.cells_s else None,
+            "cells": {c.name: (round(s, 3) if s is not None else None) for c, s in zip(cells, done.cell_s)}}
 
 
 def report(roots: list[Path], out_dir: Path | None) -> Path:
@@ -162,12 +201,17 @@ def add_parser(sub) -> None:
     p.add_argument("--scenarios", nargs="+", default=["default"],
                    help=f"scenario names or sets ({', '.join(SETS)}); default: default")
     p.add_argument("--clients", nargs="+", default=[",".join(DEFAULT_CLIENTS)],
-                   help=f"client names, comma or space separated (default {','.join(DEFAULT_CLIENTS)})")
+                   help=f"client names, comma or space separated (default {','.join(DEFAULT_CLIENTS)}); "
+                        "NAME@A..B sweeps every release from A to B the package index serves, NAME@latest its "
+                        "newest; a sweep builds the missing venvs and writes board.md/json")
     p.add_argument("-n", type=int, default=1, help="runs per cell")
     p.add_argument("--duration", type=float, default=None,
                    help="cap (s) for scenarios that run their whole duration (end: duration)")
     p.add_argument("--out", type=Path, default=None, help="batch folder (default captures/<time>-matrix)")
     p.add_argument("--topology", default="netns", choices=sorted(TOPOLOGIES))
+    p.add_argument("-j", "--jobs", type=parallel.parse_jobs, default=1, metavar="N",
+                   help="cells side by side, each in its own namespaces or Compose project; auto: from the "
+                        "cores, the load and the memory (says what it picked)")
     p.add_argument("--report", nargs="+", type=Path, default=None, metavar="DIR",
                    help="rebuild the matrix from these result folders (shards merge) without running")
     p.add_argument("--junit-xml", type=Path, default=None, metavar="FILE",
@@ -181,8 +225,10 @@ def _cmd_matrix(args) -> int:
         print(f"matrix: {md}")
         publish(md.parent, args.junit_xml)
         return 0
-    batch = run_matrix(expand_scenarios(args.scenarios), split_names(args.clients), n=args.n,
-                       duration=args.duration, out_dir=args.out, topology=args.topology)
+    clients = releases.expand(split_names(args.clients))   # livekit@1.8.0..1.8.9, pipecat@latest: releases
+    releases.ensure_venvs(clients)
+    batch = run_matrix(expand_scenarios(args.scenarios), clients, n=args.n,
+                       duration=args.duration, out_dir=args.out, topology=args.topology, jobs=args.jobs)
     print(f"== results: {batch} (matrix.md, matrix.json, summary.md)")
     publish(batch, args.junit_xml)
     return 0

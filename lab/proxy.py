@@ -10,7 +10,7 @@ A small HTTP control API on a second port drives it:
     POST /freeze[?tunnel=N]    POST /unfreeze[?tunnel=N]    POST /close[?tunnel=N]    GET /state
 `--freeze-first N` makes only the first N tunnels subject to a global freeze ("freeze only tunnel 1":
 the resume attempts that follow go through unfrozen tunnels).
-`--idle-timeout S` makes it a corporate proxy with an idle timeout (issue 15): a tunnel that has
+`--idle-timeout S` makes it a corporate proxy with an idle timeout: a tunnel that has
 carried no byte in either direction for S seconds is closed (FIN both ways, reason "idle timeout").
 
 The protocol logic (CONNECT parsing, the per-tunnel pipes and the freeze state machine, control

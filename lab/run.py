@@ -9,6 +9,7 @@ always taken down.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -21,12 +22,15 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab import parallel
 from lab import scenario as scenario_mod
+from lab.conversation import format as conversations
+from lab.conversation import semantics
 from lab.clients import get as get_client
 from lab.clients.command import parse_command
 from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
 from lab.events import read_events
-from lab.report.verdict import verdict_passed   # reads old verdicts (`passed`) too; loads no matplotlib
+from lab.report.verdict import headline, verdict_passed   # reads old verdicts (`passed`) too; loads no matplotlib
 from lab.errors import CapabilityError, LabError
 from lab.topology import AUTO, TOPOLOGIES
 from lab.topology import choose as choose_topology
@@ -121,7 +125,9 @@ class RunSpec:
 
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
                  keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None,
-                 framework=None, app_dir=None):
+                 framework=None, app_dir=None, conversation=None):
+        # what the twin's model plays: `lab run --conversation`, else the scenario's own
+        self.conversation = conversation or scn.conversation
         self.framework = framework             # a framework client's Build.describe(), for run.json
         self.client_cmd = client_cmd           # a user's app as the client, judged as `client`
         self.app_dir = Path(app_dir or os.getcwd())   # where its command line's relative paths start
@@ -138,6 +144,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
     duration = spec.duration or scn.duration
+    conv_copy = _record_conversation(spec.conversation, run_dir)
+    scn = scenario_mod.with_conversation_lines(scn, run_dir)      # a lines file: its lines are the user's
     meta = {"run_id": run_id, "scenario": scn.to_json(), "client": spec.client, "topology": spec.topology,
             "endpoint": spec.endpoint, "duration": duration, "params": scn.params_for(spec.client),
             "expect": scn.expect_for(spec.client), "started": datetime.now(timezone.utc).isoformat()}
@@ -200,12 +208,14 @@ def run_one(spec: RunSpec, out=print) -> dict:
             sans = tuple(a for n in ENDPOINT_NAMES for a in ("--san", n)) if spec.client_cmd else ()
             # the twin does not transcribe speech: the Nth utterance stands for line N of the script, and
             # the orchestrator (which knows the scenario) tells the twin the lines, never the client
-            script = ("--set", "script=" + json.dumps(scn.script))
+            script: tuple[str, ...] = ()
+            if conversations.load(str(conv_copy)).source != conversations.SOURCE_LINES:
+                script = ("--set", "script=" + json.dumps(scn.script))     # a lines file is its own script
             # the twin the scenario asks for (validated with the scenario): its profile and overrides
             script += ("--profile", scn.twin.get("profile", "developer-api"),
                        *(a for k, v in scn.twin.get("set", {}).items() for a in ("--set", f"{k}={json.dumps(v)}")))
             twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl",
-                        t0=t0, seed=seed, port=port, extra=sans + script)
+                        t0=t0, seed=seed, port=port, extra=sans + script, conversation=conv_copy)
             services.append(twin)
             base_url, ca, key = twin.base_url, topo.ca_path, TWIN_KEY
             twin_control = twin.control_url
@@ -281,7 +291,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
         shutil.rmtree(secrets, ignore_errors=True)
         phases.mark("teardown")
     from lab.report import build_run      # here, not at the top: the report loads matplotlib
-    verdict = build_run(run_dir)
+    verdict = build_run(run_dir, batch=run_dir.parent)     # a run's folder is in its batch's
     verdict["run_status"] = status
     phases.mark("report")
     phases.write(run_dir / PHASES_FILE)
@@ -293,14 +303,14 @@ GO_FILE = ".agent-go"    # written once the services are ready; the started-earl
 
 
 def _preload_report() -> None:
-    """Import the timeline's drawing (matplotlib: seconds, once per process) and report.html's plotly
+    """Import the timeline's drawing (matplotlib: seconds, once per process) and report.html's page
     in the background while the scenario plays, so the report after it does not wait for the import.
     Failures are left to the report, which notes a picture it could not draw."""
     def load():
         try:
             # here, not at the top: matplotlib must not load for `lab` itself (see lab/report/__init__.py)
             import lab.report.timeline  # noqa: F401
-            import lab.report.run_page  # noqa: F401  (plotly, for report.html)
+            import lab.report.run_page  # noqa: F401  (report.html's page)
         except Exception:
             pass
     threading.Thread(target=load, daemon=True).start()
@@ -344,6 +354,17 @@ class _Phases:
         path.write_text(json.dumps(self.seconds, indent=2))
 
 
+def _record_conversation(name: str, run_dir: Path) -> Path:
+    """The run's conversation in its folder: conversation.json (what the report reads) and the file
+    itself, which the twin loads from there (a container sees the run folder, not the source tree)."""
+    src = conversations.resolve(name)
+    conv = conversations.load(str(src))
+    copy = run_dir / ("conversation" + (src.suffix if src.suffix in (".yaml", ".yml") else ".txt"))
+    shutil.copyfile(src, copy)
+    (run_dir / semantics.JSON_FILE).write_text(json.dumps(conv.to_json(), indent=2))
+    return copy
+
+
 def _finish(capture: Capture, raw: list[Path], keylog: Path | None, out) -> None:
     """Merge the raw captures into one pcapng with comments and secrets; keep going on failure."""
     try:
@@ -357,8 +378,10 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
               endpoint: str = "twin", out_dir: Path | None = None, duration: float | None = None,
               base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", out=print,
               keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
-              client_cmd: str | None = None) -> Path:
+              client_cmd: str | None = None, jobs: int | str = 1, conversation: str | None = None) -> Path:
     scns = preflight(scenarios, client, topology, endpoint, client_cmd)
+    if conversation:
+        conversations.load(conversation)      # a bad file is one line before anything starts
     live_key = None
     if endpoint == "live":
         from lab.live.key import load_key     # here: lab.live's soak imports this module
@@ -368,7 +391,25 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     batch.mkdir(parents=True, exist_ok=True)
     if budget is not None:
         budget.attach(batch)
-    verdicts = []
+    cells = batch_cells(scns, batch, n=n, client=client, topology=topology, endpoint=endpoint, duration=duration,
+                        base_url=base_url, budget=budget, model=model, live_key=live_key, keylog_live=keylog_live,
+                        ca=ca, endpoint_hook=endpoint_hook, client_cmd=client_cmd, conversation=conversation)
+    parallel.run_cells(cells, parallel.resolve_jobs(jobs, cells, out), out=out)
+    from lab.report import summarize      # here: matplotlib, as above
+    summarize(batch)
+    out(f"== results: {batch} (summary.md, report.html; per run: report.html, events.jsonl, capture.pcapng, "
+        "verdict.json, timeline.png)")
+    return batch
+
+
+def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, client: str | None = None,
+                topology: str = "netns", endpoint: str = "twin", duration: float | None = None,
+                base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", live_key=None,
+                keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
+                client_cmd: str | None = None, conversation: str | None = None) -> list[parallel.Cell]:
+    """The batch's runs as cells for lab.parallel (in order: scenario by scenario, run 1..n), each
+    into its own folder under `batch`; the scenarios are preflight's."""
+    cells = []
     for scn in scns:
         cl = client or scn.client
         # a framework client is an app run like --client-cmd, in its own venv (lab/clients/frameworks);
@@ -380,37 +421,51 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
         cmd = client_cmd or (build.command(REPO, scn.params_for(cl)) if build else None)
         for i in range(1, n + 1):
             run_dir = batch / f"{scn.name}-{'cmd' if client_cmd else label}-{i:02d}"
-            # the run's ledger: reserved before anything starts, charged per connection by the agent
-            ledger = budget.start_run(run_dir.name) if budget is not None else None
             who = f"command, judged as {cl}" if client_cmd else label
-            out(f"== {scn.name} ({who}, {topology}, {endpoint}) run {i}/{n} -> {run_dir}")
-            v = run_one(RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key,
-                                keylog_live, ca=ca, endpoint_hook=endpoint_hook, budget_ledger=ledger,
-                                client_cmd=cmd, framework=build.describe() if build else None), out=out)
-            why = _client_start_error(run_dir) if cmd else None
-            if why:    # the app never ran: a verdict would judge nothing, and every next run fails alike
-                raise LabError(why)
-            verdicts.append(v)
-            if budget is not None:
-                settled = budget.settle(run_dir)      # the cross-check: every opened connection charged
-                if settled.note:
-                    out(f"   budget: {settled.note}")
-            held = verdict_passed(v)
-            from lab.report.advice import failures     # here: the report loads lazily, as below
-            out(f"   verdict: {'PASS' if held else 'FAIL'}"
-                + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
-                          f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", []))
-                + "".join(f"\n     FAIL {what}: {text}" for what, text in failures(v)))
-            if endpoint == "live":
-                from lab.live.errors import stop_reason   # here: as load_key above
-                why = stop_reason(run_dir)
-                if why:
-                    raise LabError(f"stopping the batch: {why}")
-    from lab.report import summarize      # here: matplotlib, as above
-    summarize(batch)
-    out(f"== results: {batch} (summary.md, report.html; per run: report.html, events.jsonl, capture.pcapng, "
-        "verdict.json, timeline.png)")
-    return batch
+            spec = RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key, keylog_live,
+                           ca=ca, endpoint_hook=endpoint_hook, client_cmd=cmd,
+                           framework=build.describe() if build else None, conversation=conversation)
+            title = f"{scn.name} ({who}, {topology}, {endpoint}) run {i}/{n}"
+            cells.append(parallel.Cell(
+                f"{scn.name} x {who} {i:02d}", functools.partial(_run_cell, spec, title, budget),
+                expected_s=duration or scn.duration, log=run_dir / CELL_LOG,
+                cores=parallel.APP_CELL_CORES if cmd else parallel.CELL_CORES, group=client or None,
+                describe=functools.partial(_said, run_dir)))
+    return cells
+
+
+CELL_LOG = "lab.log"     # a cell's lines, when cells run side by side (lab/parallel.py)
+
+
+def _run_cell(spec: RunSpec, title: str, budget, out=print) -> dict:
+    """One run of a batch: the budget's ledger, the run, its verdict's lines."""
+    run_dir = spec.run_dir
+    # the run's ledger: reserved before anything starts, charged per connection by the agent
+    spec.budget_ledger = budget.start_run(run_dir.name) if budget is not None else None
+    out(f"== {title} -> {run_dir}")
+    v = run_one(spec, out=out)
+    why = _client_start_error(run_dir) if spec.client_cmd else None
+    if why:    # the app never ran: a verdict would judge nothing, and every next run fails alike
+        raise LabError(why)
+    if budget is not None:
+        settled = budget.settle(run_dir, run_dir.name)   # the cross-check: every opened connection charged
+        if settled.note:
+            out(f"   budget: {settled.note}")
+    from lab.report.advice import failures     # here: the report loads lazily, as below
+    out(f"   verdict: {headline(v)}"
+        + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
+                  f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", []))
+        + "".join(f"\n     FAIL {what}: {text}" for what, text in failures(v)))
+    if spec.endpoint == "live":
+        from lab.live.errors import stop_reason   # here: as load_key above
+        why = stop_reason(run_dir)
+        if why:
+            raise LabError(f"stopping the batch: {why}")
+    return v
+
+
+def _said(run_dir: Path, verdict: dict) -> str:
+    return f"{headline(verdict)} -> {run_dir}"
 
 
 # ---- CLI -------------------------------------------------------------------------------------------
@@ -435,14 +490,17 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default=None, help="batch folder (default captures/<time>-<scenario>)")
     p.add_argument("--budget", type=int, default=None, help="live mode: most sessions this batch may open")
     p.add_argument("--keylog-live", action="store_true", help="live mode: write TLS secrets (kept out of results)")
+    p.add_argument("--conversation", default=None, metavar="FILE",
+                   help="what the twin's model plays, for every scenario: a conversation name or .yaml, or a "
+                        "text file of the user's lines (docs/conversations.md)")
+    p.add_argument("-j", "--jobs", type=parallel.parse_jobs, default=1, metavar="N",
+                   help="runs side by side (each in its own namespaces or Compose project; the live budget is "
+                        "shared); auto: from the cores, the load and the memory")
     p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write the verdicts as JUnit XML (for a CI)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("list", help="list the scenario catalogue")
     p.set_defaults(func=_cmd_list)
-
-    p = sub.add_parser("down", help="remove whatever a killed run left behind")
-    p.set_defaults(func=_cmd_down)
 
 
 def _cmd_run(args) -> int:
@@ -459,7 +517,7 @@ def _cmd_run(args) -> int:
     batch = run_batch(names, n=args.n, client=args.client, topology=topology, endpoint=args.endpoint,
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
-                      ca=args.ca, client_cmd=args.client_cmd)
+                      ca=args.ca, client_cmd=args.client_cmd, jobs=args.jobs, conversation=args.conversation)
     from lab.report.junit import publish      # here: the report loads matplotlib, as above
     publish(batch, args.junit_xml)
     # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on
@@ -476,26 +534,4 @@ def _cmd_list(args) -> int:
     for n in scenario_mod.names():
         s = scenario_mod.load(n)
         print(f"{n:26s} {s.title}  [{s.client}, {s.duration:g}s]")
-    return 0
-
-
-def _cmd_down(args) -> int:
-    # imported here, each guarded: `lab down` must clean up what it can even when one part is broken
-    done = []
-    try:
-        from lab.topology.uplink import down  # netem.cleanup.down and the live-mode uplinks
-        from netem.cleanup import describe
-        done.append(describe(down()))
-    except ModuleNotFoundError:
-        pass
-    try:
-        from lab.topology.compose import docker_ready, down_all   # guarded: Docker may be absent
-        if docker_ready():
-            projects = down_all()
-            done.append(f"compose projects: {', '.join(projects) or 'none'}")
-    except (ModuleNotFoundError, ImportError):
-        pass
-    except CapabilityError:
-        pass
-    print("lab down: " + ("; ".join(done) if done else "nothing to do"))
     return 0

@@ -19,7 +19,7 @@ import itertools
 import select
 import time
 
-SPIN_S = 150e-6         # the busy wait before a deadline (issue 14 brief: bounded, <= 200 us)
+SPIN_S = 150e-6         # the busy wait before a deadline: a sleep's overshoot, bounded so it costs little CPU
 SPIN_MIN_GAP_S = 2e-3   # no spin for a release this close after the previous one: see spin_for
 IDLE_S = 1.0            # the wait when nothing is held: only new packets or the lifeline wake us
 STAMP_MAX_AGE_S = 1.0   # a kernel stamp older than this (or in the future) is not an arrival time

@@ -1,9 +1,8 @@
 """Make the calling process a real-time one, as packet tools that hold and release on time do.
 
 Why: the userspace delay's worker (netem/kinds/delay.py) must wake at each packet's release time.
-As an ordinary (CFS) process on this shared 2-core machine it waited behind whatever else ran: the
-instrumented run of issue 14 measured up to several ms between a packet's due time and its verdict
-under load. SCHED_FIFO preempts every ordinary process at once and has no timer slack; locked
+As an ordinary (CFS) process it waits behind whatever else runs, so on a busy machine a packet's
+verdict comes milliseconds after its due time. SCHED_FIFO preempts every ordinary process at once and has no timer slack; locked
 memory never waits for a page fault; a frozen, disabled garbage collector never stops the loop
 (the loop's objects are tuples and ints freed by reference counting, no cycles).
 
@@ -13,10 +12,9 @@ The kernel's real-time throttling (sched_rt_runtime_us, 95 % by default) still b
 runaway real-time loop could take.
 
 A PM QoS request for zero wake-up latency (/dev/cpu_dma_latency, held open for the process's life,
-as cyclictest does) keeps idle CPUs out of their halt state. Measured on this machine, a VM whose
-idle driver is haltpoll: quiet, the SCHED_FIFO worker's one-way error p99 at 100 ms was +2.3 ms (a
-halted vCPU waits for its host to wake it) and +0.5 ms with a busy process per core; with the
-request held, +0.25 ms quiet. Its cost: while a worker lives, idle CPUs poll instead of halting
+as cyclictest does) keeps idle CPUs out of their halt state: on a VM a halted vCPU waits for its
+host to wake it, so a quiet machine's wake-ups are the late ones (docs/benchmarks.md has the
+figures). Its cost: while a worker lives, idle CPUs poll instead of halting
 (the host sees them busy). The request goes with the process.
 """
 from __future__ import annotations

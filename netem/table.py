@@ -61,7 +61,7 @@ def _first_error(err: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-# read(2) on this machine's syscall table, for spotting an idle iptables-restore in /proc/PID/syscall
+# read(2)'s number in the architecture's syscall table, for spotting an idle iptables-restore in /proc/PID/syscall
 _READ_SYSCALL = {"x86_64": "0", "aarch64": "63"}.get(platform.machine())
 
 

@@ -18,7 +18,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 TOOLS=${LIVELAB_TOOLS:-/opt/livelab-tools}
 BASE_IMAGE=${LIVELAB_BASE_IMAGE:-lab-base:bookworm}
-PUBLIC_BASE=python:3.11-slim-bookworm       # Dockerfile.client's default BASE_IMAGE
+PUBLIC_BASE=python:3.11-slim-bookworm       # the default BASE_IMAGE of Dockerfile.client and Dockerfile.proxy
 REGISTRY_PROBE=https://registry-1.docker.io/v2/
 COMPOSE_VERSION=2.40.3
 WHEELS=docker/wheels

@@ -1,4 +1,4 @@
-"""`lab bench twin|faults|recovery|overhead|router|false-alarms`: benchmarks that print figures and ratios, never assert."""
+"""`lab bench twin|faults|recovery|overhead|router|false-alarms|report`: benchmarks that print figures and ratios, never assert."""
 from __future__ import annotations
 
 import importlib
@@ -6,7 +6,8 @@ import importlib
 from lab.errors import LabError
 
 BENCHES = {"twin": "lab.bench.twin", "faults": "lab.bench.faults", "recovery": "lab.bench.recovery",
-           "overhead": "lab.bench.overhead", "router": "lab.bench.router", "false-alarms": "lab.bench.false_alarms"}
+           "overhead": "lab.bench.overhead", "router": "lab.bench.router", "false-alarms": "lab.bench.false_alarms",
+           "report": "lab.bench.pages"}
 
 
 def add_parser(sub) -> None:

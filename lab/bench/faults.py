@@ -244,7 +244,7 @@ def delay_rows(config: dict) -> dict:
 
 
 ACCURACY = (("delay 100 ms", 100.0, 0.0), ("jitter 100+-50 ms", 100.0, 50.0))
-ACCURACY_FLOOR_MS = 2.0   # issue 14: p99 error <= 2 ms at 100 ms asked
+ACCURACY_FLOOR_MS = 2.0   # the goal: p99 error <= 2 ms at 100 ms asked
 
 
 def accuracy_rows(config: dict) -> dict:

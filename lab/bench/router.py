@@ -6,7 +6,7 @@ no RTT or loss of its own: FORWARD chains hooked, conntrack on, rp_filter strict
 client socket in the client namespace sends 64 bytes and waits for the echo from a server in the
 endpoint namespace (TCP_NODELAY); rounds of --batch round trips alternate between the two paths so
 the machine's load falls on both alike. Printed: median and p99 round trip per path, the router's
-added median (the issue's floor: <= 0.1 ms on loopback-speed links) and the ratio router/direct.
+added median (the goal: <= 0.1 ms on loopback-speed links) and the ratio router/direct.
 
     lab bench router [-- --samples 4000 --batch 200]
 """

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from lab.errors import LabError
-from lab.topology.compose import COMPOSE_FILE, LAB_SERVICES
+from lab.topology.compose import COMPOSE_FILE, NODES
 
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
 
@@ -46,16 +46,16 @@ def _resolved(value: Any) -> Any:
 
 
 def nodes(path: Path = COMPOSE_FILE) -> dict[str, NodeSpec]:
-    """name -> NodeSpec for each of compose.yaml's nodes (LAB_SERVICES); LabError if one is missing."""
+    """name -> NodeSpec for each of compose.yaml's nodes (NODES); LabError if one is missing."""
     try:
         doc = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as e:
         raise LabError(f"cannot read {path}: {e}") from None
     found = doc.get("services") or {}
     out = {}
-    for name in LAB_SERVICES:
+    for name in NODES:
         if name not in found:
-            raise LabError(f"{path} has no {name} service (the topology's nodes are {', '.join(LAB_SERVICES)})")
+            raise LabError(f"{path} has no {name} service (the topology's nodes are {', '.join(NODES)})")
         svc = _resolved(found[name])
         out[name] = NodeSpec(name=name, image=svc.get("image", ""), cap_add=list(svc.get("cap_add") or []),
                              sysctls={k: str(v) for k, v in (svc.get("sysctls") or {}).items()})

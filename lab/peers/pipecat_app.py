@@ -30,8 +30,12 @@ async def main() -> None:
     logger.add(sys.stderr, level=os.environ.get("APP_LOG_LEVEL", "WARNING"))
 
     import pipecat
-    from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
-    from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+    try:
+        from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+        from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+    except ImportError:     # releases before 1.14 keep the schemas one package up: a sweep runs those too
+        from pipecat.adapters.schemas.function_schema import FunctionSchema
+        from pipecat.adapters.schemas.tools_schema import ToolsSchema
     from pipecat.frames.frames import Frame, InputTextRawFrame, LLMContextFrame, TTSTextFrame
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.processors.aggregators.llm_context import LLMContext

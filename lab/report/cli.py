@@ -37,8 +37,11 @@ def run(args: argparse.Namespace) -> int:
     d: Path = roots[0]
     runs = shards.labelled_runs(roots)
     print(f"{'run':<36} {'scenario':<26} {'pass':<5} {'att/ref':>8} {'told':<12} {'truth':<12} {'book':>4}")
+    alone = {Path(root).resolve() for root in roots}
     for name, r in runs:
-        v = build_run(r, timeline=not args.no_timeline)
+        # a run folder named on its own is reported alone (its page carries plotly's script inline);
+        # a run found under a batch shares the copy in the folder holding it
+        v = build_run(r, timeline=not args.no_timeline, batch=None if r.resolve() in alone else r.parent)
         m = v["metrics"]
         name = name if len(name) <= 36 else "\u2026" + name[-35:]
         print(f"{name:<36} {str(v.get('scenario') or '?')[:26]:<26} {'yes' if verdict_passed(v) else 'NO':<5} "

@@ -36,8 +36,19 @@ def run_outcomes(run_dir: Path) -> tuple[dict[str, Any], dict[str, rules_mod.Out
     """One run's verdict and every rule's outcome (the verdict's metrics feed the rules)."""
     v = load_verdict(run_dir)
     events, meta, twin, _ = load_run(run_dir)
-    return v, rules_mod.judge_all(rules_mod.Record(events, twin, meta, v["metrics"],
-                                                   conversation=load_conversation(run_dir)))
+    record = rules_mod.Record(events, twin, meta, v["metrics"], conversation=load_conversation(run_dir))
+    return {**v, "client": client_label(v, meta)}, rules_mod.judge_all(record)
+
+
+def client_label(verdict: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The cell's client: a framework at a release other than its pinned one by the name it was
+    asked for (livekit@1.8.8, livekit@1.8.0+pr003), so a sweep's releases are cells of their own;
+    the run is judged by the plain name all the same."""
+    fw = meta.get("framework") or {}
+    name = str(verdict.get("client") or "-")
+    if fw.get("framework") and fw.get("venv") != f".venv-{fw['framework']}":
+        return f"{fw['framework']}@{fw['version']}" + (f"+{fw['build']}" if fw.get("build") else "")
+    return name
 
 
 def read_versions(roots: list[Path]) -> dict[str, dict[str, str]]:

@@ -1,9 +1,11 @@
 """report.html of one run: the verdict, each expectation and rule with its evidence and what to change,
 an interactive timeline, the conversation beside the connections and faults, the capture and the raw files.
 
-    write(run_dir, verdict, events, twin)   -> run_dir/report.html
+    write(run_dir, verdict, events, twin, batch_dir=None)   -> run_dir/report.html
 
-Self-contained and offline: plotly's own script, shipped in the plotly package, is inlined (no CDN).
+Self-contained and offline: plotly's own script, shipped in the plotly package (no CDN), is the
+batch's one plotly.min.js, loaded by a relative path, or inline for a run folder alone
+(lab/report/plotly_js.py). The figure is plotly.js's JSON, built as plain dicts and encoded once.
 The timeline's lanes and marks are lab/report/timeline.py's (`layout`); each mark's hover shows the
 fields of the events it stands for, and every event no mark stands for is a small grey point in
 its lane, so each event of events.jsonl and twin.jsonl can be hovered. The twin's events are placed
@@ -11,17 +13,17 @@ by wall time against the run's start, as timeline.png places them.
 """
 from __future__ import annotations
 
+import html
 import json
 import os
 from pathlib import Path
 from typing import Any
 
-import plotly.graph_objects as go
 from matplotlib.colors import to_hex
 
 from lab import metric_names
 from lab.events import Event
-from lab.report import timeline
+from lab.report import plotly_js, timeline
 from lab.report.page import RUN_PAGE as PAGE
 from lab.report.page import esc, outcome_class, shell, table, write as write_page
 from lab.report.rules import RULES
@@ -54,11 +56,17 @@ def _placed(events: list[Event], twin: list[Event] | None) -> list[tuple[float, 
     return sorted(out, key=lambda p: p[0])
 
 
+def _hover_esc(s: Any) -> str:
+    # plotly's hover labels read <b>, <br> and entities, not attributes: quotes need no escaping,
+    # and left as they are they cost one JSON character instead of six
+    return html.escape("" if s is None else str(s), quote=False)
+
+
 def _fields(x: float, e: Event) -> str:
-    rows = [f"<b>{esc(e.kind)}</b> at {x:.3f} s ({esc(e.src)})"]
+    rows = [f"<b>{_hover_esc(e.kind)}</b> at {x:.3f} s ({_hover_esc(e.src)})"]
     for k, v in e.data.items():
-        s = json.dumps(v, default=str) if not isinstance(v, str) else v
-        rows.append(f"{esc(k)}: {esc(s if len(s) <= 100 else s[:99] + chr(0x2026))}")
+        s = json.dumps(v, default=str, ensure_ascii=False) if not isinstance(v, str) else v
+        rows.append(f"{_hover_esc(k)}: {_hover_esc(s if len(s) <= 100 else s[:99] + chr(0x2026))}")
     return "<br>".join(rows)
 
 
@@ -66,20 +74,35 @@ def _kinds(style: str) -> tuple[str, ...]:
     return STYLE_KINDS.get(style, ()) or (style.rsplit(".", 1)[0] if style.startswith("model.text") else style,)
 
 
-def timeline_figure(events: list[Event], twin: list[Event] | None = None) -> go.Figure:
-    """The run's timeline as a plotly figure: lanes and marks as timeline.png, hover with each event's fields."""
+def _x(x: float | None) -> float | None:
+    # a tenth of a millisecond is finer than any record's clock; the digits beyond it only weigh
+    return None if x is None else round(x, 4)
+
+
+def _scatter(**props: Any) -> dict[str, Any]:
+    return {"type": "scatter", **props}
+
+
+def timeline_figure(events: list[Event], twin: list[Event] | None = None) -> dict[str, Any]:
+    """The run's timeline as a plotly figure, {"data": traces, "layout": ...} in plotly.js's own
+    terms: lanes and marks as timeline.png, hover with each event's fields. Plain dicts, not
+    plotly.graph_objects: the page only hands them to plotly.js, and the Python objects' validation
+    of every property would be most of the page's cost (tests/unit/test_pages.py validates them)."""
     lanes = {name: len(timeline.LANES) - 1 - i for i, name in enumerate(timeline.LANES)}
     placed = _placed(events, twin)
     used: set[int] = set()
+    by_kind: dict[str, list[int]] = {}
+    for i, (_, e) in enumerate(placed):
+        by_kind.setdefault(e.kind, []).append(i)
 
     def hover(style: str, x: float) -> str:
         kinds = _kinds(style)
-        near = [(i, px, e) for i, (px, e) in enumerate(placed) if abs(px - x) < 0.0006
-                and any(e.kind == k or e.kind.startswith(k + ".") for k in kinds)]
-        used.update(i for i, _, _ in near)
-        return "<br>".join(_fields(px, e) for _, px, e in near) or f"{esc(timeline.STYLES[style].label)} at {x:.3f} s"
+        near = sorted(i for kind, idx in by_kind.items() if any(kind == k or kind.startswith(k + ".") for k in kinds)
+                      for i in idx if abs(placed[i][0] - x) < 0.0006)
+        used.update(near)
+        return "<br>".join(_fields(*placed[i]) for i in near) or f"{_hover_esc(timeline.STYLES[style].label)} at {x:.3f} s"
 
-    fig = go.Figure()
+    traces: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
     marks = timeline.layout(events, twin)
     by_style: dict[str, list[timeline.Mark]] = {}
@@ -89,45 +112,64 @@ def timeline_figure(events: list[Event], twin: list[Event] | None = None) -> go.
         st = timeline.STYLES[style]
         color = to_hex(st.color)
         if st.draw in ("bar", "window"):
-            xs, ys, texts = [], [], []
+            xs: list[float | None] = []
+            ys: list[float | None] = []
+            texts: list[str | None] = []
             for m in ms:
                 end = m.x2 if m.x2 is not None else m.x
                 y = lanes[m.lane] + m.dy
-                h = hover(style, m.x) + (f"<br>{esc(m.text)}" if m.text else "") + f"<br>until {end:.3f} s"
-                xs += [m.x, end, None]
+                h = hover(style, m.x) + (f"<br>{_hover_esc(m.text)}" if m.text else "") + f"<br>until {end:.3f} s"
+                xs += [_x(m.x), _x(end), None]
                 ys += [y, y, None]
                 texts += [h, h, None]
                 if st.draw == "window":
-                    shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": m.x, "x1": end, "y0": 0,
+                    shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": _x(m.x), "x1": _x(end), "y0": 0,
                                    "y1": 1, "fillcolor": color, "opacity": 0.08, "line": {"width": 0}})
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=st.label, line={"color": color, "width": 7},
-                                     opacity=st.alpha, hovertext=texts, hoverinfo="text"))
+            traces.append(_scatter(x=xs, y=ys, mode="lines", name=st.label, line={"color": color, "width": 7},
+                                   opacity=st.alpha, hovertext=texts, hoverinfo="text"))
         elif st.draw == "label":
-            fig.add_trace(go.Scatter(x=[m.x for m in ms], y=[lanes[m.lane] + m.text_dy for m in ms],
-                                     mode="text", text=[m.text for m in ms], textfont={"color": color, "size": 9},
-                                     showlegend=False, hovertext=[hover(style, m.x) for m in ms], hoverinfo="text"))
+            traces.append(_scatter(x=[_x(m.x) for m in ms], y=[lanes[m.lane] + m.text_dy for m in ms],
+                                   mode="text", text=[m.text for m in ms], textfont={"color": color, "size": 9},
+                                   showlegend=False, hovertext=[hover(style, m.x) for m in ms], hoverinfo="text"))
         else:
             if st.draw == "vline":
-                shapes += [{"type": "line", "xref": "x", "yref": "paper", "x0": m.x, "x1": m.x, "y0": 0, "y1": 1,
+                shapes += [{"type": "line", "xref": "x", "yref": "paper", "x0": _x(m.x), "x1": _x(m.x), "y0": 0, "y1": 1,
                             "line": {"color": color, "dash": "dash", "width": 1}} for m in ms]
-            fig.add_trace(go.Scatter(
-                x=[m.x for m in ms], y=[lanes[m.lane] + m.dy for m in ms], mode="markers", name=st.label,
+            traces.append(_scatter(
+                x=[_x(m.x) for m in ms], y=[lanes[m.lane] + m.dy for m in ms], mode="markers", name=st.label,
                 marker={"color": color, "symbol": SYMBOLS.get(st.marker, "circle"), "size": st.size + 4},
-                opacity=st.alpha, hovertext=[hover(style, m.x) + (f"<br>{esc(m.text)}" if m.text else "") for m in ms],
+                opacity=st.alpha,
+                hovertext=[hover(style, m.x) + (f"<br>{_hover_esc(m.text)}" if m.text else "") for m in ms],
                 hoverinfo="text"))
     rest = [(px, e) for i, (px, e) in enumerate(placed) if i not in used]
     if rest:
-        fig.add_trace(go.Scatter(
-            x=[px for px, _ in rest], y=[lanes[_lane_of(e.kind)] - 0.32 for _, e in rest], mode="markers",
+        traces.append(_scatter(
+            x=[_x(px) for px, _ in rest], y=[lanes[_lane_of(e.kind)] - 0.32 for _, e in rest], mode="markers",
             name="other events (hover for their fields)", marker={"color": "#999", "size": 5, "symbol": "circle-open"},
             hovertext=[_fields(px, e) for px, e in rest], hoverinfo="text"))
-    fig.update_layout(
-        height=560, margin={"l": 90, "r": 20, "t": 30, "b": 50}, hovermode="closest", shapes=shapes,
-        xaxis={"title": {"text": "seconds since run start"}, "zeroline": False},
-        yaxis={"tickvals": list(lanes.values()), "ticktext": list(lanes), "range": [-0.7, len(lanes) - 0.3],
-               "fixedrange": True},
-        legend={"font": {"size": 10}}, plot_bgcolor="white")
-    return fig
+    layout = {
+        "height": 560, "margin": {"l": 90, "r": 20, "t": 30, "b": 50}, "hovermode": "closest", "shapes": shapes,
+        "xaxis": {"title": {"text": "seconds since run start"}, "zeroline": False},
+        "yaxis": {"tickvals": list(lanes.values()), "ticktext": list(lanes), "range": [-0.7, len(lanes) - 0.3],
+                  "fixedrange": True, "zeroline": False},     # y 0 is the lowest lane, not a value
+        "legend": {"font": {"size": 10}}, "plot_bgcolor": "white"}
+    return {"data": traces, "layout": layout}
+
+
+PLOT_CONFIG = {"responsive": True, "displaylogo": False}
+PLOT_ID = "timeline"
+
+
+def plot(fig: dict[str, Any]) -> str:
+    """The figure's <div> and the call that draws it, its data encoded once. Without plotly (the
+    batch's plotly.min.js not beside the run folder: one copied out alone) the div says so."""
+    args = json.dumps([PLOT_ID, fig["data"], fig["layout"], PLOT_CONFIG], separators=(",", ":"),
+                      ensure_ascii=False, default=str).replace("</", "<\\/")
+    missing = (f"The timeline needs plotly's script ({plotly_js.SCRIPT}, beside this run's folder in its batch): "
+               "`lab report` on this run folder alone writes the page with the script inside.")
+    return (f"<div id=\"{PLOT_ID}\" style=\"height:{fig['layout']['height']}px;width:100%\"></div>\n<script>"
+            f"if (window.Plotly) {{ Plotly.newPlot(...{args}); }} else {{ document.getElementById({json.dumps(PLOT_ID)})"
+            f".textContent = {json.dumps(missing)}; }}</script>")
 
 
 def _lane_of(kind: str) -> str:
@@ -277,14 +319,14 @@ def _files(run_dir: Path) -> str:
     return "<ul>" + "".join(links) + "</ul>"
 
 
-def render(run_dir: Path, v: dict[str, Any], events: list[Event], twin: list[Event] | None) -> str:
+def render(run_dir: Path, v: dict[str, Any], events: list[Event], twin: list[Event] | None,
+           batch_dir: Path | None = None) -> str:
+    """The page; plotly's script from batch_dir's shared copy, or inline without a batch (lab/report/plotly_js.py)."""
     passed = bool(v.get("pass", v.get("passed")))
     title = f"{v.get('run_id') or run_dir.name}: {v.get('scenario') or '?'} x {v.get('client') or '-'}"
     info = ", ".join(f"{k} {esc(v.get(k))}" for k in ("topology", "endpoint", "duration", "model") if v.get(k) is not None)
     failed_rules = [n for n, o in (v.get("rules") or {}).items() if o.get("status") == "fail"]
-    fig = timeline_figure(events, twin)
-    plot = fig.to_html(include_plotlyjs=True, full_html=False, div_id="timeline",
-                       config={"responsive": True, "displaylogo": False})
+    timeline_plot = plot(timeline_figure(events, twin))
     conv_rows, conv_cls = conversation(events, twin)
     net_rows = network(events, twin)
     cap = run_dir / "capture.pcapng"
@@ -304,7 +346,7 @@ def render(run_dir: Path, v: dict[str, Any], events: list[Event], twin: list[Eve
         "<h2 id=\"expectations\">Expectations</h2>", _expectations(v),
         "<h2 id=\"rules\">Conformance rules</h2>", _rules(v),
         "<h2 id=\"timeline-h\">Timeline</h2><p class=\"muted\">Zoom with a drag, double-click to reset; hover a mark "
-        "for the fields of its events.</p>", plot,
+        "for the fields of its events.</p>", timeline_plot,
         "<h2 id=\"conversation\">The conversation, the connections and the faults</h2><div class=\"cols\">"
         "<div><h3>The conversation</h3>" + _rows_table(conv_rows, conv_cls, ["time", "who", "what"]) + "</div>"
         "<div><h3>Connections and faults</h3>" + _rows_table(net_rows, [""] * len(net_rows), ["time", "what"]) + "</div></div>",
@@ -315,12 +357,16 @@ def render(run_dir: Path, v: dict[str, Any], events: list[Event], twin: list[Eve
         "<h2 id=\"capture\">Capture</h2>", capture,
         "<h2 id=\"files\">Raw files</h2>", _files(run_dir),
     ]
-    return shell(title, "\n".join(b for b in body if b))
+    return shell(title, "\n".join(b for b in body if b), head=plotly_js.tag(run_dir, batch_dir))
 
 
-def write(run_dir: Path | str, verdict: dict[str, Any], events: list[Event], twin: list[Event] | None) -> Path:
+def write(run_dir: Path | str, verdict: dict[str, Any], events: list[Event], twin: list[Event] | None,
+          batch_dir: Path | str | None = None) -> Path:
+    """run_dir/report.html; batch_dir: the batch folder holding the run (its pages share one plotly
+    script there), None for a run folder alone (the script inline)."""
     run_dir = Path(run_dir)
-    return write_page(run_dir / PAGE, render(run_dir, verdict, events, twin))
+    return write_page(run_dir / PAGE, render(run_dir, verdict, events, twin,
+                                             None if batch_dir is None else Path(batch_dir)))
 
 
 def link(from_dir: Path, run_dir: Path) -> str:

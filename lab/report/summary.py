@@ -31,7 +31,7 @@ from typing import Any, Iterable
 from lab import metric_names
 from lab.errors import LabError
 from lab.report.metrics import percentile
-from lab.report.verdict import VERDICT_FORMAT, build_run, is_run_dir, verdict_passed
+from lab.report.verdict import VERDICT_FORMAT, build_run, is_run_dir, outcome, verdict_passed
 
 
 TWIN_MARK = "\u2020"
@@ -248,7 +248,9 @@ def render_summary(verdicts: list[dict[str, Any]], title: str) -> str:
     for v in failed:
         why = [f"{r['name']}: expected {r['expected']}, observed {r['observed']}" + (f" ({r['note']})" if r.get("note") else "")
                for r in v["expectations"] if r["held"] is False]
-        why += v.get("notes", []) if not why else []
+        # the run's own reasons first (a truncated record, an interruption), each failed expectation after;
+        # a verdict of before `reasons` has them among its notes
+        why = v.get("reasons", [] if why else v.get("notes", [])) + why
         lines.append(f"- {v['run_id']} ({v.get('scenario')}): " + "; ".join(_cell(w) for w in why))
         for text in [r["advice"] for r in v["expectations"] if r.get("advice")] + ([v["advice"]] if v.get("advice") else []):
             lines.append(f"  - {_cell(text)}")
@@ -265,7 +267,7 @@ def render_summary(verdicts: list[dict[str, Any]], title: str) -> str:
     for v in verdicts:
         m = v["metrics"]
         lines.append(f"| {_cell(v['run_id'])} | {_cell(v.get('scenario'))} | {_cell(v.get('client') or '-')} | "
-                     f"{'pass' if verdict_passed(v) else 'FAIL'} | {m['attempts']} / {m['refused']} | {m['told']} | "
+                     f"{ {'PASS': 'pass', 'INTERRUPTED': 'interrupted'}.get(outcome(v), 'FAIL')} | {m['attempts']} / {m['refused']} | {m['told']} | "
                      f"{m['truth_at_answer'] or m['truth_final']} | {m['bookings']} |")
     lines.append("")
     return "\n".join(lines)

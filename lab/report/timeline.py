@@ -24,6 +24,7 @@ is skipped. Matplotlib with the Agg backend only (no display needed).
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -260,9 +261,18 @@ def _handle(st: Style) -> Any:
     return Line2D([], [], color=st.color, marker=st.marker, ms=st.size, ls="none", label=st.label)
 
 
+# pyplot's figures are the process's state, not a thread's: runs reported side by side in one
+# process (`lab matrix -j N`) draw one at a time
+_DRAW = threading.Lock()
+
+
 def render(events: list[Event], out: Path | str, twin: list[Event] | None = None, title: str = "") -> Path:
     """Draw the timeline of `events` (and the twin's own marks, if given) into `out`."""
-    out = Path(out)
+    with _DRAW:
+        return _render(events, Path(out), twin, title)
+
+
+def _render(events: list[Event], out: Path, twin: list[Event] | None, title: str) -> Path:
     if not events:
         fig = draw([], 1.0, title=title)
         fig.axes[0].text(0.5, 0.5, "no events recorded", transform=fig.axes[0].transAxes, ha="center", va="center")

@@ -12,8 +12,12 @@ any other name); each row of the verdict says what was expected, observed, wheth
 
 A run passes (`pass`, the verdict's one outcome field) when its record is complete (run.end present,
 its status not an error), at least one expectation was checked ("no checks" is never a pass), and
-every checked expectation held. Verdicts written before issue 8 carried the same outcome twice, as
-`pass` and `passed`; `verdict_passed` reads either, and a verdict of an older `format` is rebuilt.
+every checked expectation held. `reasons` are the notes that fail a run outside its expectations (a
+truncated record, an error status, no checks): `headline()` says them, for the terminal and
+summary.md, so a FAIL with every expectation held still says why. A run that ended (killed, or
+stopped) before its client wrote anything is `interrupted`: its expectations are not judged, as
+nothing was tried. Older verdicts carried the outcome twice, as `pass` and `passed`;
+`verdict_passed` reads either, and a verdict of an older `format` is rebuilt.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from typing import Any
 from lab import expectations
 from lab.conversation.semantics import JSON_FILE
 from lab.errors import LabError
-from lab.events import Event, read_events
+from lab.events import EVENT_KINDS, Event, read_events
 from lab.report import advice as advice_mod
 from lab.report import metrics as metrics_mod
 from lab.report import rules as rules_mod
@@ -77,7 +81,7 @@ def load_run(run_dir: Path) -> tuple[list[Event], dict[str, Any], list[Event] | 
 
 
 def verdict_passed(v: dict[str, Any]) -> bool:
-    """A verdict's outcome, from `pass` or the `passed` of verdicts written before issue 8."""
+    """A verdict's outcome, from `pass` or the `passed` of verdicts of the first format."""
     return bool(v.get("pass", v.get("passed")))
 
 
@@ -94,32 +98,41 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
     for k in ("scenario", "client", "endpoint", "topology"):
         if k not in info and start is not None and start.get(k) is not None:
             info[k] = start.get(k)
-    rows = expectations.evaluate(meta.get("expect") or {}, m)
+    bad_status = str(m["status"]).lower() in ("error", "failed", "aborted", "interrupted")
+    # the client never wrote a line and the run did not end well: nothing was tried, nothing to judge
+    interrupted = not client_started(events, twin) and (not m["complete"] or bad_status)
+    rows = [] if interrupted else expectations.evaluate(meta.get("expect") or {}, m)
     checked = [r for r in rows if r["held"] is not None]
+    reasons = []
     if not events:
-        notes.append("empty record")
+        reasons.append("empty record")
     if not m["complete"]:
-        notes.append("record truncated: no run.end")
-    elif str(m["status"]).lower() in ("error", "failed", "aborted", "interrupted"):
-        notes.append(f"run ended with status {m['status']}" + (f": {m['error']}" if m["error"] else ""))
-    if not rows:
+        reasons.append("record truncated: no run.end")
+    elif bad_status:
+        reasons.append(f"run ended with status {m['status']}" + (f": {m['error']}" if m["error"] else ""))
+    if not rows and not interrupted:
         notes.append("no expectations in run.json")
-    if not checked:
-        notes.append("no checks")
+    if not checked and not interrupted:
+        reasons.append("no checks")
+    if interrupted:
+        reasons.append("interrupted before the client started: not judged")
+    notes += reasons
     for r in rows:
         a = advice_mod.for_expectation(r, m)
         if a is not None:
             r["advice"] = a.text()
-    ok_run = bool(events) and m["complete"] and str(m["status"]).lower() not in ("error", "failed", "aborted", "interrupted")
+    ok_run = bool(events) and m["complete"] and not bad_status
     v = {
         "run_id": run_id,
         "format": VERDICT_FORMAT,
         **info,
         "pass": ok_run and bool(checked) and all(r["held"] for r in checked),
+        "interrupted": interrupted,
+        "reasons": reasons,
         "expectations": rows,
         "failed": [r["name"] for r in checked if not r["held"]],
         "notes": notes,
-        "rules": rule_rows(events, twin, meta, m, notes, conversation),
+        "rules": {} if interrupted else rule_rows(events, twin, meta, m, notes, conversation),
         "metrics": m,
     }
     run_advice = advice_mod.for_run(v)
@@ -147,8 +160,34 @@ def rule_rows(events: list[Event], twin: list[Event] | None, meta: dict[str, Any
     return out
 
 
-def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) -> dict[str, Any]:
-    """Verdict of one run folder; writes verdict.json and (by default) timeline.png and report.html."""
+def client_started(events: list[Event], twin: list[Event] | None = None) -> bool:
+    """Whether the client under test did anything: an event the client (or the backend it calls)
+    writes, or a connection the twin saw."""
+    return (any(EVENT_KINDS[e.kind].writer in ("client", "backend") for e in events if e.kind in EVENT_KINDS)
+            or any(e.kind == "twin.conn.open" for e in twin or ()))
+
+
+def outcome(v: dict[str, Any]) -> str:
+    """PASS, FAIL or INTERRUPTED (ended before its client started: not judged)."""
+    return "PASS" if verdict_passed(v) else "INTERRUPTED" if v.get("interrupted") else "FAIL"
+
+
+def headline(v: dict[str, Any]) -> str:
+    """The outcome with the reasons outside the expectations (a failed expectation is said by its
+    own row)."""
+    word = outcome(v)
+    if word == "PASS":
+        return word
+    reasons = [r for r in v.get("reasons") or [] if not (v.get("interrupted") and r.startswith("interrupted"))]
+    return word + (f" ({'; '.join(reasons)})" if reasons else "")
+
+
+def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True, page: bool = True,
+              batch: Path | str | None = None) -> dict[str, Any]:
+    """Verdict of one run folder; writes verdict.json and (by default) timeline.png and report.html
+    (`page=False`: the picture without the page, which `lab bench report` weighs against each other).
+    `batch`: the batch folder holding the run, where its page finds the batch's one copy of plotly's
+    script; None for a run folder alone, whose page carries the script inline."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise LabError(f"no such run folder: {run_dir}")
@@ -165,11 +204,11 @@ def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True) ->
             v["timeline"] = "timeline.png"
         except Exception as e:  # a picture must never cost the verdict
             v["notes"].append(f"timeline not drawn: {e.__class__.__name__}: {e}")
-    if timeline and write:
+    if timeline and write and page:
         try:
             # lazy, as the timeline: plotly loads only when a page is written
             from lab.report import run_page
-            run_page.write(run_dir, v, events, twin)
+            run_page.write(run_dir, v, events, twin, batch_dir=batch)
             v["report"] = run_page.PAGE
         except Exception as e:  # a page must never cost the verdict either
             v["notes"].append(f"report.html not written: {e.__class__.__name__}: {e}")

@@ -46,6 +46,12 @@ class Node(abc.ABC):
     def popen(self, argv: list[str], role: str = "proc", **popen_kw) -> subprocess.Popen:
         """Start `argv` inside this node; the Popen's signals reach the process inside."""
 
+    @property
+    def capture_node(self) -> "Node":
+        """Where this node's traffic is captured: a node on the same network namespace. Itself, unless
+        a sidecar shares its namespace (the Compose client's `capture`), so a capture outlives it."""
+        return self
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
 

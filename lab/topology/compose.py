@@ -1,11 +1,12 @@
-"""The Compose topology: the lab in two Docker containers on one internal network (compose.yaml).
+"""The Compose topology: the lab in Docker containers on one internal network (compose.yaml).
 
-The containers are the two nodes: `endpoint`, where the twin and the freeze proxy run, and
-`client` (NET_ADMIN), where the agent, its faults and the capture run. Both idle (`sleep infinity`)
-until the run starts its services in them with `docker compose exec`, the same service objects and
-command lines as in the netns topology (lab/topology/services.py): the containers carry no
-service command of their own, so nothing can drift between the topologies (as `--freeze-first`
-and the twin's `--t0` once did). With `links=[...]` a third container, `router`, sits between them
+The containers are the two nodes, `endpoint` (the network side's image), where the twin and the
+freeze proxy run, and `client` (NET_ADMIN), where the agent and its faults run, and the client's
+capture sidecar `capture`, in the client's network namespace, where its tcpdumps run (the client
+node's `capture_node`), so a client container that dies does not take its capture with it. All idle
+(`sleep infinity`) until the run starts its services in them with `docker compose exec`, the same
+service objects and command lines as in the netns topology (lab/topology/services.py): the
+containers carry no service command of their own, so nothing can drift between the topologies. With `links=[...]` a third container, `router`, sits between them
 (compose.router.yaml, layered on compose.yaml; `topo.router`): client and endpoint share no network
 and reach each other only by its forwarding. `topo.router_part` is the same Router as in netns
 (lab/topology/router.py) on Docker's addresses: up() names each container's access-link devices
@@ -16,7 +17,7 @@ agent on its own container's addresses. Lifecycle goes through the compose v2 CL
 (`docker compose -p <project> ...`); container inspection through the Docker SDK.
 `up()` first runs scripts/docker-setup.sh when something is missing (dockerd, compose v2, and on the
 offline image path the base image and the wheelhouse, or a project wheel older than its sources), so a
-fresh machine works. The image path (LAB_IMAGE_BASE: public or offline, Dockerfile.client) comes from
+fresh machine works. The image path (LAB_IMAGE_BASE: public or offline, for Dockerfile.client and Dockerfile.proxy) comes from
 the environment or the .env docker-setup.sh writes.
 
 No host root: everything here needs only the Docker socket (a user in the `docker` group, Docker
@@ -37,13 +38,16 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from lab.errors import CapabilityError, LabError
 from lab.topology.base import Node, Topology, require_tools
 from lab.topology.router import LINKS, Assigned, Place, Router, parse_links
 from lab.topology.services import RouterService
+from netem import cleanup
 from netem.kernel import Capabilities
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,15 +56,20 @@ ROUTER_FILE = REPO / "compose.router.yaml"   # the router overlay, for ComposeTo
 SETUP_SCRIPT = REPO / "scripts" / "docker-setup.sh"
 WHEELS = REPO / "docker" / "wheels"
 BASE_IMAGE = os.environ.get("LIVELAB_BASE_IMAGE", "lab-base:bookworm")   # the offline path's base
-PUBLIC_BASE_IMAGE = "python:3.11-slim-bookworm"                          # Dockerfile.client's default
+PUBLIC_BASE_IMAGE = "python:3.11-slim-bookworm"                          # the images' default (Dockerfile.client, Dockerfile.proxy)
 DOT_ENV = REPO / ".env"             # compose reads it; docker-setup.sh writes the image path into it
 COMPOSE_VERSION = "v2.40.3"         # what docker-setup.sh installs; any compose v2 runs the lab
 IMAGE_VARS = ("LAB_IMAGE_TAG", "LAB_IMAGE_BASE", "LAB_BASE_IMAGE")   # compose.yaml's image and build inputs
 _BUILT_IN_PROCESS: set[tuple[str, ...]] = set()   # image keys (ComposeTopology._image_key) built by this process
-LAB_SERVICES = ("endpoint", "client")   # the two nodes; their services are started on them with popen
+NODES = ("endpoint", "client")          # the lab's two nodes; their services are started on them with popen
+LAB_SERVICES = (*NODES, "capture")      # and the client's capture sidecar, in the client's network namespace
+# runs side by side in one process (`lab matrix -j N`): the first to need an image set builds it and
+# the others wait for it, then find it built, rather than N builds of the same tags at once
+_BUILDING = threading.Lock()
 UPLINK_MISSING = ("the compose topology has no way out (its network is internal): live mode runs in "
                   "--topology netns")
 PROJECT_PREFIX = "livelab"
+OWNER_LABEL = "livelab.owner"   # every container's: the orchestrator's owner token (netem.cleanup)
 
 
 def _project_name(run_id: str, run_dir: Path | None = None) -> str:
@@ -262,6 +271,12 @@ class ComposeNode(Node):
     def dev(self) -> str:
         return "eth0"
 
+    @property
+    def capture_node(self) -> "ComposeNode":
+        # the client's tcpdumps run in the sidecar sharing its namespace: a client container that
+        # dies leaves the capture running, to be stopped and flushed like any other
+        return self.topo.capture if self.service == "client" else self
+
     def exec_argv(self, argv: list[str], role: str = "proc", env: dict[str, str] | None = None) -> tuple[list[str], str]:
         """(the host command line that runs `argv` in this container, the pidfile it writes there).
 
@@ -322,6 +337,7 @@ class ComposeTopology(Topology):
         self._ids: dict[str, str] = {}      # service -> container id, while the lab is up
         self.client = ComposeNode(self, "client", "client")
         self.endpoint = ComposeNode(self, "endpoint", "endpoint")
+        self.capture = ComposeNode(self, "capture", "capture")     # in the client's network namespace
         self.router = ComposeNode(self, "router", "router") if self.links else None
         # its addresses and the router service's are Docker's: known once up() has the containers
         self.router_part = Router(Place(self.run_id, None, None, None), self.links) if self.links else None
@@ -379,7 +395,9 @@ class ComposeTopology(Topology):
         run_dir = run_dir or self.run_dir
         env = dict(os.environ)
         env.update({"RUN_ID": run_dir.name, "CAPTURES_DIR": str(run_dir.parent),
-                    "COMPOSE_BAKE": env.get("COMPOSE_BAKE", "false")})
+                    "COMPOSE_BAKE": env.get("COMPOSE_BAKE", "false"),
+                    # the containers' owner label: `lab down` leaves the project alone while we live
+                    "LIVELAB_OWNER": cleanup.owner_token()})
         # the image path this module checked is the one compose builds (LAB_IMAGE_BASE=offline in the
         # environment alone, as CI sets it, must not build on the public base image)
         env.setdefault("LAB_IMAGE_BASE", image_path())
@@ -418,12 +436,14 @@ class ComposeTopology(Topology):
         # checked); the images one process built are current for its later runs (assumption: the
         # source tree does not change under a batch), so each image set is built once per process
         images = self._image_key()
-        build = () if images in _BUILT_IN_PROCESS else ("--build",)
-        r = self.compose("up", "-d", *build, "--wait", "--wait-timeout", str(self.wait_timeout),
-                         *LAB_SERVICES, *(["router"] if self.router else []), timeout=self.wait_timeout + 300, check=False)
+        with _BUILDING if images not in _BUILT_IN_PROCESS else nullcontext():
+            build = () if images in _BUILT_IN_PROCESS else ("--build",)
+            r = self.compose("up", "-d", *build, "--wait", "--wait-timeout", str(self.wait_timeout),
+                             *LAB_SERVICES, *(["router"] if self.router else []), timeout=self.wait_timeout + 300,
+                             check=False)
+            if r.returncode == 0 and build:
+                _BUILT_IN_PROCESS.add(images)
         self.timings["up_s"] = time.monotonic() - t1
-        if r.returncode == 0 and build:
-            _BUILT_IN_PROCESS.add(images)
         if r.returncode != 0:
             detail = self._failure_detail(r)
             self.down()
@@ -677,21 +697,33 @@ def exec_latency_samples(n: int = 10, topology: ComposeTopology | None = None) -
         topo.down()
 
 
-def down_all(prefix: str = PROJECT_PREFIX) -> list[str]:
-    """Remove every compose project whose name starts with `prefix` (for `lab down`); never raises."""
+def down_all(prefix: str = PROJECT_PREFIX, owner_pids: set[int] | None = None) -> dict[str, list[str]]:
+    """Remove every compose project whose name starts with `prefix` and whose owner is gone (for
+    `lab down`), and the router rules of projects no longer there; never raises. A project is live
+    while the process its containers' owner label names runs; `owner_pids`: only projects owned by
+    one of these pids. Returns {"removed": projects, "spared": "<project> (pid N)"}."""
+    done: dict[str, list[str]] = {"removed": [], "spared": []}
     if shutil.which("docker") is None or not docker_ready():
-        return []
+        return done
     try:
         r = _run(["docker", "ps", "-a", "--format",
-                  '{{.Label "com.docker.compose.project"}} {{.Label "com.docker.compose.service"}}'], timeout=30)
+                  f'{{{{.Label "com.docker.compose.project"}}}} {{{{.Label "com.docker.compose.service"}}}} '
+                  f'{{{{.Label "{OWNER_LABEL}"}}}}'], timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return []
+        return done
     services: dict[str, set[str]] = {}
+    owner: dict[str, str] = {}
     for line in r.stdout.splitlines():
-        project, _, service = line.partition(" ")
+        project, service, token = (line.split(" ") + ["", ""])[:3]
         if project.startswith(prefix):
             services.setdefault(project, set()).add(service.strip())
+            owner[project] = owner.get(project) or token.strip()
     for p, svcs in sorted(services.items()):
+        if owner_pids is not None and cleanup.token_pid(owner[p]) not in owner_pids:
+            continue
+        if cleanup.token_alive(owner[p]):
+            done["spared"].append(f"{p} (pid {cleanup.token_pid(owner[p])})")
+            continue
         # a router project's networks are the overlay's; a plain project's `default` is compose.yaml's
         # alone (layering the overlay on it would leave that network behind)
         files = [COMPOSE_FILE, *([ROUTER_FILE] if "router" in svcs else [])]
@@ -702,7 +734,28 @@ def down_all(prefix: str = PROJECT_PREFIX) -> list[str]:
                   "--remove-orphans", "-t", "2"], timeout=120, cwd=REPO)
         except (OSError, subprocess.TimeoutExpired):
             pass
-    return sorted(services)
+        done["removed"].append(p)
+    if owner_pids is None:
+        # a killed run's rules whose project is already gone (its containers removed by hand)
+        for p in sorted(_router_rule_projects() - set(services)):
+            if p.startswith(prefix):
+                _drop_router_rules(p)
+                done["removed"].append(p)
+    return done
+
+
+_ROUTER_RULE_RE = re.compile(r'--comment "?livelab (\S+) router"?')
+
+
+def _router_rule_projects() -> set[str]:
+    """The projects named by the DOCKER-USER rules router projects make (ComposeTopology._bridge_rules)."""
+    if os.geteuid() != 0 or shutil.which("iptables") is None:
+        return set()
+    try:
+        out = _run(["iptables", "-w", "-S", "DOCKER-USER"], timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    return {m.group(1) for m in map(_ROUTER_RULE_RE.search, out.splitlines()) if m}
 
 
 def _drop_router_rules(project: str) -> None:

@@ -2,7 +2,7 @@
 
 A netns run starts the twin, the proxy and the agent as `python -m lab ...` under `ip netns exec`:
 each a fresh interpreter that imports the lab (google-genai is most of it) before it can do anything,
-a second or more per process on a loaded machine (README "lab bench overhead"). This process pays
+a second or more per process on a loaded machine (`lab bench overhead` shows it). This process pays
 those imports once per `lab run` invocation (a batch, a matrix, a soak: one process, one server),
 then forks a child per request. The child enters the node's namespace as `ip netns exec` would
 (lab/topology/nsenter.py), takes the stdio, cwd, environment and session it was sent, and runs the
@@ -39,7 +39,7 @@ from lab.topology.forkproto import FDS, MAX_MESSAGE, ProtocolError, Request, enc
 # dependency; the server only warms the interpreter its children inherit.
 PRELOAD = ("lab.cli", "lab.agent", "lab.twin.server", "lab.twin.cli", "lab.proxy")
 # What the children still imported after the fork, by a module list taken at their exit (a control
-# run, 2026-12-01): the twin's certificate maker and event loop, the SDK's connection stack (it
+# run): the twin's certificate maker and event loop, the SDK's connection stack (it
 # imports it when it first connects). Each is optional: one a build lacks is simply not warmed.
 PRELOAD_LAZY = ("trustme", "cryptography.x509", "uvloop", "httpcore2", "h11", "anyio.streams.tls", "truststore",
                 "google.auth.aio.credentials", "concurrent.futures.thread")
@@ -205,8 +205,8 @@ def main(argv: list[str]) -> None:
                      "cannot fork safely")
         # the pre-imported heap into the collector's permanent generation (the gc module's advice for
         # a process that forks without exec): a child's collections, its last one at exit included,
-        # no longer walk it; a child's exit goes from 0.3-0.7 s to ~0.02 s here (measured under
-        # load), and pages stay shared instead of being copied when the collector touches them
+        # no longer walk it, so a child's exit does not pay for a walk over the whole pre-imported heap,
+        # and pages stay shared instead of being copied when the collector touches them
         gc.freeze()
         got = serve(argv[0])
     finally:

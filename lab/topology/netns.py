@@ -6,8 +6,9 @@ Both ends are called eth0, as in the Compose topology, so faults and captures na
 device everywhere. N is chosen per run id (a hash, skipping subnets that another lab namespace
 already uses) so runs can coexist. `up()` builds only the network (setup ~tens of ms); the nodes
 `topo.client` and `topo.endpoint` start processes with `popen([...])`. Every process started on
-them, tcpdump included, is recorded under /run/livelab/ so `lab down` can end it after a SIGKILL.
-`down()` is idempotent and never raises.
+them, tcpdump included, is recorded under /run/livelab/ so `lab down` can end it after a SIGKILL;
+the process that calls `up()` is recorded as the run's owner there, so `lab down` spares the run
+while that process lives (netem.cleanup). `down()` is idempotent and never raises.
 
 With `links=[...]` (a scenario's `topology: {router: true, links: [wifi, cell]}`) a third namespace
 ll-<run>-r sits between them as `topo.router`, and the client reaches it over one or two access
@@ -60,12 +61,11 @@ def _lab_addresses(root: bool = False) -> list[ipaddress.IPv4Address]:
     found: list[ipaddress.IPv4Address] = []
     # in_netns opens a namespace, never creates it (pyroute2's NetNS would re-create one another
     # run's teardown just deleted, and that empty copy then blocks any later run with the same id);
-    # a netlink socket opened in it is bound to it. Not NetNS: its helper cost ~40 ms a namespace,
-    # 0.7 s of a run's topology up with the machine's other runs about (lab bench overhead).
+    # a netlink socket opened in it is bound to it. Not NetNS: it forks a helper per namespace, and
+    # this scan visits every lab namespace on the machine, so that cost grows with the runs about.
     # In a thread of its own, never the caller's: a teardown finds what still runs in a namespace
     # with `ip netns pids` (netem.cleanup), which reads each process's main thread, so a main thread
-    # visiting another run's namespace as that run went down was taken for a leftover and killed
-    # (a CI test worker, running a batch, "crashed").
+    # visiting another run's namespace as that run goes down would be taken for a leftover and killed.
     names = ([None] if root else []) + [ns for ns in list_netns() if ns.startswith("ll-")]
 
     def scan() -> None:
@@ -90,6 +90,21 @@ def _used_subnets() -> set[int]:
 def _used_uplinks() -> set[int]:
     """Indices of the 10.204.0.0/16 /30s used in a lab namespace or on a link of this one."""
     return {(int(ip) - int(UPLINK_NET.network_address)) // 4 for ip in _lab_addresses(root=True) if ip in UPLINK_NET}
+
+
+class _Claims:
+    """Subnets and uplink /30s this process has picked and not yet released. A pick scans the lab
+    namespaces for used addresses, and a subnet is in use only once its addresses are set: two runs
+    of one process side by side (`lab matrix -j N`) could both scan before either set them and pick
+    the same one. The scan and the claim are one step under the lock; down() releases."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.subnets: set[int] = set()
+        self.uplinks: set[int] = set()
+
+
+_CLAIMS = _Claims()
 
 
 def _host_resolv() -> str:
@@ -127,6 +142,8 @@ class NetnsTopology(Topology):
         self._ca_path = Path(ca_path) if ca_path else None
         self.sysctls = dict(sysctls or {})
         self._subnet = subnet
+        self._claimed_subnet: int | None = None     # picked by this topology: released by down()
+        self._claimed_uplink: int | None = None
         self.pid_dir = pid_dir
         self._procs: list[tuple[subprocess.Popen | forked.ForkedProcess, Path]] = []
         self.log = log
@@ -219,22 +236,34 @@ class NetnsTopology(Topology):
         return str(self.uplink_subnet.network_address + 2)
 
     def _pick_subnet(self) -> int:
-        used = _used_subnets()
-        start = int(hashlib.sha1(self.run_id.encode()).hexdigest(), 16) % 254 + 1
-        for i in range(254):
-            n = (start - 1 + i) % 254 + 1
-            if n not in used:
-                return n
+        with _CLAIMS.lock:
+            used = _used_subnets() | _CLAIMS.subnets
+            start = int(hashlib.sha1(self.run_id.encode()).hexdigest(), 16) % 254 + 1
+            for i in range(254):
+                n = (start - 1 + i) % 254 + 1
+                if n not in used:
+                    _CLAIMS.subnets.add(n)
+                    self._claimed_subnet = n
+                    return n
         raise CapabilityError("every 10.203.x.0/24 is used by lab namespaces; run `lab down`")
 
     def _pick_uplink(self) -> int:
-        used = _used_uplinks()
-        start = int(hashlib.sha1(b"uplink " + self.run_id.encode()).hexdigest(), 16) % UPLINK_SLOTS
-        for i in range(UPLINK_SLOTS):
-            n = (start + i) % UPLINK_SLOTS
-            if n not in used:
-                return n
+        with _CLAIMS.lock:
+            used = _used_uplinks() | _CLAIMS.uplinks
+            start = int(hashlib.sha1(b"uplink " + self.run_id.encode()).hexdigest(), 16) % UPLINK_SLOTS
+            for i in range(UPLINK_SLOTS):
+                n = (start + i) % UPLINK_SLOTS
+                if n not in used:
+                    _CLAIMS.uplinks.add(n)
+                    self._claimed_uplink = n
+                    return n
         raise CapabilityError("every 10.204.x.y/30 is in use; run `lab down`")
+
+    def _release_claims(self) -> None:
+        with _CLAIMS.lock:
+            _CLAIMS.subnets.discard(self._claimed_subnet)
+            _CLAIMS.uplinks.discard(self._claimed_uplink)
+        self._claimed_subnet = self._claimed_uplink = None
 
     # --------------------------------------------------------------------------- up / down
     def up(self) -> None:
@@ -248,6 +277,14 @@ class NetnsTopology(Topology):
         for ns in (self.ns_client, self.ns_endpoint) + ((self.router_part.ns,) if self.router_part else ()):
             if ns in list_netns():
                 raise LabError(f"namespace {ns} already exists: run id {self.run_id!r} is in use (or run `lab down`)")
+        # this process owns the run from here: a machine-wide `lab down` leaves it alone while we live
+        try:
+            cleanup.claim(self.run_id, self.pid_dir)
+        except RuntimeError as e:
+            raise LabError(f"{e} (or run `lab down` once it is gone)") from None
+        except OSError as e:
+            raise CapabilityError(f"could not record the run's owner under {self.pid_dir or cleanup.PID_DIR}: "
+                                  f"{e.strerror}") from None
         if self._subnet is None:
             self._subnet = self._pick_subnet()
         # started now, its imports run while the namespaces are made (a second run finds it ready)
@@ -387,6 +424,7 @@ class NetnsTopology(Topology):
         else:
             self.log(f"  teardown left namespaces of {self.run_id}: {'; '.join(errors) or 'no error said why'}")
         self._up = False
+        self._release_claims()     # the addresses went with the namespaces
 
     # --------------------------------------------------------------------------- processes
     def _exec(self, ns: str, role: str, argv: list[str], **popen_kw) -> subprocess.Popen | forked.ForkedProcess:

@@ -138,18 +138,20 @@ class Twin(Service):
     control_port = 8444     # the control channel (lab.twin.control), for the agent's twin actions
 
     def __init__(self, node: Node, *, cert_dir: Path | str, api_key: str, log_path: Path | str, t0: float | None,
-                 seed: int | str, port: int = 8443, extra: tuple[str, ...] = ()):
+                 seed: int | str, port: int = 8443, extra: tuple[str, ...] = (), conversation: Path | str | None = None):
         # seed may be a placeholder the pod spec fills in per index ("$(SHARD)")
         super().__init__(node)
         self.cert_dir, self.api_key, self.log_path = Path(cert_dir), api_key, Path(log_path)
         self.t0, self.seed, self.port, self.extra = t0, seed, int(port), tuple(extra)
+        self.conversation = conversation      # what its model plays (a file the twin's node can read)
 
     def argv(self) -> list[str]:
         # 0.0.0.0: the endpoint node has only its link and loopback, in every topology
         return [sys.executable, "-m", "lab", "twin", "serve", "--host", "0.0.0.0", "--port", str(self.port),
                 "--cert-dir", str(self.cert_dir), "--san", self.node.host, "--api-key", self.api_key,
                 "--log", str(self.log_path), *(["--t0", repr(self.t0)] if self.t0 is not None else []),
-                "--seed", str(self.seed), "--control", f"0.0.0.0:{self.control_port}", *self.extra]
+                "--seed", str(self.seed), "--control", f"0.0.0.0:{self.control_port}",
+                *(["--conversation", str(self.conversation)] if self.conversation else []), *self.extra]
 
     @property
     def base_url(self) -> str:
@@ -241,11 +243,12 @@ class Capture:
         """(node, role, tcpdump options, raw file) for each tcpdump."""
         eth, nflog = RAW_FILES
         stamp = "--time-stamp-precision=nano"
+        at = self.node.capture_node       # the client's namespace, from a sidecar where it has one
         if self.router is None:
-            return [(self.node, "tcpdump-eth", ["-i", self.node.dev, stamp], eth),
-                    (self.node, "tcpdump-nflog", ["-i", "nflog:5"], nflog)]
+            return [(at, "tcpdump-eth", ["-i", self.node.dev, stamp], eth),
+                    (at, "tcpdump-nflog", ["-i", "nflog:5"], nflog)]
         return [*((self.router, f"tcpdump-{link}", ["-i", link, stamp], f"raw-eth-{link}.pcap") for link in self.links),
-                (self.node, "tcpdump-nflog", ["-i", "nflog:5"], nflog),
+                (at, "tcpdump-nflog", ["-i", "nflog:5"], nflog),
                 (self.router, "tcpdump-nflog-router", ["-i", "nflog:5"], "raw-nflog-router.pcap")]
 
     def commands(self) -> list[tuple[str, list[str], Path, Path]]:
@@ -295,8 +298,8 @@ class Capture:
 
     def _drain(self) -> None:
         """Wait until each tcpdump has written every packet its filter took in. SIGINT ends tcpdump at
-        once and what is still in its ring is lost: in CI a loaded machine left 9 of 10 packets of the
-        cell link unwritten ("1 packet captured, 10 packets received by filter"). SIGUSR1 makes
+        once and what is still in its ring is lost, and on a loaded machine that can be most of a
+        quiet link's last packets ("1 packet captured, 10 packets received by filter"). SIGUSR1 makes
         tcpdump print those two counts to its log without stopping; bounded by DRAIN_TIMEOUT."""
         t0 = time.monotonic()
         pending = [(proc, log) for proc, _out, log, _where in self._procs if proc.poll() is None]

@@ -154,9 +154,10 @@ def restore_ip_forward() -> bool:
     return True
 
 
-def _remove_resolv(run_id: str | None) -> list[str]:
+def _remove_resolv(run_id: str | None, spare: frozenset[str] = frozenset()) -> list[str]:
     dirs = [NETNS_ETC / f"{NS_PREFIX}{run_id}-c"] if run_id else (
         sorted(NETNS_ETC.glob(f"{NS_PREFIX}*")) if NETNS_ETC.is_dir() else [])
+    dirs = [d for d in dirs if cleanup.run_of(d.name) not in spare]
     gone = []
     for d in dirs:
         f = d / "resolv.conf"
@@ -172,14 +173,17 @@ def _remove_resolv(run_id: str | None) -> list[str]:
     return gone
 
 
-def remove_uplinks(run_id: str | None = None) -> dict:
-    """Remove one run's uplink (or every lab uplink) from the current (root) namespace: the llu-*
-    veth, its LL_NAT / LL_FWD rules, then those chains if empty, the netns resolv.conf, and restore
-    ip_forward when no uplink is left. Never raises; returns {"links", "rules", "chains", "files", "errors"}."""
+def remove_uplinks(run_id: str | None = None, spare: frozenset[str] = frozenset()) -> dict:
+    """Remove one run's uplink (or every lab uplink but the `spare` runs') from the current (root)
+    namespace: the llu-* veth, its LL_NAT / LL_FWD rules, then those chains if empty, the netns
+    resolv.conf, and restore ip_forward when no uplink is left. Never raises; returns {"links",
+    "rules", "chains", "files", "errors"}."""
     rep: dict[str, list] = {"links": [], "rules": [], "chains": [], "files": [], "errors": []}
+    kept_links = {uplink_ifname(r) for r in spare}
+    kept_rules = {uplink_comment(r) for r in spare}
     try:
         with uplink_lock():
-            names = [uplink_ifname(run_id)] if run_id else uplink_links()
+            names = [uplink_ifname(run_id)] if run_id else [n for n in uplink_links() if n not in kept_links]
             for name in names:
                 if _del_link(name):
                     rep["links"].append(name)
@@ -189,7 +193,8 @@ def remove_uplinks(run_id: str | None = None) -> dict:
                 if f"-N {chain}" not in lines:
                     continue
                 rules = [l for l in lines if l.startswith(f"-A {chain} ")]
-                mine = [l for l in rules if run_id is None or _comment(l) == uplink_comment(run_id)]
+                mine = [l for l in rules if _comment(l) == uplink_comment(run_id)] if run_id else \
+                    [l for l in rules if _comment(l) not in kept_rules]
                 text = [f"*{table}"] + ["-D" + l[2:] for l in mine]
                 if len(mine) == len(rules):  # empty afterwards: unhook and delete it in the same commit
                     text += ["-D" + l[2:] for l in lines if l.startswith("-A ") and l.endswith(f"-j {chain}")
@@ -203,7 +208,7 @@ def remove_uplinks(run_id: str | None = None) -> dict:
                 rep["rules"] += [f"{table}:{l}" for l in mine]
                 if len(mine) == len(rules):
                     rep["chains"].append(f"{table}:{chain}")
-            rep["files"] = _remove_resolv(run_id)
+            rep["files"] = _remove_resolv(run_id, spare)
             if restore_ip_forward():
                 rep["files"].append("ip_forward restored")
     except Exception as e:
@@ -213,11 +218,24 @@ def remove_uplinks(run_id: str | None = None) -> dict:
 
 
 
-def down(run_id: str | None = None, *, current_ns: bool = True, pid_dir: Path | None = None) -> dict:
-    """Remove a run's leftovers (None: every lab run's): netem's, then the uplink's. Never raises.
+def down(run_id: str | None = None, *, current_ns: bool = True, pid_dir: Path | None = None,
+         owner_pids: set[int] | None = None) -> dict:
+    """Remove a run's leftovers (None: those of every run whose owner is gone; `owner_pids`: of those
+    whose owner was one of these pids): netem's, then the uplink's. Never raises.
     Returns netem.cleanup.down()'s report with "uplinks" (the veths removed) added."""
-    report = cleanup.down(run_id, current_ns=current_ns, pid_dir=pid_dir)  # leaves LL_NAT/LL_FWD: not netem's
-    up = remove_uplinks(run_id)
+    tokens = cleanup.owners(pid_dir)        # read before: cleanup.down releases the dead runs' records
+    report = cleanup.down(run_id, current_ns=current_ns, pid_dir=pid_dir, owner_pids=owner_pids)
+    # (cleanup.down leaves LL_NAT/LL_FWD: not netem's)
+    if run_id is not None:
+        up = remove_uplinks(run_id)
+    elif owner_pids is not None:
+        up = {"links": [], "chains": [], "errors": []}
+        for rid, token in sorted(tokens.items()):
+            if cleanup.token_pid(token) in owner_pids and not cleanup.token_alive(token):
+                for k, v in remove_uplinks(rid).items():
+                    up.setdefault(k, []).extend(v)
+    else:
+        up = remove_uplinks(spare=frozenset(cleanup.live_runs(pid_dir)))
     report["uplinks"] = up["links"]
     report["chains"] += up["chains"]
     report["errors"] += up["errors"]

@@ -17,9 +17,9 @@ pidfile (role fault-delay) so `lab down` ends it, stopped by uninstall() after t
 Its stdin is a pipe from the owner: end of file (the owner cleared it, exited or was killed -9)
 makes it release every held packet and exit. It runs as a real-time process where root permits
 (netem/realtime.py: SCHED_FIFO, locked memory, no GC pauses; one stderr line says what was
-refused), because as an ordinary one its wake-ups came late by tens of ms under load (issue 14,
-an instrumented run with two busy processes on this 2-core machine: one-way error p99 +44 ms,
-+0.8 ms as SCHED_FIFO); $LIVELAB_DELAY_REALTIME=0 keeps it ordinary (the bench's comparison).
+refused), because an ordinary process's wake-ups wait behind whatever else runs, and a held packet
+released late is a delay the scenario did not ask for (`lab bench faults` compares the two);
+$LIVELAB_DELAY_REALTIME=0 keeps it ordinary (the bench's comparison).
 Run by hand: `python -m netem.kinds.delay --queue N --delay-ms D [--jitter-ms J] [--reorder P]
 [--duplicate P] [--loss P]` prints `ready` once bound.
 """

@@ -2,8 +2,8 @@
 
 target, direction (default both), mtu (68..9000 bytes of IP packet, default 1280: a typical
 tunnel's), queue. What a VPN or tunnel with a smaller MTU does when the ICMP "fragmentation needed"
-that should tell the sender is filtered on the way (issue 15: "pings, text pass and large frames,
-audio or a big tool result, vanish"): a packet of the target above mtu bytes is logged and dropped
+that should tell the sender is filtered on the way (pings and text pass; large frames, audio or
+a big tool result, vanish): a packet of the target above mtu bytes is logged and dropped
 silently (NFQUEUE to a queue nobody binds, as blackhole silent), and every ICMP fragmentation-needed
 that crosses the chains is logged and dropped too, so path-MTU discovery never learns. TCP keeps
 retransmitting the large segment; pings and small frames still go through: a zombie session.

@@ -6,7 +6,7 @@ TCP (nf_conntrack_tcp_timeout_established, one value for the whole namespace, as
 one) is set to idle_s while the fault is active; a flow that stays quiet that long loses its entry,
 and its next packet, from either side, is dropped or reset. A flow that keeps sending (its own
 pings) refreshes the entry and lives. Users report idle Live sessions reaped this way and seen as
-close 1006 (issue 15, "carrier NATs that reap idle TCP flows").
+close 1006 (carrier NATs that reap idle TCP flows).
 
 Applied in a namespace where the flow is already tracked (a router node), the new timeout takes
 effect at the flow's next packet: the kernel re-arms an entry's timer from the current value.

@@ -2,7 +2,7 @@
 
 target (the destination whose flows pass the relay), age_s > 0, mode silent|rst (netem.conntrack),
 direction (default both). One Live API user saw every session closed at exactly 150 s by a relay on
-the path (issue 15, "relays that close every flow at a fixed age"); a load balancer's maximum
+the path; a load balancer's maximum
 connection lifetime does the same.
 
 While the fault is active a watcher thread in the owner's process reads the namespace's conntrack

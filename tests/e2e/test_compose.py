@@ -2,7 +2,8 @@
 
 scripts/docker-setup.sh installs and starts everything (docker.io, dockerd, compose v2, the
 debootstrapped base image, the wheelhouse); then the lab's two containers come up, the services
-start on them (the twin and the proxy on the endpoint node, the capture on the client node), a
+start on them (the twin and the proxy on the endpoint node, the capture in its sidecar in the client's
+network namespace), a
 client in the client container opens a TLS connection to the twin, a ~3 s NFQUEUE blackhole (with
 NFLOG group 5) drops its packets, and the capture must show them: the packets to endpoint:8443 in
 raw-eth.pcap, the dropped ones in raw-nflog.pcap. The lab is always taken down, even on failure.
@@ -108,7 +109,7 @@ def test_compose_lab_blackhole_is_captured(docker_setup, tmp_path):
         proxy = Proxy(topo.endpoint).start()
         capture = Capture(topo.client, topo.run_dir).start()
         health = topo.health()
-        assert health == {"endpoint": "running", "client": "running"}, health
+        assert health == {"endpoint": "running", "client": "running", "capture": "running"}, health
 
         p = topo.client.popen(["python", "-c", CLIENT_SCRIPT, "3"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
@@ -169,3 +170,54 @@ def test_a_signal_reaches_the_process_inside_the_container(docker_setup, tmp_pat
         assert "sleep 120" not in left and "sh -c" in left, left
     finally:
         topo.down()
+
+
+# Runs inside the client container: numbered UDP datagrams to the endpoint every 10 ms, each number
+# printed once its datagram is sent, until the container is killed
+NUMBERED = r"""
+import socket, time
+ep = socket.gethostbyname("endpoint")
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+n = 0
+while True:
+    s.sendto(b"livelab-seq %06d" % n, (ep, 9999))
+    print(n, flush=True)
+    n += 1
+    time.sleep(0.01)
+"""
+
+
+def test_a_client_container_killed_mid_run_leaves_a_complete_capture(docker_setup, tmp_path):
+    """The capture runs in its own container sharing the client's network namespace: `docker kill`
+    of the client (a crash, an OOM kill) leaves it running, and its stop writes every packet the
+    client sent before it died. (With tcpdump inside the client container, the kill took tcpdump
+    with it: no clean stop, and what its ring still held was lost.)"""
+    if not shutil.which("tshark"):
+        pytest.skip("tshark is missing (scripts/setup.sh installs it)")
+    topo = ComposeTopology(f"e2e-kill-{os.getpid()}", captures_dir=tmp_path, setup=False)
+    try:
+        topo.up()
+        capture = Capture.of(topo, topo.run_dir).start()
+        p = topo.client.popen(["python", "-c", NUMBERED], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True)
+        last = -1
+        for line in p.stdout:
+            last = int(line)
+            if last >= 150:
+                break
+        subprocess.run(["docker", "kill", topo.container_id("client")], check=True, capture_output=True, timeout=60)
+        p.wait(timeout=30)
+        health = topo.health()
+        assert health["client"] != "running" and health["capture"] == "running", health
+        files = capture.stop()
+        eth = topo.run_dir / "raw-eth.pcap"
+        assert eth in files
+        got = tshark_fields(eth, "udp.dstport==9999", "data.data")
+        seqs = {int(bytes.fromhex(d).decode().split()[1]) for (d,) in got}
+        assert set(range(last + 1)) <= seqs, f"missing datagrams: {sorted(set(range(last + 1)) - seqs)[:10]}"
+        # each tcpdump ended on the capture's own stop and said what it wrote: not killed with the client
+        for log in ("tcpdump-eth.log", "tcpdump-nflog.log"):
+            assert "packets captured" in (topo.run_dir / log).read_text(), log
+    finally:
+        topo.down()
+    assert topo.containers() == {}

@@ -118,16 +118,17 @@ class LocalKubelet:
 
 @pytest.fixture(scope="module")
 def tag(tmp_path_factory):
-    """compose.yaml's client image at LAB_IMAGE_TAG, and the fan-in's report image on top of it
+    """compose.yaml's client and network-side images at LAB_IMAGE_TAG (the twin's pod runs the
+    endpoint's), and the fan-in's report image on top of the client's
     (deploy/kubernetes/Dockerfile.report, matplotlib from a wheels/ folder: the offline path)."""
     if shutil.which("docker") is None or not docker_ready():
         pytest.skip("needs a Docker engine (scripts/docker-setup.sh)")
     ensure_docker(log=None)                 # the wheelhouse the image installs the project from, fresh
-    r = subprocess.run(["docker", "compose", "-p", "livelab-k8s-image", "build", "client"], cwd=REPO,
+    r = subprocess.run(["docker", "compose", "-p", "livelab-k8s-image", "build", "client", "endpoint"], cwd=REPO,
                        env={**os.environ, "LAB_IMAGE_TAG": TAG, "COMPOSE_BAKE": "false"},
                        capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
-        pytest.skip(f"cannot build livelab-client:{TAG} (run scripts/docker-setup.sh): {r.stderr.strip()[-200:]}")
+        pytest.skip(f"cannot build the lab images at {TAG} (run scripts/docker-setup.sh): {r.stderr.strip()[-200:]}")
     ctx = tmp_path_factory.mktemp("report-image")
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(ctx / "wheels"), "matplotlib>=3.8"],
                    check=True, capture_output=True, timeout=600)

@@ -1,9 +1,9 @@
 """The lab image (Dockerfile.lab): the orchestrator in a container, the netns topology inside it.
 
-Builds the chain README shows, under this test's own tag (the client image by compose, the report
+Builds the chain docs/compose.md shows, under this test's own tag (the client image by compose, the report
 image on top with matplotlib from a wheels/ folder as the offline path does, the lab image on top),
-then runs README's command for one short B1 run: `docker run <PRIVILEGE> -v <folder>:/lab/captures
-livelab-lab:<tag> lab run b1-silent-loss`. PRIVILEGE is README's alternative to --privileged: this
+then runs its command for one short B1 run: `docker run <PRIVILEGE> -v <folder>:/lab/captures
+livelab-lab:<tag> lab run b1-silent-loss`. PRIVILEGE is its alternative to --privileged: this
 machine's Docker runs inside a container that lacks CAP_SYS_RESOURCE, so runc refuses --privileged
 ("unable to apply caps"); the namespaces and faults need only what it lists. The run must pass with the probe client's B1 record
 (every resume refused with 1011, the dropped packets in the capture), and every file must belong

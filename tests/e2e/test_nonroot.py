@@ -90,8 +90,8 @@ def test_docker_group_user_runs_b1_in_compose_with_roots_verdict(docker_user, us
     env = _env(home, user_python)
     user_batch, root_batch = home / "batch", home / "root-batch"
     ensure_docker(log=None)         # as root: a wheelhouse as fresh as the sources (the offline path)
-    # the image first, as root, under this test's tag: both runs then find it built
-    subprocess.run(["docker", "compose", "-p", "livelab-nonroot-build", "build", "client"], cwd=REPO,
+    # the images first, as root, under this test's tag: both runs then find them built
+    subprocess.run(["docker", "compose", "-p", "livelab-nonroot-build", "build", "client", "endpoint"], cwd=REPO,
                    env={**os.environ, "LAB_IMAGE_TAG": TAG, "COMPOSE_BAKE": "false"}, check=True,
                    capture_output=True, timeout=1200)
     as_user = subprocess.Popen([RUNUSER, "-u", name, "--", str(user_python), "-m", "lab", "run", "b1-silent-loss",

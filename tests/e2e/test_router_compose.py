@@ -54,7 +54,7 @@ def test_the_client_reaches_the_endpoint_only_through_the_router_container(tmp_p
     listener = None
     try:
         topo.up()
-        assert set(topo.health()) == {"endpoint", "client", "router"}
+        assert set(topo.health()) == {"endpoint", "client", "capture", "router"}
         nets = {s: set(c.attrs["NetworkSettings"]["Networks"]) for s, c in topo.containers().items()}
         assert not nets["client"] & nets["endpoint"], f"client and endpoint share a network: {nets}"
         ep = topo.endpoint.ip

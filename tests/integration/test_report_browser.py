@@ -8,7 +8,11 @@ chromium-driver), and the CI files of real runs.
   Wireshark filter selects frames of the run's own capture;
 - a real `lab soak` round with --junit-xml validates too;
 - matrix.html, built from a matrix recorded in network namespaces (tests/fixtures/report-matrix),
-  opens a run's page when its FAIL cell is clicked.
+  opens a run's page when its FAIL cell is clicked;
+- plotly's script both ways: a run page of a batch loads the batch's one plotly.min.js by its
+  relative path (the real B1 and the recorded matrix), a run folder reported alone carries it
+  inline; each draws its timeline with no console error. A batch's page copied out without the
+  script says what is missing instead of an empty box.
 
 Screenshots go to the test's tmp folder; LAB_SCREENSHOTS=DIR also writes them there (docs/ keeps
 the README's).
@@ -25,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from lab import cli
-from lab.report import run_page
+from lab.report import plotly_js, run_page
 from lab.report.matrix import write as write_matrix
 from lab.report.summary import summarize
 from lab.report.verdict import build_run
@@ -70,6 +74,16 @@ def _fetched(d) -> list[str]:
     return [n for n in names if not n.startswith(("file:", "data:", "blob:"))]
 
 
+def _scripts_loaded(d) -> list[str]:
+    """The script files the page loaded, once plotly is there (from its batch's shared copy, when
+    the page has one; the page holds no other script with a src)."""
+    return d.execute_script("return window.Plotly ? [...document.scripts].filter(s => s.src).map(s => s.src) : null")
+
+
+def _traces(d) -> int:
+    return d.execute_script("return document.querySelectorAll('#timeline .scatterlayer .trace').length")
+
+
 def _shoot(d, tmp_path: Path, name: str) -> Path:
     out = tmp_path / name
     d.save_screenshot(str(out))
@@ -98,8 +112,10 @@ def test_a_real_b1_writes_a_page_that_opens_in_chromium_with_no_console_error(b1
     assert rc == 0 and v["pass"], v["notes"]
     _open(browser, run / "report.html")
     assert browser.find_element("id", "verdict").text == "PASS"
-    traces = browser.execute_script("return document.querySelectorAll('#timeline .scatterlayer .trace').length")
-    assert traces >= 5
+    assert _traces(browser) >= 5
+    # `lab run` wrote the batch's one copy of plotly beside summary.md, and the page loaded that
+    assert (run.parent / plotly_js.SCRIPT).is_file() and (run.parent / "summary.md").is_file()
+    assert _scripts_loaded(browser) == [(run.parent / plotly_js.SCRIPT).resolve().as_uri()]
     text = browser.find_element("tag name", "body").text
     # the naive client's model never speaks in B1: the call is pending at the loss, no session comes back
     assert "Book me the 3pm slot tomorrow, please." in text and "user said" in text and "tool call" in text
@@ -164,7 +180,7 @@ def recorded_matrix(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("matrix") / "batch"
     shutil.copytree(FIXTURES / "report-matrix", out)
     for run in sorted(p for p in out.iterdir() if p.is_dir()):
-        build_run(run)
+        build_run(run, batch=out)
     summarize(out)
     write_matrix([out], out)
     return out
@@ -189,8 +205,30 @@ def test_the_batch_page_opens_every_run(recorded_matrix, browser):
     hrefs = [a.get_attribute("href") for a in browser.find_elements("css selector", "td a.run-link")]
     runs = sorted({h.split("#")[0] for h in hrefs})
     assert len(runs) == 4
+    shared = (recorded_matrix / plotly_js.SCRIPT).resolve().as_uri()
     for href in runs:
         browser.get(href)
         assert browser.find_element("id", "verdict").text in ("PASS", "FAIL")
-        assert browser.execute_script("return document.querySelectorAll('#timeline .scatterlayer .trace').length") > 0
-        assert not _errors(browser)
+        assert _traces(browser) > 0
+        assert _scripts_loaded(browser) == [shared]
+        assert not _errors(browser) and not _fetched(browser)
+
+
+def test_a_run_folder_reported_alone_draws_its_timeline_from_the_inline_script(browser, tmp_path):
+    run = tmp_path / "b1-silent-loss-naive-01"
+    shutil.copytree(FIXTURES / "report-matrix" / run.name, run)
+    assert cli.main(["report", str(run)]) == 0
+    assert not (tmp_path / plotly_js.SCRIPT).exists()
+    _open(browser, run / "report.html")
+    assert browser.find_element("id", "verdict").text == "PASS"
+    assert _traces(browser) >= 5 and _scripts_loaded(browser) == []
+    assert not _errors(browser) and not _fetched(browser)
+
+
+def test_a_batch_run_page_copied_out_without_the_script_says_what_is_missing(recorded_matrix, browser, tmp_path):
+    run = tmp_path / "alone" / "control-naive-01"
+    shutil.copytree(recorded_matrix / run.name, run)
+    _open(browser, run / "report.html")
+    assert "needs plotly's script (plotly.min.js" in browser.find_element("id", "timeline").text
+    # the one console error is the missing file itself, not the page's own script
+    assert all(plotly_js.SCRIPT in e["message"] for e in _errors(browser))

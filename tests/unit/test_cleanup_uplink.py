@@ -169,7 +169,7 @@ def test_down_is_netems_then_the_uplinks(fake, monkeypatch):
                 "errors": []}
     monkeypatch.setattr(cleanup, "down", netem_down)
     rep = uplink.down("a", current_ns=False)
-    assert calls == [("netem", "a", {"current_ns": False, "pid_dir": None})]
+    assert calls == [("netem", "a", {"current_ns": False, "pid_dir": None, "owner_pids": None})]
     assert rep["uplinks"] == [uplink.uplink_ifname("a")] and rep["chains"] == ["ll-a-c:LL_OUT"]
     assert uplink.uplink_rules("a") == [] and len(uplink.uplink_rules("b")) == 3
     assert cleanup.describe(rep) == "removed 1 processes, 1 chains, 0 qdiscs, 1 namespaces, 1 uplinks"

@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-HOST_ONLY = {"matplotlib", "plotly", "docker"}   # the image leaves these out (see docker/requirements.txt)
+# the image leaves these out (see docker/requirements.txt; packaging: release sweeps and their board,
+# whose framework clients run in netns on the host only)
+HOST_ONLY = {"matplotlib", "plotly", "docker", "packaging"}
 
 _LOADED = r"""
 import importlib.metadata as md, json, sys

@@ -142,7 +142,7 @@ def test_twin_is_the_twin_objects_argv_on_composes_endpoint_in_its_own_pod():
     assert svc["spec"]["clusterIP"] == "None" and sts["spec"]["serviceName"] == svc["metadata"]["name"]
     assert sts["spec"]["replicas"] == 3                            # one twin per index
     (twin,) = sts["spec"]["template"]["spec"]["containers"]
-    assert twin["image"] == "livelab-client:dev" == topo["endpoint"].image
+    assert twin["image"] == "livelab-proxy:dev" == topo["endpoint"].image
     host = "livelab-b1-silent-loss-twin-$(SHARD).livelab-b1-silent-loss-twin"
     want = Twin(PodNode("endpoint", host=host), cert_dir="/certs", api_key=TWIN_KEY,
                 log_path="/captures/twin.jsonl", t0=None, seed="$(SHARD)").argv()

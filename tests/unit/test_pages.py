@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lab.events import read_events
-from lab.report import rules, run_page, timeline
+from lab.report import plotly_js, rules, run_page, timeline
 from lab.report.matrix import write as write_matrix
 from lab.report.summary import summarize
 from lab.report.verdict import build_run
@@ -25,7 +25,7 @@ def batch(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("pages") / "batch"
     shutil.copytree(FIXTURES, out)
     for run in sorted(p for p in out.iterdir() if p.is_dir()):
-        build_run(run)
+        build_run(run, batch=out)
     summarize(out)
     write_matrix([out], out)
     return out
@@ -45,10 +45,37 @@ def test_a_runs_page_holds_the_verdict_every_expectation_and_rule_and_the_advice
     assert "no new session in the 39 s after the loss" in text
 
 
-def test_a_runs_page_is_self_contained(batch):
+def _scripts(text: str) -> list[str]:
+    return re.findall(r"<script[^>]*>", text)
+
+
+def test_a_runs_page_in_a_batch_loads_the_batchs_one_copy_of_plotly(batch):
     text = (batch / "control-naive-01" / "report.html").read_text()
-    assert not re.search(r"<script[^>]+src=", text) and not re.search(r"<link[^>]+href=\"?https?:", text)
-    assert "Plotly.newPlot" in text and len(text) > 1_000_000     # plotly's own script is inline
+    assert '<script src="../plotly.min.js" charset="utf-8">' in _scripts(text)
+    assert not re.search(r"<script[^>]+src=\"?(https?:)?//", text) and not re.search(r"<link[^>]+href=\"?https?:", text)
+    assert "Plotly.newPlot(" in text and len(text) < 200_000      # the script itself is not in the page
+    shared = batch / plotly_js.SCRIPT
+    assert shared.read_bytes() == plotly_js._source().read_bytes()
+    assert sorted(p.name for p in batch.rglob(plotly_js.SCRIPT)) == [plotly_js.SCRIPT]   # once per batch
+
+
+def test_a_run_folder_alone_carries_plotly_inline(tmp_path):
+    run = tmp_path / "control-naive-01"
+    shutil.copytree(FIXTURES / run.name, run)
+    build_run(run)
+    text = (run / "report.html").read_text()
+    assert not any("src=" in t for t in _scripts(text))
+    assert "Plotly.newPlot(" in text and len(text) > 1_000_000 and not (tmp_path / plotly_js.SCRIPT).exists()
+
+
+def test_the_shared_script_is_rewritten_only_when_it_is_another_version(tmp_path):
+    dest = plotly_js.share(tmp_path)
+    before = dest.stat().st_mtime_ns
+    assert plotly_js.share(tmp_path) == dest and dest.stat().st_mtime_ns == before
+    dest.write_text("/** plotly.js v0.0.1 */")
+    plotly_js.share(tmp_path)
+    assert dest.read_bytes() == plotly_js._source().read_bytes()
+    assert [p.name for p in tmp_path.iterdir()] == [plotly_js.SCRIPT]       # no temporary left behind
 
 
 def test_the_conversation_is_as_the_user_and_the_model_had_it(batch):
@@ -70,11 +97,11 @@ def test_every_event_of_both_records_can_be_hovered_in_its_lane(batch):
     run = batch / "b1-silent-loss-recovery-01"
     events, twin = read_events(run / "events.jsonl"), read_events(run / "twin.jsonl")
     fig = run_page.timeline_figure(events, twin)
-    hovers = " ".join(str(h) for tr in fig.data for h in (tr.hovertext or ()) if h)
+    hovers = " ".join(str(h) for tr in fig["data"] for h in (tr.get("hovertext") or ()) if h)
     for x, e in run_page._placed(events, twin):
         assert f"<b>{e.kind}</b> at {x:.3f} s" in hovers, e.kind
-    assert list(fig.layout.yaxis.ticktext) == timeline.LANES
-    names = {tr.name for tr in fig.data if tr.name}
+    assert list(fig["layout"]["yaxis"]["ticktext"]) == timeline.LANES
+    names = {tr["name"] for tr in fig["data"] if tr.get("name")}
     assert {"loss: the path cut (the agent's record)", "connection: new session", "backend commit"} <= names
 
 
@@ -90,6 +117,17 @@ def test_the_story_filter_names_the_clients_connections_and_tshark_accepts_it(ba
     wrpcap(str(pcap), [Ether() / IP() / TCP()])
     p = subprocess.run(["tshark", "-r", str(pcap), "-Y", f], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
+
+
+def test_the_timeline_figure_is_valid_plotly(batch):
+    """The page builds the figure as plain dicts (plotly.js reads them); plotly's own Python objects
+    validate every property and value here instead, so a typo fails a test, not a user's page."""
+    go = pytest.importorskip("plotly.graph_objects")
+    for run in ("b1-silent-loss-naive-01", "b1-silent-loss-recovery-01", "control-naive-01"):
+        events, twin = read_events(batch / run / "events.jsonl"), read_events(batch / run / "twin.jsonl")
+        fig = run_page.timeline_figure(events, twin)
+        go.Figure(fig)      # raises ValueError on an unknown property or a bad value
+        assert json.loads(json.dumps(fig)) == fig     # plain JSON: what the page encodes once
 
 
 def _links(page: Path) -> list[str]:
@@ -112,6 +150,18 @@ def test_lab_report_on_one_run_folder_keeps_that_runs_page(tmp_path):
     from lab import cli
     assert cli.main(["report", str(run)]) == 0
     assert 'id="verdict"' in (run / "report.html").read_text() and (run / "summary.md").is_file()
+    assert not (tmp_path / plotly_js.SCRIPT).exists()       # alone: the script is in its page
+
+
+def test_lab_report_on_a_batch_writes_plotly_once_beside_summary_md(tmp_path):
+    batch = tmp_path / "batch"
+    for name in ("control-naive-01", "control-recovery-01"):
+        shutil.copytree(FIXTURES / name, batch / name)
+    from lab import cli
+    assert cli.main(["report", str(batch)]) == 0
+    assert (batch / "summary.md").is_file() and (batch / plotly_js.SCRIPT).is_file()
+    for name in ("control-naive-01", "control-recovery-01"):
+        assert '<script src="../plotly.min.js"' in (batch / name / "report.html").read_text()
 
 
 def test_a_live_run_without_a_twin_record_shows_the_clients_side_of_the_conversation(tmp_path):

@@ -419,3 +419,40 @@ def test_summary_marks_twin_inputs(tmp_path, clock):
     assert "| resume after the close\u2020 |" in text and "| accepted attempt latency\u2020 |" in text
     assert "| detection |" in text and "detection\u2020" not in text
     assert "resume attempts (codes)\u2020" in text
+
+
+def test_a_fail_outside_the_expectations_says_its_reason(tmp_path, clock):
+    """Every expectation held, the record lost its run.end: the FAIL says why, in the terminal's
+    headline and in summary.md, not only in verdict.json's notes."""
+    from lab.report.verdict import headline
+
+    run = b2_run(tmp_path, clock)
+    p = run / "events.jsonl"
+    p.write_text("".join(l for l in p.read_text().splitlines(keepends=True) if '"run.end"' not in l))
+    v = build_run(run, timeline=False)
+    assert not v["pass"] and not v["failed"] and not v["interrupted"]
+    assert v["reasons"] == ["record truncated: no run.end"]
+    assert headline(v) == "FAIL (record truncated: no run.end)"
+    text = summarize(tmp_path).read_text()
+    assert "- b2-0001 (b2-path-return): record truncated: no run.end" in text
+
+
+def test_a_run_killed_before_its_client_started_is_interrupted_not_judged(tmp_path, clock):
+    from lab.report.verdict import headline
+
+    run = b1_run(tmp_path, clock)
+    p = run / "events.jsonl"
+    agent_only = [l for l in p.read_text().splitlines(keepends=True)
+                  if json.loads(l)["kind"] in ("run.start", "step") and '"run.end"' not in l]
+    p.write_text("".join(agent_only))              # the orchestrator killed before the client's first line
+    v = build_run(run, timeline=False)
+    assert v["interrupted"] and not v["pass"]
+    assert v["expectations"] == [] and v["failed"] == []    # no "truth: not_booked" for a run never tried
+    assert headline(v) == "INTERRUPTED (record truncated: no run.end)"
+    text = summarize(tmp_path).read_text()
+    assert "| interrupted |" in text and "interrupted before the client started" in text
+    # the same record with the client's first line is a run that was tried: judged, and it fails
+    with p.open("a") as fh:
+        fh.write(json.dumps({"t": 1.0, "ms": 10.0, "src": "client", "kind": "conn.open", "conn": 1}) + "\n")
+    v = build_run(run, timeline=False)
+    assert not v["interrupted"] and v["expectations"] and headline(v).startswith("FAIL")

@@ -76,3 +76,26 @@ def test_the_day_ledger_is_carried_between_jobs(wf):
     key = steps[save]["with"]["key"]
     assert key == steps[restore]["with"]["key"] and key.startswith(steps[restore]["with"]["restore-keys"])
     assert "steps.day.outputs.date" in steps[restore]["with"]["restore-keys"]
+
+
+def test_the_board_job_sweeps_the_latest_releases_and_fails_only_on_a_regression(wf):
+    steps = wf["jobs"]["board"]["steps"]
+    runs = [s.get("run", "") for s in steps]
+    sweep = next(i for i, r in enumerate(runs) if "make lab-board" in r)
+    assert "lab-board" in make_targets()
+    make = (ROOT / "Makefile").read_text()
+    assert "BOARD_SCENARIOS ?= resume router lifecycle" in make
+    assert "BOARD_CLIENTS ?= livekit@latest,pipecat@latest,adk@latest" in make
+    # against the twin: no key anywhere in the job
+    assert not any("GEMINI_API_KEY" in str(s) for s in steps)
+    uses = [str(s.get("uses", "")) for s in steps]
+    restore, save = uses.index("actions/cache/restore@v4"), uses.index("actions/cache/save@v4")
+    compare = next(i for i, r in enumerate(runs) if "lab board compare previous-board/board.json" in r)
+    assert restore < sweep < compare < save
+    # tonight's board is kept whatever the comparison said: tomorrow compares against tonight
+    assert "always()" in steps[save]["if"] and steps[restore]["with"]["path"] == steps[save]["with"]["path"]
+    assert steps[save]["with"]["key"].startswith(steps[restore]["with"]["restore-keys"])
+    # the only step that can fail on a finding is the comparison: the sweep exits 0 when it wrote the matrix
+    upload = next(i for i, s in enumerate(steps) if uses[i].startswith("actions/upload-artifact"))
+    assert "captures/board/board.md" in steps[upload]["with"]["path"]
+    assert "steps.scan.outcome == 'success'" in steps[upload]["if"]
