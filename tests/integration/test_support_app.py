@@ -61,4 +61,4 @@ def test_the_support_app_gets_its_refund_called_and_judged(tmp_path, scenario, d
         assert "book" not in r["note"], r
     if scenario == "control":
         assert rows["bookings"]["held"], (rows["bookings"], log)       # refunded once, answered done
-    _no_leftovers(run.name)
+    _no_leftovers(run)
