@@ -81,7 +81,7 @@ def _r(v: float | None) -> float | None:
 
 
 def _loss_kind(loss: Event) -> str:
-    """fault:<kind> or action:<name>. Records before issue 8 wrote `how` as fault:<kind> or a bare action."""
+    """fault:<kind> or action:<name>. Older records wrote `how` as fault:<kind> or a bare action."""
     how = str(loss.get("how") or "")
     return how if ":" in how else f"action:{how}"
 

@@ -2,8 +2,8 @@
 
 Each rule comes from a study's "what a client must do" list (seed 000, §"What a client must do",
 items 1-9; seed 001, §"What it means for an app"), from the review of seed 003 (livekit/agents
-PR #6481), or from item 3 of that list meeting issue 15's paths (a zombie path, m4; a poor path
-that is no loss, h1), and is a pure function of the run's record that returns PASS, FAIL or NA with what was
+PR #6481), or from item 3 of that list meeting the router's middlebox paths (a zombie path, m4; a
+poor path that is no loss, h1), and is a pure function of the run's record that returns PASS, FAIL or NA with what was
 observed. Defined here once; `lab matrix` (lab/report/matrix.py) tabulates them per scenario and
 client.
 
@@ -57,7 +57,7 @@ IDLE_REFUSAL = "idle_release"
 # 15 minutes of refusals, and room for a 10 s resume schedule's first retry.
 FALLBACK_WITHIN_S = 15.0
 
-# issue 15's middleboxes (netem/kinds), as the agent's loss event names them. None cuts the path the
+# the router's middleboxes (netem/kinds), as the agent's loss event names them. None cuts the path the
 # moment it is applied (their `cuts_path` is false), so the rules that time a cut cannot use it:
 # - a zombie path: the connection stays open at both ends and the client's small frames still pass,
 #   but the server's large ones (audio) vanish (m4, a VPN's path-MTU black hole); only the client's
@@ -210,7 +210,7 @@ def _armed(m: dict[str, Any]) -> Outcome | None:
 
 
 def _not_a_cut(m: dict[str, Any]) -> Outcome | None:
-    """NA, saying why, when the loss is one of issue 15's middleboxes that cut no path when applied."""
+    """NA, saying why, when the loss is one of the router's middleboxes that cut no path when applied."""
     kind = str(m.get("loss_kind") or "")
     if kind in ZOMBIE_LOSSES:
         return _na(f"a zombie path ({kind}), not a cut: leaves_zombie_connection judges it")
@@ -567,11 +567,11 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("no_spurious_reply", "003 review (the '.' nudge after the replay)",
          "the twin receives no user turn the user did not say (an injected nudge makes the model answer twice)",
          _spurious),
-    Rule("leaves_zombie_connection", "000 §What a client must do, 3; issue 15 m4 (a VPN's path-MTU black hole)",
+    Rule("leaves_zombie_connection", "000 §What a client must do, 3; scenario m4 (a VPN's path-MTU black hole)",
          "on a zombie path (small frames pass, the server's audio vanishes, nobody closes) the client leaves the "
          "connection on its own before the path heals", _zombie),
-    Rule("no_false_alarm", "000 §What a client must do, 3 (its detection, never tried on a poor path); h1 "
-         "(issue 14 item 3)", "on a path that is only degraded (delay, jitter, random loss; TCP retransmits) the "
+    Rule("no_false_alarm", "000 §What a client must do, 3 (its detection, never tried on a poor path); "
+         "scenario h1", "on a path that is only degraded (delay, jitter, random loss; TCP retransmits) the "
          "client stays on its session: no resume, no new session", _false_alarm),
 )}
 
