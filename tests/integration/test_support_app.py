@@ -46,6 +46,16 @@ def test_the_support_app_gets_its_refund_called_and_judged(tmp_path, scenario, d
     assert refunds, f"no refund_order call: {[(r.get('name'), r.get('args')) for r in calls]}\n{log}"
     assert str(refunds[0]["args"].get("order_id")) == "4417", refunds[0]
     assert not any(r.get("name") == "book_slot" for r in calls)
+    # the twin knew nothing of the app but its lines: the tools and their meaning came from the setup
+    conv = next(r for r in twin if r.get("kind") == "twin.conversation")
+    tools = {t["name"]: t for t in conv["tools"]}
+    assert conv["source"] == "lines"
+    assert tools["refund_order"]["side_effect"] and tools["refund_order"]["business_key"] == ["order_id"]
+    assert not tools["check_order"]["side_effect"]
+    model = next(r for r in twin if r.get("kind") == "twin.model" and r.get("tool") == "refund_order")
+    assert model["match"]["by"] == "lines" and "4417" in model["match"]["args_from"]["order_id"]
+    said = [e["text"] for e in read_events(run / "events.jsonl") if e.kind == "user.say"]
+    assert said and said[0] == (EXAMPLE / "lines.txt").read_text().splitlines()[0]
 
     verdict = json.loads((run / "verdict.json").read_text())
     m = verdict["metrics"]
