@@ -6,9 +6,9 @@ own activityStart..activityEnd windows when its realtimeInputConfig turns automa
 the model's Plan, played step by step on timers, in the order the real service sends (fidelity.md §3):
 
 - speech as audio_chunk_ms chunks (~300 ms in the records) sent in a burst faster than real time
-  (audio_send_speed; 1 is real-time pacing), each with its piece of outputTranscription;
-  generationComplete at the end of the generation; turnComplete, with usageMetadata in the same
-  frame, when playback should have ended (first chunk + duration);
+  (audio_send_speed; 1 is real-time pacing), each with its piece of outputTranscription in the
+  same frame; generationComplete at the end of the generation; turnComplete, with usageMetadata in
+  the same frame, when playback should have ended (first chunk + duration);
 - the user's speech: voiceActivity ACTIVITY_START ~150 ms after it starts (wall time) and
   ACTIVITY_END after it ends, inputTranscription in pieces while it lasts;
 - a barge-in (new user text, VAD onset, activityStart) cuts any turn in flight with `interrupted`
@@ -704,13 +704,15 @@ class Turns:
             return []
         chunk_s = self.prm.audio_chunk_ms / 1000.0
         pcm = M.tone(chunk_s, 24000, self.prm.tone_hz)
-        acts: list = [self.wire.send(conn, wire.audio_chunk(pcm, 24000), now)]
+        frame = wire.audio_chunk(pcm, 24000)
+        piece = t.pieces.pop(0) if t.pieces else ""
+        if piece:
+            # the chunk's piece of outputTranscription in the same serverContent frame (fidelity.md
+            # §3, §8 F13: audio and transcript together in one frame, not split)
+            frame["serverContent"].update(wire.output_transcription(piece)["serverContent"])
+        acts: list = [self.wire.send(conn, frame, now)]
         t.audio_s += chunk_s
         p.usage.said_audio(chunk_s)
-        if t.pieces:
-            piece = t.pieces.pop(0)
-            if piece:
-                acts.append(self.wire.send(conn, wire.output_transcription(piece), now))
         t.chunks_left -= 1
         # generated faster than real time: the next chunk follows after chunk_s / audio_send_speed
         gap = chunk_s / self.prm.audio_send_speed

@@ -253,6 +253,22 @@ def test_f9_activity_end_comes_after_the_clips_last_chunk_as_recorded():
         assert lo <= end - last_chunk <= hi, (line, end - last_chunk)
 
 
+def test_f13_audio_and_its_transcript_piece_come_in_one_frame():
+    # F13 (N3) / §3: audio and transcript together in one serverContent frame, not split; the
+    # google-genai SDK reads both fields off the one message
+    from google.genai import types
+    s = sim()
+    new_session(s)
+    s.text(1, STATUS)
+    s.after(8)
+    frames = [f for _, f in timed(s) if "outputTranscription" in f.get("serverContent", {})]
+    assert len(frames) > 1                                          # pieces, each in a chunk's frame
+    assert all(set(f) == {"serverContent"} and "modelTurn" in f["serverContent"] for f in frames)
+    msgs = [types.LiveServerMessage.model_validate(f) for f in frames]
+    assert all(m.server_content.model_turn.parts[0].inline_data.data for m in msgs)
+    assert "".join(m.server_content.output_transcription.text for m in msgs) == s.said(1)[0]
+
+
 def test_f11_resumes_hang_in_the_recorded_window_of_a_long_freeze_when_asked_to():
     # F11 (P4): between ~+244 and +454 s after the freeze, resume attempts got neither
     # setupComplete nor a close; before and after, refusals. Off by default (resume_hang_s: null).
