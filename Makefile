@@ -19,7 +19,7 @@ RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),
 JUNIT ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup peers-setup test test-unit test-netns test-peers test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-stop lab-matrix lab-all bench bench-false-alarms soak down clean
+.PHONY: examples help setup peers-setup test test-unit test-netns test-peers test-e2e lab-run lab-b1 lab-b2 lab-r1 lab-r2 lab-s2 lab-stop lab-matrix lab-all bench bench-false-alarms soak down clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -110,6 +110,15 @@ lab-run: setup ## one scenario by name: make lab-run SCENARIO=r2-freeze
 
 lab-all: setup ## every scenario in the catalogue
 	$(LAB) run --all $(RUN_ARGS)
+
+EXAMPLE_SCENARIOS ?= b1-silent-loss b2-path-return l1-goaway n1-network-switch
+examples: setup peers-setup ## each example agent (examples/clients.txt) through B1, B2, L1, N1 (DURATION=S caps B1)
+	@rc=0; while read -r dir client; do \
+	  case "$$dir" in ''|'#'*) continue;; esac; \
+	  (cd examples/$$dir && $(CURDIR)/$(LAB) run $(EXAMPLE_SCENARIOS) --client $$client --conversation lines.txt \
+	     --topology $(TOPOLOGY) $(if $(DURATION),--duration $(DURATION)) --out $(CURDIR)/captures/examples-$$dir) \
+	    || rc=1; \
+	done < examples/clients.txt; exit $$rc
 
 bench: setup ## benchmarks: twin (streaming audio, idle), fault onset, recovery, run overhead, router (prints figures and ratios)
 	$(LAB) bench twin

@@ -12,6 +12,7 @@ the client's namespace (ip netns exec, or docker compose exec).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -42,8 +43,9 @@ class Agent:
                  t0: float | None = None, duration: float | None = None, proxy_control: str | None = None,
                  endpoint_ip: str | None = None, progress=print, before_connect=None, twin_control: str | None = None,
                  client_cmd: str | None = None, client_owns_files: bool = False, client_cwd: str | None = None,
-                 router: dict | None = None):
+                 router: dict | None = None, proxy: str | None = None):
         self.scn = scn
+        self.proxy = proxy      # the scenario's CONNECT proxy URL, for a --client-cmd app (the SDK clients read $HTTPS_PROXY)
         self.client_cwd = client_cwd
         # a router scenario: lab.topology.router's description of the run's router (its faults, the switch)
         self.router = Router.from_description(router) if router else None
@@ -145,6 +147,8 @@ class Agent:
 
     async def _execute(self, step: scenario_mod.Step) -> None:
         if step.say is not None:
+            if step.say >= len(self.scn.script):
+                return      # a lines-only conversation with fewer lines than the timeline says: no more to say
             await self.client.say(self.scn.script[step.say], step.say)
         elif step.fault is not None:
             spec = self._fault_spec(step.fault)
@@ -257,7 +261,8 @@ class Agent:
         ctx = ClientContext(endpoint=self.endpoint, log=self.log, backend=backend,
                             params=self.scn.params_for(self.client_name), speech=self.scn.input == "speech",
                             before_connect=self.before_connect)
-        self.client = (CommandClient(ctx, self.client_cmd, self.endpoint_ip, self.client_owns_files, self.client_cwd) if self.client_cmd
+        self.client = (CommandClient(ctx, self.client_cmd, self.endpoint_ip, self.client_owns_files, self.client_cwd,
+                                     proxy=self.proxy) if self.client_cmd
                        else get_client(self.client_name)(ctx))
         steps = [s for s in self.scn.timeline if s.applies_to(self.client_name)]
         says_expected = sum(1 for s in steps if s.say is not None)
@@ -344,6 +349,7 @@ def add_parser(sub) -> None:
                    "lab.topology.router.Router.describe()")
     p.add_argument("--client-cmd", default=None,
                    help="run this app as the client (lab/clients/command.py), judged as --client")
+    p.add_argument("--script", default=None, help="the user's lines as a JSON list, instead of the scenario's")
     p.add_argument("--client-cwd", default=None, help="the directory the --client-cmd app starts in")
     p.add_argument("--client-node-files", choices=("shared", "own"), default="shared",
                    help="own: the node is the run's container, its /etc/hosts and CA store may be extended; "
@@ -365,7 +371,9 @@ def wait_for_go(path: Path, timeout_s: float = GO_TIMEOUT_S) -> None:
 
 
 def _main(args) -> int:
-    scn = scenario_mod.load(args.scenario)
+    scn = scenario_mod.with_conversation_lines(scenario_mod.load(args.scenario), Path(args.run_dir))
+    if args.script:     # `lab run --conversation`: the user says the conversation's lines (lab.run.user_lines)
+        scn = dataclasses.replace(scn, script=list(json.loads(args.script)))
     if args.go_file:
         # the orchestrator starts this process while the twin and capture start: pay the imports
         # (the client's SDK is most of them) now, and open nothing until the go
@@ -388,7 +396,8 @@ def _main(args) -> int:
                   before_connect=(ConnectionCharger.from_ledger(args.budget_ledger, run_dir.name)
                                   if args.budget_ledger else None),
                   client_cmd=args.client_cmd, client_owns_files=args.client_node_files == "own",
-                  client_cwd=args.client_cwd, router=json.loads(args.router) if args.router else None)
+                  client_cwd=args.client_cwd, router=json.loads(args.router) if args.router else None,
+                  proxy=args.proxy)
 
     async def main() -> int:
         loop = asyncio.get_running_loop()

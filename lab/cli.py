@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES = [
     "lab.matrix",       # lab matrix
     "lab.report.board", # lab board write|compare
     "lab.live.cli",     # lab scan, lab drift
+    "lab.record.cli",   # lab conversation record
     "netem.cli",        # lab netem probe|apply|clear
 ]
 

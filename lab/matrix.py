@@ -12,8 +12,8 @@ name, each framework's venv, what the topology can do (lab.run.preflight, once p
 name is one line and exit 2 with nothing started. The clients' package versions are measured in
 their own venvs before the runs and written to versions.json. After the runs (and after a run
 that stopped the matrix half-way, for what ran) the matrix is written by lab/report/matrix.py.
-A cell that would test nothing is not run and says why in one line (`not_runnable`: a framework on
-a scenario behind the lab's CONNECT proxy, which a black-box app is not sent through).
+Every cell runs: a framework on a scenario behind the lab's CONNECT proxy (m3) is sent through it
+as any app is ($HTTPS_PROXY; the proxy maps the API's hostnames to the twin).
 
 A sweep (`--clients livekit@1.8.7..1.8.9,pipecat@latest`, lab/clients/frameworks/releases.py)
 is a matrix whose framework clients are releases: their venvs are built first (once, kept), and
@@ -44,6 +44,8 @@ from lab.report import matrix as matrix_report
 from lab.report.junit import publish
 from lab.report.shards import merge_summary
 from lab.topology import TOPOLOGIES
+from lab.topology import get as get_topology
+from lab.topology.framework_image import IMAGE_REPO
 
 # The named scenario sets: the studies' scenarios (text input; the spoken variants are the same
 # findings at several times the run time) and the server's lifecycle.
@@ -92,15 +94,20 @@ def split_names(values: list[str]) -> list[str]:
     return [x for v in values for x in v.split(",") if x.strip()]
 
 
-def client_versions(client: str, repo: Path | None = None) -> dict[str, str | None]:
-    """The client's packages and their versions, asked of the python that runs it."""
+def client_versions(client: str, repo: Path | None = None, topology: str = "netns") -> dict[str, str | None]:
+    """The client's packages and their versions, asked of the python that runs it (in Compose, a
+    framework's: the client image's venv)."""
     build = resolve_framework(client)      # livekit, livekit@1.8.0, livekit@1.8.0+pr003: that build's venv
-    if build is not None:
-        python, pkgs = str(build.python(repo or run_mod.REPO)), FRAMEWORK_PACKAGES[build.framework.name]
+    if build is not None and topology == "compose":
+        argv = [str(build.python(IMAGE_REPO)), "-c", _VERSIONS_PY, *FRAMEWORK_PACKAGES[build.framework.name]]
+        p = get_topology("compose").run_in_client_image(argv, framework=build.name)
     else:
-        python, pkgs = sys.executable, SDK_PACKAGES
-    p = subprocess.run([python, "-c", _VERSIONS_PY, *pkgs], capture_output=True, text=True, timeout=60,
-                       stdin=subprocess.DEVNULL)
+        if build is not None:
+            python, pkgs = str(build.python(repo or run_mod.REPO)), FRAMEWORK_PACKAGES[build.framework.name]
+        else:
+            python, pkgs = sys.executable, SDK_PACKAGES
+        p = subprocess.run([python, "-c", _VERSIONS_PY, *pkgs], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
     if p.returncode != 0:
         raise LabError(f"client {client!r}: could not read its package versions: "
                        f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}")
@@ -109,16 +116,6 @@ def client_versions(client: str, repo: Path | None = None) -> dict[str, str | No
 
 def _duration(scn: scenario_mod.Scenario, cap: float | None) -> float | None:
     return min(cap, scn.duration) if cap is not None and scn.end == "duration" else None
-
-
-def not_runnable(scn: scenario_mod.Scenario, client: str) -> str | None:
-    """Why a cell would test nothing, or None. A framework runs black-box by the API's real hostname
-    with the lab's proxy variables dropped (lab/clients/command.py), and the proxy resolves no API
-    hostname: on a `via: proxy` scenario (m3) it would reach the twin directly, past the proxy whose
-    idle timeout is the scenario's point (seen: the twin's peer was the client's own address)."""
-    if scn.endpoint.get("via") == "proxy" and resolve_framework(client) is not None:
-        return "a framework app is not sent through the lab's proxy (it would reach the twin directly)"
-    return None
 
 
 def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: float | None = None,
@@ -132,7 +129,7 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
     if not scenarios or not clients:
         raise LabError("name at least one scenario and one client")
     scns = {c: run_mod.preflight(scenarios, c, topology, "twin") for c in clients}   # every name, before any run
-    versions = {c: client_versions(c) for c in clients}
+    versions = {c: client_versions(c, topology=topology) for c in clients}
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     batch = Path(out_dir) if out_dir else Path.cwd() / "captures" / f"{stamp}-matrix"
     batch.mkdir(parents=True, exist_ok=True)
@@ -141,13 +138,8 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
     cells, not_run = [], []
     for client in clients:
         for scn in scns[client]:
-            why = not_runnable(scn, client)
-            if why:
-                out(f"== matrix: {scn.name} x {client} not run: {why}")
-                not_run.append({"scenario": scn.name, "client": client, "why": why})
-                continue
             cells += run_mod.batch_cells([scn], batch, n=n, client=client, topology=topology,
-                                         duration=_duration(scn, duration))
+                                         duration=_duration(scn, duration), out=out)
     out(f"== matrix: {len(scenarios)} scenarios x {len(clients)} clients x {n} ({len(cells)} cells) -> {batch}")
     done = None
     try:

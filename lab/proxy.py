@@ -12,6 +12,9 @@ A small HTTP control API on a second port drives it:
 the resume attempts that follow go through unfrozen tunnels).
 `--idle-timeout S` makes it a corporate proxy with an idle timeout: a tunnel that has
 carried no byte in either direction for S seconds is closed (FIN both ways, reason "idle timeout").
+`--resolve NAME=ADDR` (repeatable, as curl's `--resolve`) makes the proxy dial ADDR for a CONNECT to
+NAME: a proxy resolves the names its clients ask for, and the lab's names the API by its real
+hostnames, which must reach the endpoint the scenario stands up rather than the one DNS knows.
 
 The protocol logic (CONNECT parsing, the per-tunnel pipes and the freeze state machine, control
 routing) is pure and has no I/O; `FreezeProxy` is the thin asyncio shell around it. This module
@@ -382,7 +385,10 @@ class FreezeProxy:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, control_host: str = "127.0.0.1",
                  control_port: int = 0, freeze_first: int = 0, hold_limit: int = DEFAULT_HOLD_LIMIT,
-                 connect_timeout: float = 10.0, log=None, idle_timeout_s: float | None = None):
+                 connect_timeout: float = 10.0, log=None, idle_timeout_s: float | None = None,
+                 resolve: dict[str, str] | None = None):
+        # a CONNECT to one of these names dials its address (names compare case-insensitively, as DNS does)
+        self.resolve = {k.lower(): v for k, v in (resolve or {}).items()}
         if idle_timeout_s is not None and idle_timeout_s <= 0:
             raise ValueError("idle_timeout_s must be > 0 (or None: no idle timeout)")
         self.core = ProxyCore(freeze_first=freeze_first, hold_limit=hold_limit)
@@ -504,7 +510,7 @@ class FreezeProxy:
             return
         try:
             t_reader, t_writer = await asyncio.wait_for(
-                asyncio.open_connection(req.host, req.port), self.connect_timeout)
+                asyncio.open_connection(self.resolve.get(req.host.lower(), req.host), req.port), self.connect_timeout)
         except asyncio.TimeoutError:
             return await self._refuse(c_writer, ProxyProtocolError(504, "Gateway Timeout"))
         except OSError:
@@ -667,6 +673,17 @@ class ProxyControl:
 # CLI: lab proxy serve --listen HOST:PORT --control HOST:PORT [--freeze-first N]
 
 
+def parse_resolve(items: list[str]) -> dict[str, str]:
+    """`NAME=ADDR` items -> {name: addr}; LabError (one line) for one written wrong."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, addr = item.partition("=")
+        if not sep or not name.strip() or not addr.strip() or any(c.isspace() for c in item.strip()):
+            raise LabError(f"proxy: --resolve {item!r}: write NAME=ADDR, e.g. generativelanguage.googleapis.com=10.0.0.2")
+        out[name.strip().lower()] = addr.strip()
+    return out
+
+
 def _serve(args: argparse.Namespace) -> int:
     try:
         host, port = parse_hostport(args.listen, default_host="0.0.0.0")
@@ -675,10 +692,11 @@ def _serve(args: argparse.Namespace) -> int:
         raise LabError(f"proxy: {e}")
     if args.idle_timeout is not None and args.idle_timeout <= 0:
         raise LabError(f"proxy: --idle-timeout must be seconds > 0, got {args.idle_timeout}")
+    resolve = parse_resolve(args.resolve or [])
 
     async def main() -> None:
         proxy = FreezeProxy(host, port, chost, cport, freeze_first=args.freeze_first,
-                            idle_timeout_s=args.idle_timeout,
+                            idle_timeout_s=args.idle_timeout, resolve=resolve,
                             log=(lambda line: print(line, flush=True)) if not args.quiet else None)
         try:
             await proxy.start()
@@ -710,6 +728,8 @@ def add_parser(sub) -> None:
                    help="only tunnels 1..N take part in a freeze (0: all)")
     s.add_argument("--idle-timeout", type=float, default=None, metavar="S",
                    help="close a tunnel after S seconds without a byte either way (a corporate proxy's idle timeout)")
+    s.add_argument("--resolve", action="append", metavar="NAME=ADDR",
+                   help="dial ADDR for a CONNECT to NAME (repeatable)")
     s.add_argument("--quiet", action="store_true", help="no JSON log lines on stdout")
     s.set_defaults(func=_serve)
     p.set_defaults(func=lambda a: (p.print_help(), 0)[1])

@@ -24,9 +24,12 @@ from pathlib import Path
 
 from lab import parallel
 from lab import scenario as scenario_mod
+from lab.conversation import format as conversations
+from lab.conversation import semantics
 from lab.clients import get as get_client
 from lab.clients.command import parse_command
 from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
+from lab.clients.frameworks import venvs as framework_venvs
 from lab.events import read_events
 from lab.report.verdict import headline, verdict_passed   # reads old verdicts (`passed`) too; loads no matplotlib
 from lab.errors import CapabilityError, LabError
@@ -34,6 +37,8 @@ from lab.topology import AUTO, TOPOLOGIES
 from lab.topology import choose as choose_topology
 from lab.topology import get as get_topology
 from lab.topology.compose import APP_DIR, app_command, app_mount_file
+from lab.topology.framework_image import IMAGE_REPO
+from lab.topology.framework_image import environment as framework_image_environment
 from lab.topology.hostnames import ENDPOINT_NAMES, ENDPOINT_PORT
 from lab.topology.services import Capture, Proxy, Twin
 from netem import faults as netem_faults
@@ -56,10 +61,26 @@ def _relay(proc: subprocess.Popen, prefix: str, sink) -> threading.Thread:
     return t
 
 
+def framework_build(name: str | None, requirements: str | None = None, out=print):
+    """The framework build a client name stands for (None: no framework), in the venv copy with the
+    user's requirements when there are some (made once: lab/clients/frameworks/venvs.py)."""
+    build = resolve_framework(name)
+    if build is None:
+        if requirements:
+            raise LabError(f"--requirements goes into a framework's venv; client {name!r} is none "
+                           f"({', '.join(FRAMEWORKS)})")
+        return None
+    return framework_venvs.ensure(build, requirements, REPO, out) if requirements else build
+
+
 def preflight(scenarios: list[str], client: str | None, topology: str, endpoint: str,
-              client_cmd: str | None = None) -> list[scenario_mod.Scenario]:
+              client_cmd: str | None = None, requirements: str | None = None,
+              out=print) -> list[scenario_mod.Scenario]:
     """Validate everything up front; raise one clear LabError on the first problem."""
     scns = [scenario_mod.load(s) for s in scenarios]
+    entries_checked: set[str] = set()
+    image_frameworks: set[str] = set()      # compose: the framework venvs the client image must hold
+    compose_entries: list = []              # compose: users' agents, checked in that image
     for s in scns:
         if s.router_links and topology not in ("netns", "compose"):
             raise LabError(f"scenario {s.name} has a router (topology: {{router: true}}): it runs in the netns "
@@ -67,11 +88,27 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
         if s.router_links and endpoint == "live":
             raise LabError(f"scenario {s.name} has a router: live mode has no uplink behind a router yet")
         name = client or s.client
-        build = resolve_framework(name)     # livekit, livekit@1.8.9, livekit@1.8.9+pr003
+        # livekit, livekit@1.8.9, livekit@1.8.9+pr003, livekit:agent:OrderSupport (the user's agent)
+        if topology == "compose" and resolve_framework(name) is not None:
+            # the client image holds the framework's pinned venv (lab/topology/framework_image.py)
+            build = resolve_framework(name)
+            if not build.pinned:
+                raise LabError(f"client {name!r}: the Compose client image holds {build.name}'s pinned release "
+                               f"only; another release or build runs in --topology netns")
+            if requirements:
+                raise LabError("--requirements goes into a venv on this host: use --topology netns")
+            image_frameworks.add(build.name)
+            if build.entry is not None:
+                compose_entries.append(build)
+            continue
+        build = framework_build(name, requirements, out)
         if build is not None:
             if topology != "netns":    # its venv is on the host; the client image holds none
-                raise LabError(f"client {name!r} runs in the netns topology only (its venv is not in the client image)")
+                raise LabError(f"client {name!r} runs in the netns and compose topologies only")
             build.check(REPO)
+            if build.client_spec not in entries_checked:    # the user's module, loaded in the venv once
+                build.check_entry(REPO, Path.cwd())
+                entries_checked.add(build.client_spec)
             _check_client_cmd(build.command(REPO), endpoint, topology)
         else:
             get_client(name)
@@ -81,12 +118,19 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
         _check_client_cmd(client_cmd, endpoint, topology)
     client_tools = frozenset(SPEECH_TOOLS if any(s.input == "speech" for s in scns) else ())
     topo_cls = get_topology(topology)
-    topo_cls.preflight(client_tools=client_tools, uplink=endpoint == "live")
+    if len(image_frameworks) > 1:
+        raise LabError(f"one framework per Compose batch (the client image holds one): {sorted(image_frameworks)}")
+    framework = next(iter(image_frameworks), None)
+    image_kw = {"framework": framework} if framework else {}
+    topo_cls.preflight(client_tools=client_tools, uplink=endpoint == "live", **image_kw)
+    for build in {b.client_spec: b for b in compose_entries}.values():
+        build.check_entry(IMAGE_REPO, Path.cwd(), run=lambda argv: topo_cls.run_in_client_image(
+            argv, framework=build.name, app_dir=Path.cwd()))
     # every fault kind a scenario uses, asked of netem's registry (what the kernel must offer), as
     # the topology's client node sees it (the host, or the client image for compose)
     kinds = sorted({st.fault["kind"] for s in scns for st in s.timeline if st.fault})
     if kinds:
-        caps = topo_cls.kernel_caps()
+        caps = topo_cls.kernel_caps(**image_kw)
         for kind in kinds:
             missing = netem_faults.unmet(kind, caps)
             if missing:
@@ -123,7 +167,10 @@ class RunSpec:
 
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
                  keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None,
-                 framework=None, app_dir=None):
+                 framework=None, app_dir=None, conversation=None, lines=None):
+        # what the twin's model plays: `lab run --conversation`, else the scenario's own
+        self.conversation = conversation or scn.conversation
+        self.lines = lines          # what the user says instead of the scenario's script (user_lines)
         self.framework = framework             # a framework client's Build.describe(), for run.json
         self.client_cmd = client_cmd           # a user's app as the client, judged as `client`
         self.app_dir = Path(app_dir or os.getcwd())   # where its command line's relative paths start
@@ -140,6 +187,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
     duration = spec.duration or scn.duration
+    conv_copy = _record_conversation(spec.conversation, run_dir)
+    scn = scenario_mod.with_conversation_lines(scn, run_dir)      # a lines file: its lines are the user's
     meta = {"run_id": run_id, "scenario": scn.to_json(), "client": spec.client, "topology": spec.topology,
             "endpoint": spec.endpoint, "duration": duration, "params": scn.params_for(spec.client),
             "expect": scn.expect_for(spec.client), "started": datetime.now(timezone.utc).isoformat()}
@@ -149,6 +198,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
             meta.update(client="command", judged_as=spec.client)
     if spec.framework is not None:      # which release (and build) of the framework ran
         meta["framework"] = spec.framework
+    if spec.lines:                      # the user said the conversation's lines, not the script's
+        meta["user_lines"] = {"from": spec.conversation, "lines": spec.lines}
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
     # the scenario as run, next to its results: provenance, and a path the agent can read in any
     # topology (a container sees the run folder, not the host's source tree)
@@ -174,7 +225,11 @@ def run_one(spec: RunSpec, out=print) -> dict:
     app_cmd, app_cwd, topo_kw = spec.client_cmd, str(spec.app_dir), {}
     if spec.client_cmd and spec.topology == "compose":
         topo_kw["extra_files"] = [app_mount_file(spec.app_dir, secrets / "compose.app.yaml")]
-        app_cmd, app_cwd = app_command(spec.client_cmd, spec.app_dir), APP_DIR
+        app_cwd = APP_DIR
+        if spec.framework is not None:      # its command is the image's already (IMAGE_REPO); its image holds its venv
+            topo_kw["env"] = framework_image_environment(spec.framework["framework"])
+        else:
+            app_cmd = app_command(spec.client_cmd, spec.app_dir)
     # a router scenario (topology: {router: true, links}) puts a router between the nodes
     if scn.router_links:
         topo_kw["links"] = scn.router_links
@@ -202,12 +257,14 @@ def run_one(spec: RunSpec, out=print) -> dict:
             sans = tuple(a for n in ENDPOINT_NAMES for a in ("--san", n)) if spec.client_cmd else ()
             # the twin does not transcribe speech: the Nth utterance stands for line N of the script, and
             # the orchestrator (which knows the scenario) tells the twin the lines, never the client
-            script = ("--set", "script=" + json.dumps(scn.script))
+            script: tuple[str, ...] = ()
+            if conversations.load(str(conv_copy)).source != conversations.SOURCE_LINES:
+                script = ("--set", "script=" + json.dumps(spec.lines or scn.script))     # a lines file is its own script
             # the twin the scenario asks for (validated with the scenario): its profile and overrides
             script += ("--profile", scn.twin.get("profile", "developer-api"),
                        *(a for k, v in scn.twin.get("set", {}).items() for a in ("--set", f"{k}={json.dumps(v)}")))
             twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl",
-                        t0=t0, seed=seed, port=port, extra=sans + script)
+                        t0=t0, seed=seed, port=port, extra=sans + script, conversation=conv_copy)
             services.append(twin)
             base_url, ca, key = twin.base_url, topo.ca_path, TWIN_KEY
             twin_control = twin.control_url
@@ -216,7 +273,10 @@ def run_one(spec: RunSpec, out=print) -> dict:
             if spec.endpoint_hook is not None:
                 base_url, ca = spec.endpoint_hook(topo)
             key = spec.live_key
-        proxy = Proxy(topo.endpoint, idle_timeout_s=scn.endpoint.get("idle_timeout_s")) if via_proxy else None
+        # an app dials the API by its real names: through the proxy they must reach the twin
+        names = {n: topo.endpoint.ip for n in ENDPOINT_NAMES} if spec.client_cmd and spec.endpoint == "twin" else None
+        proxy = Proxy(topo.endpoint, idle_timeout_s=scn.endpoint.get("idle_timeout_s"), resolve=names) \
+            if via_proxy else None
         if proxy:
             services.append(proxy)
         argv = [_python(), "-m", "lab", "agent", "--scenario", str(run_dir / "scenario.yaml"), "--client", spec.client,
@@ -236,6 +296,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
             argv += ["--budget-ledger", str(spec.budget_ledger)]
         if proxy:
             argv += ["--proxy", proxy.url, "--proxy-control", proxy.control_url]
+        if spec.lines:
+            argv += ["--script", json.dumps(spec.lines)]
         if spec.client_cmd:
             argv += ["--client-cmd", app_cmd, "--client-cwd", app_cwd]
             if topo.client.own_files:
@@ -346,6 +408,17 @@ class _Phases:
         path.write_text(json.dumps(self.seconds, indent=2))
 
 
+def _record_conversation(name: str, run_dir: Path) -> Path:
+    """The run's conversation in its folder: conversation.json (what the report reads) and the file
+    itself, which the twin loads from there (a container sees the run folder, not the source tree)."""
+    src = conversations.resolve(name)
+    conv = conversations.load(str(src))
+    copy = run_dir / ("conversation" + (src.suffix if src.suffix in (".yaml", ".yml") else ".txt"))
+    shutil.copyfile(src, copy)
+    (run_dir / semantics.JSON_FILE).write_text(json.dumps(conv.to_json(), indent=2))
+    return copy
+
+
 def _finish(capture: Capture, raw: list[Path], keylog: Path | None, out) -> None:
     """Merge the raw captures into one pcapng with comments and secrets; keep going on failure."""
     try:
@@ -355,12 +428,29 @@ def _finish(capture: Capture, raw: list[Path], keylog: Path | None, out) -> None
         out(f"  capture finalize failed: {type(e).__name__}: {e} (raw pcaps kept)")
 
 
+def user_lines(conv, name: str, scns: list[scenario_mod.Scenario]) -> list[str]:
+    """What the user says with `--conversation`: the conversation's own lines, line N at a scenario's
+    `say: N` (a scenario's script is the booking story's; an agent's conversation brings its own
+    user). LabError (one line) when a scenario says a line the conversation does not have."""
+    lines = conv.lines
+    for scn in scns:
+        said = [st.say for st in scn.timeline if st.say is not None]
+        if said and max(said) >= len(lines):
+            raise LabError(f"scenario {scn.name} says line {max(said)} of the user's lines, and the "
+                           f"conversation {name} has {len(lines)}")
+    return lines
+
+
 def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topology: str = "netns",
               endpoint: str = "twin", out_dir: Path | None = None, duration: float | None = None,
               base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", out=print,
               keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
-              client_cmd: str | None = None, jobs: int | str = 1) -> Path:
-    scns = preflight(scenarios, client, topology, endpoint, client_cmd)
+              client_cmd: str | None = None, jobs: int | str = 1, conversation: str | None = None,
+              requirements: str | None = None) -> Path:
+    scns = preflight(scenarios, client, topology, endpoint, client_cmd, requirements, out)
+    lines = None
+    if conversation:
+        lines = user_lines(conversations.load(conversation), conversation, scns)   # one line before anything starts
     live_key = None
     if endpoint == "live":
         from lab.live.key import load_key     # here: lab.live's soak imports this module
@@ -372,7 +462,8 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
         budget.attach(batch)
     cells = batch_cells(scns, batch, n=n, client=client, topology=topology, endpoint=endpoint, duration=duration,
                         base_url=base_url, budget=budget, model=model, live_key=live_key, keylog_live=keylog_live,
-                        ca=ca, endpoint_hook=endpoint_hook, client_cmd=client_cmd)
+                        ca=ca, endpoint_hook=endpoint_hook, client_cmd=client_cmd, conversation=conversation,
+                        lines=lines, requirements=requirements, out=out)
     parallel.run_cells(cells, parallel.resolve_jobs(jobs, cells, out), out=out)
     from lab.report import summarize      # here: matplotlib, as above
     summarize(batch)
@@ -385,7 +476,8 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
                 topology: str = "netns", endpoint: str = "twin", duration: float | None = None,
                 base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", live_key=None,
                 keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
-                client_cmd: str | None = None) -> list[parallel.Cell]:
+                client_cmd: str | None = None, conversation: str | None = None, lines: list[str] | None = None,
+                requirements: str | None = None, out=print) -> list[parallel.Cell]:
     """The batch's runs as cells for lab.parallel (in order: scenario by scenario, run 1..n), each
     into its own folder under `batch`; the scenarios are preflight's."""
     cells = []
@@ -393,17 +485,20 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
         cl = client or scn.client
         # a framework client is an app run like --client-cmd, in its own venv (lab/clients/frameworks);
         # it is judged (params, expect) by its plain name, whatever release runs
-        build = None if client_cmd else resolve_framework(cl)
+        build = None if client_cmd else (resolve_framework(cl) if topology == "compose"
+                                          else framework_build(cl, requirements, out))
         label = build.label if build else cl
         if build is not None:
             cl = build.name
-        cmd = client_cmd or (build.command(REPO, scn.params_for(cl)) if build else None)
+        # in Compose the framework runs from the client image's copy (lab/topology/framework_image.py)
+        where = IMAGE_REPO if topology == "compose" else REPO
+        cmd = client_cmd or (build.command(where, scn.params_for(cl)) if build else None)
         for i in range(1, n + 1):
             run_dir = batch / f"{scn.name}-{'cmd' if client_cmd else label}-{i:02d}"
             who = f"command, judged as {cl}" if client_cmd else label
             spec = RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key, keylog_live,
                            ca=ca, endpoint_hook=endpoint_hook, client_cmd=cmd,
-                           framework=build.describe() if build else None)
+                           framework=build.describe() if build else None, conversation=conversation, lines=lines)
             title = f"{scn.name} ({who}, {topology}, {endpoint}) run {i}/{n}"
             cells.append(parallel.Cell(
                 f"{scn.name} x {who} {i:02d}", functools.partial(_run_cell, spec, title, budget),
@@ -455,7 +550,11 @@ def add_parser(sub) -> None:
     p.add_argument("-n", type=int, default=1, help="runs per scenario")
     p.add_argument("--client", default=None,
                    help=f"probe, recovery, naive, a framework ({', '.join(FRAMEWORKS)}; NAME@RELEASE[+BUILD] for "
-                        "another release, e.g. livekit@1.8.0+pr003), or module:Class")
+                        "another release, e.g. livekit@1.8.0+pr003), your agent in a framework "
+                        "(adk:MODULE[:ATTR], livekit:MODULE:CLASS, pipecat:MODULE[:FUNC]; docs/agents.md), "
+                        "or module:Class")
+    p.add_argument("--requirements", default=None, metavar="FILE",
+                   help="your agent's own requirements, installed into a copy of its framework's venv")
     p.add_argument("--client-cmd", default=None, metavar="CMD",
                    help="run your own unmodified app as the client (stdin: the user's lines; "
                         "$LAB_BACKEND_URL: the backend); judged as --client or the scenario's client")
@@ -469,6 +568,9 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default=None, help="batch folder (default captures/<time>-<scenario>)")
     p.add_argument("--budget", type=int, default=None, help="live mode: most sessions this batch may open")
     p.add_argument("--keylog-live", action="store_true", help="live mode: write TLS secrets (kept out of results)")
+    p.add_argument("--conversation", default=None, metavar="FILE",
+                   help="what the twin's model plays, for every scenario: a conversation name or .yaml, or a "
+                        "text file of the user's lines (docs/conversations.md)")
     p.add_argument("-j", "--jobs", type=parallel.parse_jobs, default=1, metavar="N",
                    help="runs side by side (each in its own namespaces or Compose project; the live budget is "
                         "shared); auto: from the cores, the load and the memory")
@@ -493,7 +595,8 @@ def _cmd_run(args) -> int:
     batch = run_batch(names, n=args.n, client=args.client, topology=topology, endpoint=args.endpoint,
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
-                      ca=args.ca, client_cmd=args.client_cmd, jobs=args.jobs)
+                      ca=args.ca, client_cmd=args.client_cmd, jobs=args.jobs, conversation=args.conversation,
+                      requirements=args.requirements)
     from lab.report.junit import publish      # here: the report loads matplotlib, as above
     publish(batch, args.junit_xml)
     # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on

@@ -7,18 +7,19 @@ malformed file costs nothing.
 """
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from netem import faults as fault_registry
 from netem.errors import NetemError
 
-from lab import actions, anchors, expectations
+from lab import actions, anchors, expectations, yamlines
+from lab.conversation import format as conversation_format
+from lab.conversation.semantics import JSON_FILE
 from lab import clients as client_registry
 from lab.clients import frameworks
 from lab.errors import LabError, ScenarioError
@@ -27,7 +28,7 @@ from lab.twin.profile import load_profile
 
 END_MODES = {"duration", "answered"}
 TOP_KEYS = {"name", "title", "source", "shows", "client", "client_params", "backend", "endpoint",
-            "input", "duration", "script", "timeline", "end", "expect", "twin", "topology"}
+            "input", "duration", "script", "timeline", "end", "expect", "twin", "topology", "conversation"}
 STEP_KEYS = {"id", "at", "plus", "say", "fault", "heal", "action", "note", "unless_client", "only_client"}
 BACKEND_KEYS = {"commit_after_s", "dedup"}
 ENDPOINT_KEYS = {"via", "idle_timeout_s"}  # idle_timeout_s: the proxy closes an idle tunnel (via: proxy)
@@ -43,31 +44,7 @@ FAULT_TARGETS = {"flow": fault_registry.PLACEHOLDER_TARGET,
                  "endpoint": {"dst": fault_registry.PLACEHOLDER_TARGET["dst"]}}
 
 
-class _Lined(dict):
-    """A mapping that remembers the line of each key (1-based) and its own line."""
-    line: int = 0
-    lines: dict
-
-
-class _Loader(yaml.SafeLoader):
-    pass
-
-
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> _Lined:
-    loader.flatten_mapping(node)
-    out = _Lined()
-    out.line = node.start_mark.line + 1
-    out.lines = {}
-    for knode, vnode in node.value:
-        key = loader.construct_object(knode, deep=True)
-        if key in out:
-            raise ScenarioError(f"line {knode.start_mark.line + 1}: duplicate key {key!r}")
-        out[key] = loader.construct_object(vnode, deep=True)
-        out.lines[key] = knode.start_mark.line + 1
-    return out
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_Lined, _Loader = yamlines.Lined, yamlines.Loader
 
 
 @dataclass
@@ -121,6 +98,7 @@ class Scenario:
     path: str = ""
     twin: dict = field(default_factory=dict)     # {profile, set}: the twin this scenario needs
     topology: dict = field(default_factory=dict)   # {} (two nodes, one link) or {router, links}
+    conversation: str = conversation_format.DEFAULT   # what the twin's model plays: a name or a path
 
     @property
     def router_links(self) -> list:
@@ -141,7 +119,7 @@ class Scenario:
         return {"name": self.name, "title": self.title, "source": self.source, "client": self.client,
                 "duration": self.duration, "end": self.end, "input": self.input, "script": self.script,
                 "endpoint": self.endpoint, "backend": self.backend, "twin": self.twin,
-                "topology": self.topology,
+                "topology": self.topology, "conversation": self.conversation,
                 "timeline": [s.describe() for s in self.timeline]}
 
 
@@ -165,36 +143,10 @@ def resolve(name_or_path: str) -> Path:
 
 def load(name_or_path: str) -> Scenario:
     path = resolve(name_or_path)
-    try:
-        raw = yaml.load(path.read_text(), Loader=_Loader)
-    except ScenarioError as e:
-        raise ScenarioError(f"{path}:{str(e).removeprefix('line ')}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ScenarioError(f"{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
-    return parse(raw, str(path))
+    return parse(yamlines.load(path), str(path))
 
 
-def _errs(path: str):
-    """err(node, key, msg): a ScenarioError at the line of `key` in `node` (or the node's own line)."""
-    def err(node: Any, key: Any, msg: str) -> ScenarioError:
-        line = getattr(node, "lines", {}).get(key) if key is not None else None
-        line = line or getattr(node, "line", 0)
-        return ScenarioError(f"{path}:{line}: {msg}")
-    return err
-
-
-def _near(name: Any, known) -> str:
-    """' (did you mean x?)' for a near miss, else ''."""
-    near = difflib.get_close_matches(str(name), list(known), n=1)
-    return f" (did you mean {near[0]}?)" if near else ""
-
-
-def _refuse_unknown(err, node: dict, known: set[str], what: str) -> None:
-    for k in node:
-        if k not in known:
-            raise err(node, k, f"unknown {what} {k!r}{_near(k, known)}; expected one of {', '.join(sorted(known))}")
+_errs, _near, _refuse_unknown = yamlines.errs, yamlines.near, yamlines.refuse_unknown
 
 
 def parse(raw: Any, path: str = "<scenario>") -> Scenario:
@@ -268,6 +220,7 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
                              or not isinstance(idle, (int, float)) or idle <= 0):
         raise err(endpoint, "idle_timeout_s", "endpoint.idle_timeout_s is seconds > 0 and needs via: proxy")
     topology = _topology(err, raw)
+    conversation = _conversation(err, raw, path)
     for step in steps:
         if step.fault and step.fault.get("node", "client") == "router" and not topology:
             raise err(step.fault, "node", "a fault on the router needs topology: {router: true, links: [...]}")
@@ -284,7 +237,36 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
         shows=str(raw.get("shows", "")).strip(), client=client, script=list(script), timeline=steps,
         duration=float(duration), end=end, client_params={k: dict(v) for k, v in cp.items()},
         backend={"commit_after_s": 4.0, **backend}, endpoint=dict(endpoint), input=inp,
-        expect={k: dict(v) for k, v in exp.items()}, path=path, twin=twin, topology=topology)
+        expect={k: dict(v) for k, v in exp.items()}, path=path, twin=twin, topology=topology,
+        conversation=conversation)
+
+
+def with_conversation_lines(scn: Scenario, run_dir: Path) -> Scenario:
+    """The scenario as a run played it: with a lines-only conversation (`--conversation lines.txt`)
+    its lines are what the user says, in place of the scenario's script (the run folder's
+    conversation.json says which; the timeline's `say: N` says line N, if there is one)."""
+    try:
+        d = json.loads((run_dir / JSON_FILE).read_text())
+    except (OSError, ValueError):
+        return scn
+    if d.get("source") == conversation_format.SOURCE_LINES and d.get("lines"):
+        return replace(scn, script=[str(x) for x in d["lines"]])
+    return scn
+
+
+def _conversation(err, raw: dict, path: str) -> str:
+    """`conversation: NAME | PATH` (a relative path from the scenario's folder), loaded and checked
+    now: its own errors name its file and line, and this line says which scenario asked for it."""
+    name = raw.get("conversation", conversation_format.DEFAULT)
+    if not isinstance(name, str) or not name.strip():
+        raise err(raw, "conversation", "conversation: a name in lab/conversations or a file path")
+    cand = Path(path).parent / name
+    ref = str(cand) if not Path(name).is_absolute() and cand.is_file() else name
+    try:
+        conversation_format.load(ref)
+    except ScenarioError as e:
+        raise err(raw, "conversation", f"conversation {name!r}: {e}") from None
+    return ref
 
 
 def _twin(err, raw: dict) -> dict:

@@ -99,6 +99,17 @@ setup_peer_locked() {
 }
 
 which=${1:-all}
+# --pins NAME: the pip requirements of NAME's pinned venv, one a line, and nothing installed (the
+# framework client image's offline wheelhouse is downloaded for these: lab/topology/framework_image.py)
+if [ "$which" = --pins ]; then
+  case "${2:-}" in
+    livekit) printf '%s\n' "${LIVEKIT_PKGS[@]}" ;;
+    pipecat) printf '%s\n' "${PIPECAT_PKGS[@]}" ;;
+    adk) printf '%s\n' "${ADK_PKGS[@]}" ;;
+    *) echo "usage: scripts/peers-setup.sh --pins livekit|pipecat|adk" >&2; exit 2 ;;
+  esac
+  exit 0
+fi
 case "$which" in
   livekit|pipecat|adk|all) ;;
   *@*)

@@ -36,8 +36,9 @@ import uvloop
 from lab.bench.load import MODES, PATH, Tally, run_level
 from lab.errors import LabError
 
+# conversation_scope=session: the bench's sessions all come from one address but stand for different users
 BENCH_SETTINGS = ["reply_delay_s=0", "tool_call_delay_s=0", "speech_ms_per_char=5", "new_setup_s=0.01",
-                  "freeze_close_s=3600"]
+                  "freeze_close_s=3600", "conversation_scope=session"]
 DEFAULT_SESSIONS = {"stream": "1,50,200", "text": "1,50,200", "idle": "1000"}
 STREAM_FLOORS = {"sessions": 200, "p99_ms": 20.0, "kib": 1024.0}
 IDLE_FLOORS = {"sessions": 1000, "kib": 150.0}

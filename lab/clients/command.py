@@ -13,6 +13,12 @@ its real sockets. It needs no lab import, no base URL and no code change:
   into a microphone the app can open: 16 kHz s16le mono PCM, 100 ms chunks in real time, digital
   silence between lines, on the Unix socket in $LAB_AUDIO_SOCKET (lab/clients/mic.py); the
   user.say is then mode speech. The socket is offered in text scenarios too, silent.
+  $LAB_INPUT_MODE says which the user's input is (`text` or `speech`): the lab's framework hosts
+  (lab/peers/*_host.py) feed the microphone to the framework in a spoken scenario and leave the
+  stdin text, which a speaking user would not have typed, unsent.
+- **A proxy in the path.** When the scenario puts the lab's CONNECT proxy between client and
+  endpoint (endpoint: {via: proxy}), $HTTPS_PROXY / $https_proxy name it (websockets >= 15, and so
+  google-genai, honour them); the proxy maps the API's hostnames to the twin.
 - **The backend**: the app books through the local HTTP API in $LAB_BACKEND_URL
   (lab/clients/backend_api.py: POST /book {slot, call_id} answers when the booking commits, as
   the lab's own clients' tool returns; GET /status?slot=).
@@ -69,6 +75,7 @@ SPEECH_TAIL_MS = 700     # silence after a spoken line, as the lab's own clients
 KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 DROPPED_VARS = ("GOOGLE_GEMINI_BASE_URL", "GOOGLE_VERTEX_BASE_URL", "HTTPS_PROXY", "https_proxy",
                 "HTTP_PROXY", "http_proxy", "LAB_API_KEY")
+NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
 
 
 def parse_command(cmd: str) -> list[str]:
@@ -82,12 +89,18 @@ def parse_command(cmd: str) -> list[str]:
     return argv
 
 
-def app_environment(base: dict[str, str], *, api_key: str, ca_bundle: str, backend_url: str) -> dict[str, str]:
-    """The app's environment: the lab's minus its overrides, plus key, trust and the backend URL."""
-    env = {k: v for k, v in base.items() if k not in DROPPED_VARS}
+def app_environment(base: dict[str, str], *, api_key: str, ca_bundle: str, backend_url: str,
+                    speech: bool = False, proxy: str | None = None) -> dict[str, str]:
+    """The app's environment: the lab's minus its overrides, plus key, trust, the backend URL, the
+    input mode, and the scenario's proxy when it has one."""
+    env = {k: v for k, v in base.items() if k not in DROPPED_VARS + NO_PROXY_VARS}
     env.update({k: api_key for k in KEY_VARS})
     env.update({"SSL_CERT_FILE": ca_bundle, "REQUESTS_CA_BUNDLE": ca_bundle, "LAB_BACKEND_URL": backend_url,
-                "PYTHONUNBUFFERED": "1"})
+                "PYTHONUNBUFFERED": "1", "LAB_INPUT_MODE": "speech" if speech else "text"})
+    if proxy:
+        # the backend API is on loopback: never through the proxy
+        env.update({"HTTPS_PROXY": proxy, "https_proxy": proxy, "NO_PROXY": "localhost,127.0.0.1",
+                    "no_proxy": "localhost,127.0.0.1"})
     return env
 
 
@@ -100,8 +113,9 @@ class CommandClient(Client):
     name: ClassVar[str] = "command"
 
     def __init__(self, ctx: ClientContext, command: str, endpoint_ip: str | None, node_owns_files: bool = False,
-                 cwd: str | None = None):
+                 cwd: str | None = None, proxy: str | None = None):
         super().__init__(ctx)
+        self.proxy = proxy      # the scenario's CONNECT proxy (endpoint: {via: proxy}), handed to the app
         self.cwd = cwd      # where the user ran `lab run` (in Compose: that folder, mounted in the container)
         # only the orchestrator knows whether the node's /etc is the run's own (a Compose container)
         # or the host's (a namespace; the host may itself be a container, so no guess from inside)
@@ -148,11 +162,13 @@ class CommandClient(Client):
         await self.mic.start()
         self._tasks.append(asyncio.create_task(tail(self.run_dir / "twin.jsonl", self._observe, self._stop)))
         env = app_environment(dict(os.environ), api_key=self.ctx.endpoint.api_key,
-                              ca_bundle=str(tmp / "ca-bundle.pem"), backend_url=self.api.url)
+                              ca_bundle=str(tmp / "ca-bundle.pem"), backend_url=self.api.url,
+                              speech=self.ctx.speech, proxy=self.proxy)
         env.update(self.mic.environment)
         self.ctx.log.write("client.params", src="command", client=self.name,
                            params={"command": self.argv, "backend_url": self.api.url,
-                                   "audio_socket": str(self.mic.path),
+                                   "audio_socket": str(self.mic.path), "proxy": self.proxy,
+                                   "input": "speech" if self.ctx.speech else "text",
                                    "endpoint": f"{self.endpoint_ip}:{ENDPOINT_PORT}"})
         out = open(self.run_dir / "client.log", "ab")
         try:

@@ -126,7 +126,9 @@ def in_image(argv: list[str]) -> list[str]:
 
 
 def _image(compose_image: str, plan: Plan) -> str:
-    repo = compose_image.rsplit(":", 1)[0]
+    # the name before the tag: compose.yaml's tags are variables (`${LAB_IMAGE_TAG:-dev}`, a framework
+    # suffix after it), whose own colons must not be taken for the tag's
+    repo = compose_image.split(":", 1)[0]
     return f"{plan.registry.rstrip('/')}/{repo}:{plan.tag}" if plan.registry else f"{repo}:{plan.tag}"
 
 

@@ -5,7 +5,8 @@ google-genai<3 and websockets<16), never in the project's venv: the stdlib and g
 no lab import. An app as an ADK user writes one, run black-box by lab/clients/command.py: no base
 URL (ADK's google-genai client dials generativelanguage.googleapis.com, which the lab maps to the
 twin, trusted through $SSL_CERT_FILE), the key from $GOOGLE_API_KEY, the user's lines from stdin, one
-per line, each sent into a LiveRequestQueue. book_slot is a FunctionTool that ADK runs itself; it
+per line, each sent into a LiveRequestQueue (in a spoken scenario the microphone's audio instead, as
+realtime input). book_slot is a FunctionTool that ADK runs itself; it
 takes the booking from the lab's backend ($LAB_BACKEND_URL, POST /book, which answers once the
 booking commits) under the call id ADK hands it. Resumption, goAway and retries are ADK's own.
 """
@@ -15,6 +16,7 @@ import asyncio
 import os
 
 import app_io
+from adk_io import log_events
 from app_io import book, user_lines
 
 MODEL = os.environ.get("APP_MODEL", "gemini-3.8-live")
@@ -49,18 +51,16 @@ async def main() -> None:
                        output_audio_transcription=types.AudioTranscriptionConfig(),
                        session_resumption=types.SessionResumptionConfig())
 
-    async def events() -> None:
-        async for ev in runner.run_live(user_id="user", session_id=session.id, live_request_queue=queue,
-                                        run_config=config):
-            tr = getattr(ev, "output_transcription", None)
-            if tr is not None and getattr(tr, "text", None) and getattr(tr, "finished", True):
-                log("model:", tr.text)
-            for fc in ev.get_function_calls() if hasattr(ev, "get_function_calls") else []:
-                log("tool call:", fc.name, fc.id)
-
-    consumer = asyncio.create_task(events())
+    consumer = asyncio.create_task(log_events(runner.run_live(
+        user_id="user", session_id=session.id, live_request_queue=queue, run_config=config), log))
+    if app_io.spoken():     # the microphone, as realtime input: the server hears the user speak
+        async def mic() -> None:
+            async for chunk in app_io.mic_chunks(log):
+                queue.send_realtime(types.Blob(data=chunk, mime_type=f"audio/pcm;rate={app_io.MIC_RATE}"))
+        microphone = asyncio.create_task(mic())  # noqa: F841 (runs until the lab stops the app)
     async for text in user_lines(log):
-        queue.send_content(types.Content(role="user", parts=[types.Part(text=text)]))
+        if not app_io.spoken():
+            queue.send_content(types.Content(role="user", parts=[types.Part(text=text)]))
     await consumer
 
 

@@ -8,6 +8,10 @@ These apps run in the frameworks' own venvs, without the project, as black-box c
     user_lines(log)        async iterator over the user's lines on stdin, one per line, until EOF
     app_params(argv)       the scenario's client_params for this app: `--params JSON` (the lab passes
                            every parameter the framework declares, lab/clients/frameworks); {} without
+    spoken()               True in a spoken scenario ($LAB_INPUT_MODE=speech): the user's lines come
+                           as audio on the microphone, and their text on stdin is not the user's input
+    mic_chunks(log)        async iterator over the microphone's audio ($LAB_AUDIO_SOCKET: 16 kHz s16le
+                           mono, 100 ms per chunk, silence between lines; lab/clients/mic.py)
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ import urllib.request
 from typing import AsyncIterator, Callable
 
 BOOK_TIMEOUT_S = 70      # the API answers once the booking commits (at most 60 s, then "pending")
+MIC_RATE = 16000
+MIC_CHUNK_BYTES = MIC_RATE // 10 * 2     # 100 ms of s16le mono, as lab/clients/mic.py sends it
 
 
 def book(slot: str, call_id: str) -> dict:
@@ -56,3 +62,24 @@ async def user_lines(log: Callable[..., None]) -> AsyncIterator[str]:
         if line.strip():
             log("user:", line.strip())
             yield line.strip()
+
+
+def spoken() -> bool:
+    return os.environ.get("LAB_INPUT_MODE") == "speech"
+
+
+async def mic_chunks(log: Callable[..., None]) -> AsyncIterator[bytes]:
+    """The microphone, read as a sound card is: whole 100 ms chunks until the lab closes it."""
+    import asyncio
+    reader, writer = await asyncio.open_unix_connection(os.environ["LAB_AUDIO_SOCKET"])
+    log("mic: open,", os.environ.get("LAB_AUDIO_FORMAT", "s16le;rate=16000;channels=1"))
+    try:
+        while True:
+            try:
+                chunk = await reader.readexactly(MIC_CHUNK_BYTES)
+            except asyncio.IncompleteReadError:
+                log("mic: closed")
+                return
+            yield chunk
+    finally:
+        writer.close()

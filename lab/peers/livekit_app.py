@@ -4,7 +4,8 @@ Runs in .venv-livekit (scripts/peers-setup.sh), never in the project's venv: the
 livekit-agents / livekit-plugins-google only, and no lab import. It is an app as a LiveKit user
 writes one, run black-box by lab/clients/command.py: no base URL (the plugin's google-genai client
 dials generativelanguage.googleapis.com, which the lab maps to the twin, trusting it through
-$SSL_CERT_FILE), the key from $GOOGLE_API_KEY, the user's lines from stdin, one per line. The
+$SSL_CERT_FILE), the key from $GOOGLE_API_KEY, the user's lines from stdin, one per line (in a
+spoken scenario the microphone's audio instead, pushed into the session). The
 plugin's RealtimeSession is driven headless (no LiveKit server, no room): each line goes in as
 a user message in the chat context, then generate_reply(); a book_slot call is answered the way AgentSession answers one,
 as a FunctionCallOutput in the chat context, after the lab's backend ($LAB_BACKEND_URL, POST /book)
@@ -111,7 +112,17 @@ async def main() -> None:
     sess.on("error", lambda ev: log("error:", repr(getattr(ev, "error", ev))[:200],
                                     "recoverable" if getattr(ev, "recoverable", True) else "fatal"))
 
+    if app_io.spoken():     # the microphone into the realtime session, as AgentSession forwards a room's audio
+        from livekit import rtc
+
+        async def mic() -> None:
+            async for chunk in app_io.mic_chunks(log):
+                sess.push_audio(rtc.AudioFrame(data=chunk, sample_rate=app_io.MIC_RATE, num_channels=1,
+                                               samples_per_channel=len(chunk) // 2))
+        spawn(mic())
     async for text in user_lines(log):
+        if app_io.spoken():
+            continue
         # a typed user message as AgentSession sends one to a realtime model: into the chat
         # context, then generate_reply() (the same call on every release; generate_reply's
         # `instructions` changed meaning across releases)

@@ -6,7 +6,8 @@ pipecat user writes one, run black-box by lab/clients/command.py: no base URL (t
 google-genai client dials generativelanguage.googleapis.com, which the lab maps to the twin, trusted
 through $SSL_CERT_FILE), the key from $GOOGLE_API_KEY, the user's lines from stdin, one per line.
 A headless pipeline, no transport: Pipeline([llm, sink]) under pipecat's worker and runner, an empty
-context first, then each line as an InputTextRawFrame. book_slot is a registered function whose
+context first, then each line as an InputTextRawFrame (in a spoken scenario the microphone's audio
+as InputAudioRawFrames instead). book_slot is a registered function whose
 result comes from the lab's backend ($LAB_BACKEND_URL, POST /book, which answers once the booking
 commits). Reconnects and handles are pipecat's own: that is what a scenario measures.
 """
@@ -36,7 +37,8 @@ async def main() -> None:
     except ImportError:     # releases before 1.14 keep the schemas one package up: a sweep runs those too
         from pipecat.adapters.schemas.function_schema import FunctionSchema
         from pipecat.adapters.schemas.tools_schema import ToolsSchema
-    from pipecat.frames.frames import Frame, InputTextRawFrame, LLMContextFrame, TTSTextFrame
+    from pipecat.frames.frames import (Frame, InputAudioRawFrame, InputTextRawFrame, LLMContextFrame,
+                                       TTSTextFrame)
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.processors.aggregators.llm_context import LLMContext
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
@@ -66,12 +68,23 @@ async def main() -> None:
     llm.register_function("book_slot", book_slot)
     worker, run_task = await start_headless(Pipeline([llm, Said()]), timeout=20)
     await worker.queue_frame(LLMContextFrame(LLMContext()))
-    async for text in user_lines(log):
+    async def session_up() -> None:
         # realtime input is dropped until the session is up: wait for it, as a transport would
         for _ in range(200):
             if getattr(llm, "_ready_for_realtime_input", False):
                 break
             await asyncio.sleep(0.05)
+
+    if app_io.spoken():     # the microphone's audio as a transport's input frames: the server hears speech
+        async def mic() -> None:
+            await session_up()
+            async for chunk in app_io.mic_chunks(log):
+                await worker.queue_frame(InputAudioRawFrame(audio=chunk, sample_rate=app_io.MIC_RATE, num_channels=1))
+        microphone = asyncio.create_task(mic())  # noqa: F841 (runs until the lab stops the app)
+    async for text in user_lines(log):
+        if app_io.spoken():
+            continue
+        await session_up()
         await worker.queue_frame(InputTextRawFrame(text=text))
     await run_task
 

@@ -43,6 +43,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from lab.topology import framework_image
 from lab.errors import CapabilityError, LabError
 from lab.topology.base import Node, Topology, require_tools
 from lab.topology.router import LINKS, Assigned, Place, Router, parse_links
@@ -59,7 +60,7 @@ BASE_IMAGE = os.environ.get("LIVELAB_BASE_IMAGE", "lab-base:bookworm")   # the o
 PUBLIC_BASE_IMAGE = "python:3.11-slim-bookworm"                          # the images' default (Dockerfile.client, Dockerfile.proxy)
 DOT_ENV = REPO / ".env"             # compose reads it; docker-setup.sh writes the image path into it
 COMPOSE_VERSION = "v2.40.3"         # what docker-setup.sh installs; any compose v2 runs the lab
-IMAGE_VARS = ("LAB_IMAGE_TAG", "LAB_IMAGE_BASE", "LAB_BASE_IMAGE")   # compose.yaml's image and build inputs
+IMAGE_VARS = ("LAB_IMAGE_TAG", "LAB_IMAGE_BASE", "LAB_BASE_IMAGE", "LAB_FRAMEWORK")   # compose.yaml's image and build inputs
 _BUILT_IN_PROCESS: set[tuple[str, ...]] = set()   # image keys (ComposeTopology._image_key) built by this process
 NODES = ("endpoint", "client")          # the lab's two nodes; their services are started on them with popen
 LAB_SERVICES = (*NODES, "capture")      # and the client's capture sidecar, in the client's network namespace
@@ -344,15 +345,21 @@ class ComposeTopology(Topology):
         self._router_service: RouterService | None = None
 
     @classmethod
-    def preflight(cls, client_tools: frozenset[str] = frozenset(), uplink: bool = False) -> None:
+    def preflight(cls, client_tools: frozenset[str] = frozenset(), uplink: bool = False,
+                  framework: str | None = None) -> None:
         """Docker ready (set up if it can be), and the client image holds `client_tools`: the image is
-        built here (the run's `up --build` then finds it cached) and asked, before any run starts."""
+        built here (the run's `up --build` then finds it cached) and asked, before any run starts.
+        `framework`: the image with that framework's venv (lab/topology/framework_image.py)."""
         if uplink:
             raise CapabilityError(UPLINK_MISSING)
         ensure_docker()
+        if framework and image_path() == "offline":
+            framework_image.wheelhouse(framework)
+        if framework:
+            cls.client_image(framework)     # the framework's layer, built once and cached
         if not client_tools:
             return
-        image = cls.client_image()
+        image = cls.client_image(framework) if framework else cls.client_image()
         script = 'for t; do command -v "$t" >/dev/null || echo "$t"; done'
         r = _run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c", script, "sh",
                   *sorted(client_tools)], timeout=120)
@@ -364,18 +371,29 @@ class ComposeTopology(Topology):
                       "install {} in Dockerfile.client")
 
     @classmethod
-    def client_image(cls) -> str:
+    def client_image(cls, framework: str | None = None) -> str:
         """Build the client image (the run's `up --build` then finds it cached); return its name."""
-        probe = cls("preflight", log=None, setup=False)
-        probe.compose("build", "client", timeout=900)
+        probe = cls("preflight", log=None, setup=False,
+                    env=framework_image.environment(framework) if framework else None)
+        probe.compose("build", "client", timeout=1800 if framework else 900)
         return json.loads(probe.compose("config", "--format", "json").stdout)["services"]["client"]["image"]
 
     @classmethod
-    def kernel_caps(cls) -> Capabilities:
+    def run_in_client_image(cls, argv: list[str], framework: str | None = None, app_dir: Path | None = None,
+                            timeout: float = 120) -> subprocess.CompletedProcess:
+        """`argv` in a throw-away client container with no network, the user's folder (read-only) at
+        APP_DIR as its working folder: a check that must see what a run's client will see."""
+        image = cls.client_image(framework)
+        mount = ["-v", f"{Path(app_dir).resolve()}:{APP_DIR}:ro", "-w", APP_DIR] if app_dir else []
+        return _run(["docker", "run", "--rm", "--network", "none", *mount, "--entrypoint", argv[0], image,
+                     *argv[1:]], timeout=timeout)
+
+    @classmethod
+    def kernel_caps(cls, framework: str | None = None) -> Capabilities:
         """The fault features as the client container has them: `lab netem probe` in the client
         image with compose.yaml's NET_ADMIN, on a network of its own."""
         ensure_docker()
-        image = cls.client_image()
+        image = cls.client_image(framework) if framework else cls.client_image()
         r = _run(["docker", "run", "--rm", "--network", "none", "--cap-add", "NET_ADMIN", image,
                   "lab", "netem", "probe", "--json"], timeout=120)
         try:
@@ -402,6 +420,7 @@ class ComposeTopology(Topology):
         # environment alone, as CI sets it, must not build on the public base image)
         env.setdefault("LAB_IMAGE_BASE", image_path())
         env.setdefault("LAB_BASE_IMAGE", base_image())
+        env.setdefault("LAB_FRAMEWORK", "")     # set, so compose does not warn of it
         env.update(self.extra_env)
         return env
 

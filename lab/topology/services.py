@@ -138,18 +138,20 @@ class Twin(Service):
     control_port = 8444     # the control channel (lab.twin.control), for the agent's twin actions
 
     def __init__(self, node: Node, *, cert_dir: Path | str, api_key: str, log_path: Path | str, t0: float | None,
-                 seed: int | str, port: int = 8443, extra: tuple[str, ...] = ()):
+                 seed: int | str, port: int = 8443, extra: tuple[str, ...] = (), conversation: Path | str | None = None):
         # seed may be a placeholder the pod spec fills in per index ("$(SHARD)")
         super().__init__(node)
         self.cert_dir, self.api_key, self.log_path = Path(cert_dir), api_key, Path(log_path)
         self.t0, self.seed, self.port, self.extra = t0, seed, int(port), tuple(extra)
+        self.conversation = conversation      # what its model plays (a file the twin's node can read)
 
     def argv(self) -> list[str]:
         # 0.0.0.0: the endpoint node has only its link and loopback, in every topology
         return [sys.executable, "-m", "lab", "twin", "serve", "--host", "0.0.0.0", "--port", str(self.port),
                 "--cert-dir", str(self.cert_dir), "--san", self.node.host, "--api-key", self.api_key,
                 "--log", str(self.log_path), *(["--t0", repr(self.t0)] if self.t0 is not None else []),
-                "--seed", str(self.seed), "--control", f"0.0.0.0:{self.control_port}", *self.extra]
+                "--seed", str(self.seed), "--control", f"0.0.0.0:{self.control_port}",
+                *(["--conversation", str(self.conversation)] if self.conversation else []), *self.extra]
 
     @property
     def base_url(self) -> str:
@@ -170,14 +172,18 @@ class Proxy(Service):
     # only the session's first tunnel freezes: its resume connections must reach the twin
     freeze_first = 1
 
-    def __init__(self, node: Node, idle_timeout_s: float | None = None):
+    def __init__(self, node: Node, idle_timeout_s: float | None = None, resolve: dict[str, str] | None = None):
         super().__init__(node)
         self.idle_timeout_s = idle_timeout_s  # a corporate proxy's idle timeout (endpoint.idle_timeout_s)
+        # names the proxy dials elsewhere than DNS says: an unmodified app's API hostnames -> the twin
+        self.resolve = dict(resolve or {})
 
     def argv(self) -> list[str]:
         idle = ["--idle-timeout", str(self.idle_timeout_s)] if self.idle_timeout_s else []
+        names = [a for n, ip in sorted(self.resolve.items()) for a in ("--resolve", f"{n}={ip}")]
         return [sys.executable, "-m", "lab", "proxy", "serve", "--listen", f"0.0.0.0:{self.port}",
-                "--control", f"0.0.0.0:{self.control_port}", "--freeze-first", str(self.freeze_first), *idle]
+                "--control", f"0.0.0.0:{self.control_port}", "--freeze-first", str(self.freeze_first), *idle,
+                *names]
 
     @property
     def url(self) -> str:

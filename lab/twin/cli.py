@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import sys
 
 from lab.errors import LabError
@@ -36,6 +37,9 @@ def add_parser(sub) -> None:
     s.add_argument("--t0", type=float, default=None,
                    help="the run's clock (epoch seconds): twin.jsonl counts ms from it, like events.jsonl")
     s.add_argument("--list-params", action="store_true", help="print the profile's parameters and sources, then exit")
+    s.add_argument("--conversation", default=None, metavar="NAME|FILE",
+                   help="what the model plays: a conversation in lab/conversations, a .yaml file, or a text file "
+                        "of user lines (default booking; docs/conversations.md)")
     s.set_defaults(func=_serve)
     r = tsub.add_parser("replay", help="serve a recorded run's frames.jsonl back, connection by connection")
     r.add_argument("frames", help="a run's frames.jsonl (or its run folder)")
@@ -97,7 +101,13 @@ def _replay(args) -> int:
 def _serve(args) -> int:
     from lab.twin.profile import load_profile   # here, like the others: the parsers load without the twin
 
+    from lab.conversation.format import load as load_conversation   # here too: only serving reads one
+
     prof = load_profile(args.profile, args.overrides)   # LabError on a bad profile or --set
+    # a bad conversation fails before anything listens; its lines are the spoken order unless --set script
+    args.conversation = load_conversation(args.conversation) if args.conversation else None
+    if args.conversation is not None and not any(str(o).startswith("script=") for o in args.overrides):
+        args.overrides = [*args.overrides, "script=" + json.dumps(args.conversation.lines)]
     if args.list_params:
         for name, prm in prof.params.items():
             print(f"{name} = {prm.value!r}\n    source: {prm.source}")
@@ -121,7 +131,8 @@ async def _run(args) -> int:
 
     twin = TwinServer(profile=args.profile, host=args.host, port=args.port, tls=not args.no_tls,
                       cert_dir=args.cert_dir, api_key=args.api_key, overrides=args.overrides,
-                      log_path=args.log, seed=args.seed, san=args.san, t0=args.t0, control=args.control)
+                      log_path=args.log, seed=args.seed, san=args.san, t0=args.t0, control=args.control,
+                      conversation=args.conversation)
     try:
         await twin.start()
     except OSError as e:

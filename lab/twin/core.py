@@ -26,6 +26,8 @@ import math
 import random
 from typing import Any
 
+from lab.conversation.format import Conversation
+from lab.conversation.format import load as load_conversation
 from lab.errors import LabError
 from lab.twin import model as M
 from lab.twin import session as S
@@ -51,7 +53,7 @@ class TwinCore:
     """All sessions and connections of one twin."""
 
     def __init__(self, profile: Profile | str = "developer-api", overrides=None, seed: int | None = None,
-                 api_key: str | None = None):
+                 api_key: str | None = None, conversation: Conversation | str | None = None):
         self.profile = load_profile(profile, overrides) if isinstance(profile, str) else \
             profile.with_overrides(overrides)
         self.api_key = api_key
@@ -62,7 +64,10 @@ class TwinCore:
         self._pong_delay_s = self.profile["pong_delay_s"]
         self.wire = wire.Wire(binary=self.profile["frame_type"] != "text")
         # turns first: it reaches the session rules only through this object (the Outlet), at run time
-        self.turns = Turns(self.profile.view(TurnParams), M.ModelConfig.from_profile(self.profile), self.wire,
+        # the conversation the model plays (lab/conversations; default the studies' booking story)
+        self.conversation = load_conversation(conversation) if isinstance(conversation, str) else conversation
+        self.turns = Turns(self.profile.view(TurnParams), M.ModelConfig.from_profile(self.profile, self.conversation),
+                           self.wire,
                            self.rng, outlet=self)
         self.sessions = Sessions(self.profile.view(SessionParams), self.wire, self.rng, self.turns,
                                  handle_rng=random.Random(seed) if seed is not None else None, faults=self.faults)

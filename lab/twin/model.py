@@ -1,31 +1,14 @@
-"""The twin's scripted model for the booking story: pure and deterministic, no ML, no I/O, no clock.
+"""The twin's model: the Gemini wire's side of the conversation engine (lab.conversation.engine).
 
-What it models (seeds 000 and 001):
-- intents by keywords in the user's text: BOOK, STATUS ("did you book", "is it booked"), STOP
-  ("stop", "don't book"); anything else is OTHER;
-- BOOK -> a book_slot toolCall (NON_BLOCKING by default: the turn holds only the call); a BOOK line
-  that names two or more times ("the 3pm and the 4pm slots") -> one toolCall carrying one
-  functionCall per time, all pending at once (functionCalls is a list: protocol.md, the toolCall
-  row; one toolCall rather than one per call is an assumption, no seed records the real split);
-- STATUS before a FunctionResponse -> an in-progress sentence (000: 3/3);
-- a FunctionResponse for a known id, also one issued before a resume, is accepted and answered;
-- STOP (seed 001, fidelity.md section 4; every rate and delay a profile parameter, drawn from the
-  session's seeded rng, so a run id replays the same branch):
-  - NON_BLOCKING call pending (A, B, E): the false "already booked" claim `stop_claim_delay_s` after
-    the stop; after the tool response silent with probability `silent_after_stop_response_p`;
-  - BLOCKING call pending (C): the turn room cuts the held turn with `interrupted`; with probability
-    `reissue_p` a second call with a new id and the same slot `reissue_delay_s` after the stop (the
-    first, superseded response then gets no reply), otherwise the reply to the response is
-    `stop_contradict_reply` ("not made") whatever the response said;
-  - the booking already committed (D): `stop_after_commit_reply` ("already made");
-  - no call yet but one planned (F, the stop before the call): with probability `early_stop_call_p`
-    the call still comes `early_stop_call_delay_s` after the stop, else "I haven't made that booking";
-  - never a toolCallCancellation (84 sessions of both studies had none);
-- a new session restored from a transcript: with a "System note" saying book_slot is booked the
-  model answers from it and does not call again; without it the model re-issues book_slot (000 s2).
+The engine plays a conversation (lab/conversations/*.yaml, default the studies' booking story, or a
+team's own, or the user's lines only); this module maps the wire onto it: a setup's
+functionDeclarations become the tools the client declares, a FunctionResponse (id, response,
+scheduling SILENT) a tool response, a clientContent with history a restore. The booking story's
+sentences and the profile's tool_name / tool_slot / script overrides keep the names the twin and its
+tests have always used (SAY_*, ModelConfig, ScriptedModel).
 
 Speech input is not transcribed: the Nth utterance found by `AudioTurnDetector` stands for line N of
-the script. The model returns `Plan`s (steps with delays); the turn room (lab.twin.turns) times and
+the script. The engine returns `Plan`s (steps with delays); the turn room (lab.twin.turns) times and
 sends them, turns text into audio, and handles barge-in.
 """
 from __future__ import annotations
@@ -34,100 +17,59 @@ import array
 import functools
 import math
 import operator
-import random
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
-from lab.twin.params import draw
+from lab.conversation import engine as E
+from lab.conversation import format as F
+from lab.conversation import intents
+from lab.conversation.engine import Call, Plan, Position, Step, Story, response_status, status_word  # noqa: F401 (the twin's names)
+from lab.conversation.semantics import BOOKING
 
-BOOK, STATUS, STOP, OTHER = "BOOK", "STATUS", "STOP", "OTHER"
+BOOK, STATUS, STOP, OTHER, GREETING = "BOOK", intents.STATUS, intents.STOP, intents.OTHER, intents.GREETING
 
-SAY_BOOKED = "Your 3 pm slot tomorrow is booked."
-SAY_STATUS_BOOKED = "Yes, your 3 pm slot tomorrow is booked."
-SAY_NOTE_BOOKED = "Your 3 pm slot tomorrow has been booked."
-SAY_STATUS_NOTE_BOOKED = "Yes, your 3 pm slot tomorrow has been booked."
-SAY_IN_PROGRESS = "I'm booking the 3 pm slot tomorrow for you now."
-SAY_REBOOKING = "I'm booking the 3 pm slot tomorrow for you."
-SAY_ALREADY_BOOKING = "I'm already booking the 3 pm slot tomorrow for you."
-SAY_NOT_BOOKED = "The 3 pm slot tomorrow was not booked."
-SAY_STATUS_NOT_BOOKED = "No, the 3 pm slot tomorrow was not booked."
-SAY_NO_BOOKING = "I haven't made that booking for you."
-SAY_STOPPED = "Okay, I won't book it."
-SAY_OTHER = "Sure. Would you like me to book a slot for you?"
-# 001 G2: asked something else while book_slot was pending, the model spoke about the booking
-SAY_PENDING_OTHER = ("I am booking the 3 PM slot for you now. Please bring your ID and any necessary paperwork "
-                     "to the appointment.")
 
-_STATUS_PATTERNS = ("did you book", "is it booked", "was it booked", "have you booked", "is the booking",
-                    "did it book", "has it been booked")
-# a time in a user line ("3pm", "4 pm"): two or more distinct ones ask for that many bookings at once
-_TIME = re.compile(r"\b(\d{1,2})\s?(am|pm)\b")
-_STOP_PATTERNS = ("stop", "don't book", "dont book", "do not book", "cancel")
+@functools.lru_cache(maxsize=1)
+def booking() -> F.Conversation:
+    return F.load(F.DEFAULT)
 
-BOOKED_WORDS = ("booked", "committed", "confirmed", "done", "ok", "success", "succeeded", "completed")
-NOT_BOOKED_WORDS = ("failed", "cancelled", "canceled", "not_booked", "not booked", "error", "rejected")
-PENDING_WORDS = ("pending", "in_progress", "in progress", "processing", "running", "queued")
+
+def _say(key: str) -> str:
+    return booking().tools[BOOKING.name].say[key]
+
+
+SAY_BOOKED = _say("done")
+SAY_STATUS_BOOKED = _say("status_done")
+SAY_NOTE_BOOKED = _say("note_done")
+SAY_STATUS_NOTE_BOOKED = _say("status_note_done")
+SAY_IN_PROGRESS = _say("pending")
+SAY_REBOOKING = _say("reissue")
+SAY_ALREADY_BOOKING = _say("again_pending")
+SAY_ALREADY_BOOKED = _say("again_done")
+SAY_NOT_BOOKED = _say("failed")
+SAY_STATUS_NOT_BOOKED = _say("status_failed")
+SAY_NO_BOOKING = _say("status_none")
+SAY_STOPPED = _say("stopped")
+SAY_OTHER = booking().answers["other"]
+SAY_PENDING_OTHER = _say("other_pending")
 
 
 def classify(text: str) -> str:
-    """The intent of one user line (case-insensitive keywords; STOP wins over BOOK)."""
-    t = " " + re.sub(r"\s+", " ", (text or "").lower().replace("\u2019", "'")) + " "
-    if any(p in t for p in _STATUS_PATTERNS):
-        return STATUS
-    if any(p in t for p in _STOP_PATTERNS):
-        return STOP
-    if re.search(r"\bbook", t):
-        return BOOK
-    return OTHER
+    """The intent of one user line in the booking story: STOP, STATUS, GREETING (the shared
+    vocabulary, lab.conversation.intents), BOOK (the word "book"), else OTHER."""
+    it = intents.intent(text, BOOKING.words)
+    if it != intents.OTHER:
+        return it
+    return BOOK if re.search(r"\bbook", intents.norm(text)) else OTHER
 
 
 def slots_asked(text: str) -> tuple[str, ...]:
     """The slots a BOOK line asks for when it names two or more distinct times ("tomorrow 3pm",
     "tomorrow 4pm"); () otherwise, so every one-slot script keeps the profile's slot and one call."""
-    times: list[str] = []
-    for hour, half in _TIME.findall((text or "").lower()):
-        t = f"{int(hour)}{half}"
-        if t not in times:
-            times.append(t)
-    return tuple(f"tomorrow {t}" for t in times) if len(times) > 1 else ()
-
-
-def status_word(value: Any) -> str | None:
-    """'booked' | 'not_booked' | 'pending' | None from a status string."""
-    if not isinstance(value, str):
-        return None
-    v = value.strip().lower()
-    if any(w == v or w in v for w in NOT_BOOKED_WORDS):
-        return "not_booked"
-    if any(w == v or w in v for w in PENDING_WORDS):
-        return "pending"
-    if any(w == v or w in v for w in BOOKED_WORDS):
-        return "booked"
-    return None
-
-
-def response_status(response: Any) -> str:
-    """Booking status carried by a FunctionResponse.response: looks for a 'status' (or 'error') at
-    the top or one level down (e.g. {"output": {"status": "booked"}}). No status and no error = booked."""
-    def find(obj: Any, depth: int = 0) -> str | None:
-        if isinstance(obj, dict):
-            if obj.get("error"):
-                return "not_booked"
-            for k in ("status", "state", "result"):
-                s = status_word(obj.get(k))
-                if s:
-                    return s
-            if depth < 2:
-                for v in obj.values():
-                    s = find(v, depth + 1)
-                    if s:
-                        return s
-        elif isinstance(obj, str):
-            return status_word(obj)
-        return None
-    return find(response) or "booked"
+    batch, _ = E.L.fill(booking().tools[BOOKING.name], text, {"slot": ""})
+    return tuple(a["slot"] for a in batch) if len(batch) > 1 else ()
 
 
 def response_scheduling(fr: dict) -> str:
@@ -137,66 +79,24 @@ def response_scheduling(fr: dict) -> str:
     return str(v).upper()
 
 
-# --------------------------------------------------------------------------------------------
-# Plans
-
-
 @dataclass
-class Step:
-    kind: str                 # "say" | "call" | "turn_complete"
-    delay: float = 0.0        # seconds after the previous step finished (or after the plan started)
-    text: str = ""            # say: the sentence
-    slot: str = ""            # call: the slot argument
-    also: tuple[str, ...] = ()  # call: further slots, each its own functionCall in the same toolCall
-
-
-@dataclass
-class Plan:
-    steps: list[Step]
-    hold: bool = False        # BLOCKING: the turn stays open after the call until its response
-    why: str = ""             # for the log and tests
-
-    def texts(self) -> list[str]:
-        return [s.text for s in self.steps if s.kind == "say"]
-
-    def has_call(self) -> bool:
-        return any(s.kind == "call" for s in self.steps)
-
-
-@dataclass
-class Call:
-    id: str
-    name: str
-    slot: str
-    blocking: bool
-    status: str = "pending"   # pending | booked | not_booked
-    batch: tuple[str, ...] = ()  # the ids issued in the same toolCall, this one included
-
-
-@dataclass
-class ModelConfig:
-    script: list[str] = field(default_factory=lambda: ["Book me the 3pm slot tomorrow, please.",
-                                                       "Did you book it?"])
-    tool_name: str = "book_slot"
+class ModelConfig(E.Params):
+    script: list[str] | None = None         # the spoken lines in order; None: the conversation's
+    tool_name: str = "book_slot"            # the booking story's tool and slot, as profile overrides
     slot: str = "tomorrow 3pm"
-    default_behavior: str = "NON_BLOCKING"
-    tool_call_delay_s: Any = (0.5, 0.9)
-    reply_delay_s: Any = (0.5, 0.9)
-    response_reply_delay_s: Any = (0.5, 0.9)
-    reissue_delay_s: Any = (0.6, 0.8)
-    restore_first_audio_s: Any = (0.76, 1.2)
-    stop_while_pending_reply: str = "Your 3 pm slot tomorrow is already booked."
-    stop_claim_delay_s: Any = (0.522, 0.937)
-    silent_after_stop_response_p: float = 0.889
-    reissue_p: float = 0.583
-    stop_contradict_reply: str = "The booking was not made, so nothing has been scheduled."
-    stop_after_commit_reply: str = "The booking was already made."
-    early_stop_call_p: float = 0.667
-    early_stop_call_delay_s: Any = (1.047, 1.115)
+    conversation: F.Conversation | None = None   # None: the booking story
+
+    def __post_init__(self):
+        if self.script is None and self.conversation is None:
+            self.script = booking().lines
 
     @classmethod
-    def from_profile(cls, profile) -> "ModelConfig":
-        return cls(script=list(profile["script"]), tool_name=profile["tool_name"], slot=profile["tool_slot"],
+    def from_profile(cls, profile, conversation: F.Conversation | None = None) -> "ModelConfig":
+        script = list(profile["script"])
+        if conversation is not None and conversation.source == F.SOURCE_LINES:
+            script = conversation.lines         # the user's lines are the script
+        return cls(script=script, tool_name=profile["tool_name"], slot=profile["tool_slot"],
+                   conversation=conversation,
                    default_behavior=str(profile["default_tool_behavior"]).upper(),
                    tool_call_delay_s=profile["tool_call_delay_s"], reply_delay_s=profile["reply_delay_s"],
                    response_reply_delay_s=profile["response_reply_delay_s"],
@@ -208,261 +108,99 @@ class ModelConfig:
                    reissue_p=profile["reissue_p"], stop_contradict_reply=profile["stop_contradict_reply"],
                    stop_after_commit_reply=profile["stop_after_commit_reply"],
                    early_stop_call_p=profile["early_stop_call_p"],
-                   early_stop_call_delay_s=profile["early_stop_call_delay_s"])
+                   early_stop_call_delay_s=profile["early_stop_call_delay_s"],
+                   reissue_text_p=profile["reissue_text_p"],
+                   restore_reissue_call_s=profile["restore_reissue_call_s"],
+                   restore_reissue_say_s=profile["restore_reissue_say_s"])
 
 
-class ScriptedModel:
-    """One session's model state. Deterministic for a given config and rng seed."""
+def _with_overrides(cfg: ModelConfig) -> F.Conversation:
+    """The conversation with the profile's booking overrides: tool_name renames the booking tool,
+    tool_slot is its slot (only the booking story has them)."""
+    conv = cfg.conversation or booking()
+    if conv.name != F.DEFAULT or BOOKING.name not in conv.tools:
+        return conv
+    tool = conv.tools[BOOKING.name]
+    args = tuple(replace(a, value=cfg.slot) if a.name == "slot" else a for a in tool.args)
+    tool = replace(tool, args=args)
+    if cfg.tool_name != BOOKING.name:
+        tool = E.L.renamed(tool, cfg.tool_name)
+    tools = {(cfg.tool_name if n == BOOKING.name else n): (tool if n == BOOKING.name else t)
+             for n, t in conv.tools.items()}
+    return replace(conv, tools=tools,
+                   turns=tuple(replace(t, call=cfg.tool_name) if t.call == BOOKING.name else t for t in conv.turns))
 
-    def __init__(self, config: ModelConfig | None = None, rng: random.Random | None = None,
-                 next_call_id=None):
-        self.cfg = config or ModelConfig()
-        # call ids are unique across the twin's sessions, as the real service's are: a re-issued call
-        # in a new session must not look like the old one (the client never answers the old id there)
-        self._next_call_id = next_call_id
-        self.rng = rng or random.Random(0)
-        self.script = list(self.cfg.script)
-        self.behavior = self.cfg.default_behavior
-        self.tool_name = self.cfg.tool_name
-        self.calls: dict[str, Call] = {}
-        self.call_seq = 0
-        self.utterances = 0
-        self.note_status: str | None = None   # from a restore's "System note"
-        self.history: list[tuple[str, str]] = []
-        self.call_planned = False             # a BOOK turn's call step is on its way (F: the early stop)
-        self.quiet_ids: set[str] = set()      # calls whose response gets no reply (superseded, or A's silence)
-        self.contradict = False               # C without a re-issue: the next reply says "not made"
-        self.pending_at_utterance: set[str] | None = None   # calls pending when the user began speaking
+
+class ScriptedModel(E.Engine):
+    """One session's model: the engine over the configured conversation, fed from the Gemini wire."""
+
+    def __init__(self, config: ModelConfig | None = None, rng=None, next_call_id=None, story: Story | None = None):
+        cfg = config or ModelConfig()
+        super().__init__(_with_overrides(cfg), cfg, rng, next_call_id=next_call_id, story=story, script=cfg.script)
 
     # ---- configuration from the setup frame (normalised camelCase dict) ----
     def configure(self, setup: dict) -> None:
-        for tool in setup.get("tools") or []:
-            if not isinstance(tool, dict):
-                continue
-            for fd in tool.get("functionDeclarations") or []:
-                if isinstance(fd, dict) and "book" in str(fd.get("name", "")).lower():
-                    self.tool_name = str(fd["name"])
-                    if fd.get("behavior"):
-                        self.behavior = str(fd["behavior"]).upper()
+        self.declare(declarations(setup))
+
+    @property
+    def tool_name(self) -> str:
+        t = self.main_tool()
+        return t.name if t else ""
 
     @property
     def blocking(self) -> bool:
-        return self.behavior == "BLOCKING"
+        return self.is_blocking(self.tool_name)
 
-    # ---- state ----
-    def pending_calls(self) -> list[Call]:
-        return [c for c in self.calls.values() if c.status == "pending"]
+    @property
+    def note_status(self) -> str | None:
+        return next(iter(self.story.notes.values()), None)
 
     def booking_status(self) -> tuple[str | None, str]:
-        """(status, source): status None|'pending'|'booked'|'not_booked', source 'tool'|'note'."""
-        statuses = [c.status for c in self.calls.values()]
-        if "booked" in statuses:
-            return "booked", "tool"
-        if "pending" in statuses:
-            return "pending", "tool"
-        if self.note_status:
-            return self.note_status, "note"
-        if "not_booked" in statuses:
-            return "not_booked", "tool"
-        return None, ""
+        status, source, _ = self.status_of(self.tool_name or None)
+        return status, source
 
-    def new_call(self, slot: str | None = None) -> Call:
-        """Called by the core when a call step is actually sent: only then does the id exist.
-        `slot`: a further slot of a multi-slot request; the profile's slot otherwise."""
-        self.call_seq += 1
-        self.call_planned = False
-        c = Call(id=self._next_call_id(self.blocking) if self._next_call_id else f"fc-{self.call_seq}",
-                 name=self.tool_name, slot=slot or self.cfg.slot, blocking=self.blocking)
-        self.calls[c.id] = c
-        return c
+    def new_call(self, slot: Any = None, tool: str | None = None) -> Call:
+        """`slot`: the booking story's slot (a string) or the call's arguments (a mapping)."""
+        if isinstance(slot, str):
+            slot = {**self.default_args(tool or self.tool_name), "slot": slot}
+        return super().new_call(slot, tool)
 
-    def new_calls(self, slots: tuple[str, ...]) -> list[Call]:
-        """The calls of one toolCall, one per slot, each knowing its batch (see tool_response)."""
-        calls = [self.new_call(slot) for slot in slots]
-        for c in calls:
-            c.batch = tuple(x.id for x in calls)
-        return calls
+    def new_calls(self, batch, tool: str | None = None) -> list[Call]:
+        batch = [{**self.default_args(tool or self.tool_name), "slot": a} if isinstance(a, str) else a for a in batch]
+        return super().new_calls(batch, tool)
 
     def next_script_line(self) -> str:
-        """The text the next detected utterance stands for (line N of the script; '' past its end)."""
-        i = self.utterances
-        self.utterances += 1
-        return self.script[i] if i < len(self.script) else ""
+        return self.next_line()
 
-    # ---- inputs ----
-    def utterance_started(self) -> None:
-        """The user began speaking (ACTIVITY_START). A spoken stop is judged against the calls as they
-        stood then: the end of speech is detected ~1.2 s later, and in the stop study's spoken C runs
-        the tool response that came in between did not make the model treat the stop as one after the
-        commit (001 part 2: "I have not booked the slot" although the response said booked)."""
-        self.pending_at_utterance = {c.id for c in self.pending_calls()}
-
-    def user_turn(self, text: str) -> Plan | None:
-        self.history.append(("user", text))
-        spoken_from, self.pending_at_utterance = self.pending_at_utterance or set(), None
-        intent = classify(text)
-        status, source = self.booking_status()
-        d = lambda: draw(self.cfg.reply_delay_s, self.rng)  # noqa: E731
-        if intent == BOOK:
-            if status == "pending":
-                return Plan([Step("say", d(), SAY_ALREADY_BOOKING), Step("turn_complete")], why="book-pending")
-            if status == "booked":
-                return Plan([Step("say", d(), "Your 3 pm slot tomorrow is already booked."),
-                             Step("turn_complete")], why="book-booked")
-            return self._call_plan(draw(self.cfg.tool_call_delay_s, self.rng), why="book", slots=slots_asked(text))
-        if intent == STATUS:
-            if status == "pending":
-                return Plan([Step("say", d(), SAY_IN_PROGRESS), Step("turn_complete")], why="status-pending")
-            if status == "booked":
-                text = SAY_STATUS_NOTE_BOOKED if source == "note" else SAY_STATUS_BOOKED
-                return Plan([Step("say", d(), text), Step("turn_complete")], why="status-booked")
-            if status == "not_booked":
-                return Plan([Step("say", d(), SAY_STATUS_NOT_BOOKED), Step("turn_complete")], why="status-not")
-            return Plan([Step("say", d(), SAY_NO_BOOKING), Step("turn_complete")], why="status-none")
-        if intent == STOP:
-            return self._stop_plan(status, spoken_from)
-        if status == "pending":
-            return Plan([Step("say", d(), SAY_PENDING_OTHER), Step("turn_complete")], why="other-pending")
-        return Plan([Step("say", d(), SAY_OTHER), Step("turn_complete")], why="other")
-
-    def _stop_plan(self, status: str | None, then: set[str] = frozenset()) -> Plan:
-        """The user said stop (001, scenario by scenario; see the module docstring). `then`: the calls
-        pending when a spoken stop began (utterance_started)."""
-        cfg = self.cfg
-        pending = self.pending_calls()
-        answered_since = [self.calls[i] for i in then if i in self.calls and self.calls[i].status != "pending"]
-        if any(c.blocking for c in pending + answered_since):
-            if self.rng.random() < cfg.reissue_p:
-                self.quiet_ids.update(c.id for c in pending + answered_since)
-                return self._call_plan(draw(cfg.reissue_delay_s, self.rng), why="stop-reissue")
-            if pending:
-                self.contradict = True
-                return Plan([], why="stop-blocking-no-reissue")
-            # the response came while the user was still saying stop: the contradiction is said now
-            return Plan([Step("say", draw(cfg.reply_delay_s, self.rng), cfg.stop_contradict_reply),
-                         Step("turn_complete")], why="stop-blocking-answered-while-speaking")
-        if pending:
-            if self.rng.random() < cfg.silent_after_stop_response_p:
-                self.quiet_ids.update(c.id for c in pending)
-            return Plan([Step("say", draw(cfg.stop_claim_delay_s, self.rng), cfg.stop_while_pending_reply),
-                         Step("turn_complete")], why="stop-pending")
-        if status == "booked":
-            return Plan([Step("say", draw(cfg.reply_delay_s, self.rng), cfg.stop_after_commit_reply),
-                         Step("turn_complete")], why="stop-after-commit")
-        if self.call_planned and not self.calls:
-            if self.rng.random() < cfg.early_stop_call_p:
-                return self._call_plan(draw(cfg.early_stop_call_delay_s, self.rng), why="stop-early-late-call")
-            self.call_planned = False
-            return Plan([Step("say", draw(cfg.reply_delay_s, self.rng), SAY_NO_BOOKING), Step("turn_complete")],
-                        why="stop-early-no-call")
-        return Plan([Step("say", draw(cfg.reply_delay_s, self.rng), SAY_STOPPED), Step("turn_complete")],
-                    why="stop")
-
-    def _call_plan(self, delay: float, why: str, say_first: str | None = None,
-                   say_delay: float = 0.0, slots: tuple[str, ...] = ()) -> Plan:
-        self.call_planned = True
-        steps: list[Step] = []
-        if say_first:
-            steps.append(Step("say", say_delay, say_first))
-        steps.append(Step("call", 0.0 if say_first else delay, slot=slots[0] if slots else self.cfg.slot,
-                          also=slots[1:]))
-        if self.blocking:
-            return Plan(steps, hold=True, why=why)
-        steps.append(Step("turn_complete"))
-        return Plan(steps, why=why)
-
-    def tool_response(self, fr: dict) -> tuple[bool, str, Plan | None]:
+    def tool_response(self, fr: dict) -> tuple[bool, str, Plan | None]:  # type: ignore[override]
         """(known, status, plan) for one normalised FunctionResponse."""
-        cid = fr.get("id")
-        call = self.calls.get(cid) if isinstance(cid, str) else None
-        status = response_status(fr.get("response"))
-        if call is None:
-            return False, status, None
-        if call.status != "pending":
-            return True, status, None   # answered twice: nothing new to say
-        call.status = status
-        if status == "pending":
-            call.status = "pending"
-            return True, status, None
-        scheduling = response_scheduling(fr)
-        if any(self.calls[i].status == "pending" for i in call.batch if i != cid):
-            # assumption (no seed has a multi-call toolCall): the model answers a batch once, when
-            # its last response is in; until then it waits, so a lost one leaves the turn hanging
-            return True, status, None
-        if cid in self.quiet_ids:
-            return True, status, (Plan([Step("turn_complete")], why="response-quiet")
-                                  if call.blocking and not any(c.status == "pending" for c in self.calls.values())
-                                  else None)
-        text = SAY_BOOKED if status == "booked" else SAY_NOT_BOOKED
-        if self.contradict:
-            self.contradict = False
-            text = self.cfg.stop_contradict_reply
-        if scheduling == "SILENT":
-            return True, status, (Plan([Step("turn_complete")], why="response-silent-end")
-                                  if call.blocking else None)
-        return True, status, Plan([Step("say", draw(self.cfg.response_reply_delay_s, self.rng), text),
-                                   Step("turn_complete")], why=f"response-{status}")
+        return super().tool_response(fr.get("id"), fr.get("response"), silent=response_scheduling(fr) == "SILENT")
 
-    def restore(self, turns: list[dict], turn_complete: bool) -> Plan | None:
+    def restore(self, turns: list[dict], turn_complete: bool) -> Plan | None:  # type: ignore[override]
         """A clientContent with history (a new session restored from a transcript, or a replay)."""
-        user_texts: list[str] = []
-        booked_requested = False
+        entries: list[tuple[str, str]] = []
+        responses: list[Any] = []
         for turn in turns:
             role = str(turn.get("role") or "user")
-            for text in _texts_of(turn):
-                if "system note" in text.lower():
-                    self._read_note(text)
-                    continue
-                self.history.append((role, text))
-                if role == "user":
-                    user_texts.append(text)
-                    if classify(text) == BOOK:
-                        booked_requested = True
+            entries += [(role, t) for t in _texts_of(turn)]
             for part in turn.get("parts") or []:
                 if isinstance(part, dict) and isinstance(part.get("functionResponse"), dict):
-                    fr = part["functionResponse"]
-                    s = response_status(fr.get("response"))
-                    if s in ("booked", "not_booked"):
-                        self.note_status = s
-        if not turn_complete:
-            return None
-        delay = draw(self.cfg.restore_first_audio_s, self.rng)
-        status, source = self.booking_status()
-        last = user_texts[-1] if user_texts else ""
-        if classify(last) == STATUS:
-            if status == "booked":
-                text = SAY_STATUS_NOTE_BOOKED if source == "note" else SAY_STATUS_BOOKED
-                return Plan([Step("say", delay, text), Step("turn_complete")], why="restore-status-booked")
-            if status is None and booked_requested:
-                return self._call_plan(0.0, why="restore-reissue", say_first=SAY_REBOOKING, say_delay=delay)
-            plan = self.user_turn(last)
-            if plan and plan.steps:
-                plan.steps[0].delay = delay
-            return plan
-        if status == "booked":
-            return Plan([Step("say", delay, SAY_NOTE_BOOKED if source == "note" else SAY_BOOKED),
-                         Step("turn_complete")], why="restore-booked")
-        if status == "pending" and source == "note":
-            return Plan([Step("say", delay, SAY_IN_PROGRESS), Step("turn_complete")], why="restore-pending")
-        if status is None and booked_requested:
-            return self._call_plan(0.0, why="restore-reissue", say_first=SAY_REBOOKING, say_delay=delay)
-        if last:
-            plan = self.user_turn(last)
-            if plan and plan.steps:
-                plan.steps[0].delay = delay
-            return plan
-        return None
+                    responses.append(part["functionResponse"].get("response"))
+        return super().restore(entries, responses, turn_complete)
 
-    def _read_note(self, text: str) -> None:
-        for line in text.splitlines() or [text]:
-            low = line.lower()
-            if self.tool_name.lower() in low or "book" in low:
-                if any(w in low for w in NOT_BOOKED_WORDS) or "not booked" in low:
-                    self.note_status = "not_booked"
-                elif any(w in low for w in PENDING_WORDS) or "still being processed" in low:
-                    self.note_status = "pending"
-                elif re.search(r"\b(booked|committed|confirmed|done)\b", low):
-                    self.note_status = "booked"
+
+def declarations(setup: dict) -> list[dict]:
+    """The setup's (or a contextUpdate's) functionDeclarations as the engine's declared tools."""
+    out = []
+    for tool in setup.get("tools") or []:
+        if not isinstance(tool, dict):
+            continue
+        for fd in tool.get("functionDeclarations") or []:
+            if isinstance(fd, dict) and fd.get("name"):
+                out.append({"name": str(fd["name"]), "description": str(fd.get("description") or ""),
+                            "parameters": fd.get("parameters") or fd.get("parametersJsonSchema") or {},
+                            "behavior": fd.get("behavior")})
+    return out
 
 
 def _texts_of(content: Any) -> list[str]:

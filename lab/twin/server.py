@@ -87,8 +87,8 @@ class TwinServer:
                  cert_dir: str | Path | None = None, api_key: str | None = None, overrides: Any = None,
                  log_path: str | Path | None = None, seed: int | None = None, san: list[str] | None = None,
                  log: EventLog | None = None, t0: float | None = None,
-                 control: tuple[str, int] | None = None):
-        self.core = TwinCore(profile, overrides, seed=seed, api_key=api_key)
+                 control: tuple[str, int] | None = None, conversation: Any = None):
+        self.core = TwinCore(profile, overrides, seed=seed, api_key=api_key, conversation=conversation)
         self.profile = self.core.profile
         # read here, not in start(): a bad profile fails before anything listens
         self._ping_interval = self.profile["ping_interval"]

@@ -25,7 +25,7 @@ from lab.events import redact_handle
 from lab.twin import wire
 from lab.twin.actions import Log, Send, Timer, TimerKey, TwinBug, UnknownConnection, UnknownSession, UnknownTimer
 from lab.twin.modalities import Carried, media_of
-from lab.twin.params import draw
+from lab.twin.params import bounds, draw
 from lab.twin.transparent import WRONG_REPLAYS, Replays
 
 
@@ -45,6 +45,7 @@ class SessionParams:
     new_setup_s: Any
     resume_setup_s: Any
     refuse_close_s: Any
+    resume_hang_s: Any              # [lo, hi] after the old connection's last data: a resume hangs (F11)
     refuse_code: int
     refuse_reason: str
     idle_release_s: float
@@ -158,6 +159,7 @@ class Conn:
     close_why: str = ""
     closing_kills: bool = False
     key: str = ""               # wire.KEY_*: the upgrade's verdict on the API key ("" = none needed)
+    client: str = ""            # the peer's address without its port: which client this is
     model: str = ""
     goaway_sent: bool = False   # the twin told this connection to go away
     media: Carried = field(default_factory=Carried)     # the modalities this connection carried
@@ -189,8 +191,8 @@ class Session:
 class TurnHooks(Protocol):
     """What the session rules need from the turn room."""
 
-    def begin(self, sid: str, setup: dict) -> None: ...            # a new session's model
-    def configure(self, sid: str, setup: dict) -> None: ...        # a resumed session's new setup
+    def begin(self, sid: str, setup: dict, client: str = "") -> list: ...   # a new session's model (its logs)
+    def configure(self, sid: str, setup: dict) -> list: ...        # a resumed session's new setup (its logs)
     def stop(self, sid: str) -> bool: ...                          # drop the turn in flight; was it speaking
     def user_turns(self, sid: str) -> int: ...                     # user turns begun (utterances, texts)
 
@@ -287,7 +289,8 @@ class Sessions:
     def opened(self, conn_id: int, now: float, route: str = "", peer: Any = None, key: str = "") -> list:
         if conn_id in self.conns or conn_id in self._ended:
             raise TwinBug(f"connection {conn_id} opened twice")
-        c = Conn(conn_id, now, route=route, last_data_at=now, key=key)
+        c = Conn(conn_id, now, route=route, last_data_at=now, key=key,
+                 client=str(peer).rsplit(":", 1)[0] if peer else "")
         self.conns[conn_id] = c
         acts: list = [Log("twin.conn.open", {"conn": conn_id, "route": route, "peer": peer})]
         if self.prm.freeze_close_s is not None:
@@ -445,7 +448,7 @@ class Sessions:
         s = Session(f"s{self._session_seq}", started_at=now)
         s.compressed = setup.get("contextWindowCompression") is not None
         self.sessions[s.id] = s
-        self.turns.begin(s.id, setup)
+        acts += self.turns.begin(s.id, setup, client=c.client)
         s.conn = c.id
         c.session = s.id
         if c.transparent:
@@ -511,6 +514,15 @@ class Sessions:
         elif (not (s.speaking_at_end and self.prm.speaking_release_immediate)
               and release_at is not None and now < release_at):
             why = "idle_release"
+        hang = self.prm.resume_hang_s
+        if why == "old_connection_open" and hang is not None and s is not None:
+            old = self.conns.get(s.conn)
+            since = now - old.last_data_at if old is not None else -1.0
+            lo, hi = bounds(hang)
+            if lo <= since <= hi:
+                # fidelity §8 F11 (P4, a 13 min freeze): between ~+244 and +454 s four resume attempts
+                # got neither setupComplete nor a close; the client's own timeout ends them
+                return [Log("twin.resume_hang", {"conn": c.id, "session": sid, "since_ms": round(since * 1000, 1)})]
         if why:
             at = now + draw(self.prm.refuse_close_s, self.rng)
             fields = {"conn": c.id, "session": sid, "code": code, "reason": reason, "why": why,
@@ -524,8 +536,7 @@ class Sessions:
         c.session = s.id
         c.resumed = True
         s.compressed = setup.get("contextWindowCompression") is not None
-        self.turns.configure(s.id, setup)
-        acts: list = self._av_resume(c, s, handle, now)
+        acts: list = self.turns.configure(s.id, setup) + self._av_resume(c, s, handle, now)
         owed = self.replays.resumed(c.id, s.id, handle) if c.transparent else None
         if owed is not None:
             acts.append(Log("twin.replay", {"conn": c.id, "session": s.id, "verdict": "owed", "owed": owed}))

@@ -47,11 +47,20 @@ class TurnParams:
     vad_onset_ms: float
     vad_silence_ms: float
     vad_end_s: Any                      # a Delay: seconds or a range drawn per utterance
+    vad_end_stop_s: Any                 # ... when the utterance stands for a stop
+    vad_end_request_s: Any              # ... when it stands for a request of a tool
     interrupt_turn_complete_s: Any      # a Delay, drawn per interrupted turn
     audio_send_speed: float
     stray_audio_close: bool
     usage_audio_tokens_per_s: float
     usage_text_chars_per_token: float
+    text_interrupt_s: Any               # a Delay: a typed turn's interrupted after it arrives
+    conversation_scope: str             # "client": a client's sessions share one conversation; "session"
+
+
+# a chunk counts as sound (the fade of a clip, not digital silence) above this share of the VAD
+# threshold (assumption: a tenth; the records give the clips' end, not their levels)
+SOUND_FLOOR = 0.1
 
 
 # ---- timers (subclasses inherit the frozen dataclass: equal only to their own type) -----------
@@ -128,7 +137,12 @@ class Playback:
     started: bool = False       # ACTIVITY_START sent (or the manual window opened)
     ending: bool = False        # the utterance is over, ACTIVITY_END not yet sent
     heard_ms: float = 0.0       # speech heard in the current utterance (audio time)
-    words_sent: int = 0         # inputTranscription words sent for it
+    voiced_ms: float = 0.0      # of it, the voiced chunks only (what a line's length is compared with)
+    hearing: bool = False       # between ACTIVITY_START (or a window's start) and its end
+    deferred: list = field(default_factory=list)   # replies held while the user speaks (F4)
+    audio_in_s: float = 0.0     # input audio received in this session (audio time): voiceActivity's offset
+    voice_audio_s: float = 0.0  # that offset where the current utterance's speech began
+    sound_at: float = 0.0       # wall time of the utterance's last chunk with any sound in it
     window: bool = False        # a manual activityStart..activityEnd window is open
     window_voiced: bool = False
     usage: Usage | None = None
@@ -158,6 +172,8 @@ class Turns:
         self.rng = rng
         self.outlet = outlet
         self.plays: dict[str, Playback] = {}
+        # the user's spoken lines go on across a client's sessions (fidelity §8 F6): one Position per client
+        self.positions: dict[str, M.Position] = {}
         self._call_ids: set[str] = set()     # call ids are unique across sessions
         self._inputs: dict[str, Callable[[str, int, dict, float], list]] = {
             "clientContent": self._on_client_content, "realtimeInput": self._on_realtime_input,
@@ -183,16 +199,21 @@ class Turns:
             raise UnknownSession(f"no playback for session {sid!r}") from None
 
     # ---- TurnHooks ----------------------------------------------------------------------------
-    def begin(self, sid: str, setup: dict) -> None:
-        mdl = M.ScriptedModel(self.model_cfg, random.Random(self.rng.random()), next_call_id=self._next_call_id)
+    def begin(self, sid: str, setup: dict, client: str = "") -> list:
+        story = None
+        if self.prm.conversation_scope == "client" and client:    # a client not told apart gets its own
+            story = M.Story(self.positions.setdefault(client, M.Position()))
+        mdl = M.ScriptedModel(self.model_cfg, random.Random(self.rng.random()), next_call_id=self._next_call_id,
+                              story=story)
         det = M.AudioTurnDetector(self.prm.vad_threshold_rms, self.prm.vad_onset_ms, self.prm.vad_silence_ms)
         usage = Usage(self.prm.usage_audio_tokens_per_s, self.prm.usage_text_chars_per_token)
         # the setup's instruction and tools are the first of every turn's prompt
         usage.heard_text(len(str(setup.get("systemInstruction") or "")) + len(str(setup.get("tools") or "")))
         self.plays[sid] = Playback(mdl, det, usage=usage)
-        self.configure(sid, setup)
+        return self.configure(sid, setup)
 
-    def configure(self, sid: str, setup: dict) -> None:
+    def configure(self, sid: str, setup: dict) -> list:
+        """A setup (new or resumed) configures the session's model; twin.conversation says what it plays."""
         p = self.play(sid)
         p.model.configure(setup)
         p.input_transcription = setup.get("inputAudioTranscription") is not None
@@ -203,6 +224,15 @@ class Turns:
         p.detector.onset_ms = p.activity.prefix_ms if p.activity.prefix_ms is not None else self.prm.vad_onset_ms
         p.detector.silence_ms = (p.activity.silence_ms if p.activity.silence_ms is not None
                                  else self.prm.vad_silence_ms)
+        return [self._conversation_log(sid, p.model)]
+
+    @staticmethod
+    def _conversation_log(sid: str, mdl: M.ScriptedModel) -> Log:
+        conv = mdl.conv
+        # "twin.conversation" is semantics.EVENT_KIND, the name the report reads it by
+        return Log("twin.conversation", {"session": sid, "source": conv.source, "name": conv.name,
+                                          "tools": [t.semantics.to_json() for t in mdl.tools.values()],
+                                          "assumed": dict(mdl.assumed) or None})
 
     def stop(self, sid: str) -> bool:
         p = self.play(sid)
@@ -231,8 +261,9 @@ class Turns:
 
     # ---- inputs -------------------------------------------------------------------------------
     def _on_context_update(self, sid: str, conn: int, body: dict, now: float) -> list:
-        self.play(sid).model.configure(body)
-        return []
+        p = self.play(sid)
+        p.model.configure(body)
+        return [self._conversation_log(sid, p.model)] if M.declarations(body) else []
 
     def _on_client_content(self, sid: str, conn: int, body: dict, now: float) -> list:
         cc = wire.client_content(body)
@@ -265,7 +296,8 @@ class Turns:
         p.usage.heard_text(sum(len(x) for _, x in texts))
         plan = p.model.restore(cc.turns, cc.turn_complete)
         acts: list = [Log("twin.restore", {"conn": conn, "session": sid, "turns": len(cc.turns),
-                                           "note": p.model.note_status, "plan": plan.why if plan else None})]
+                                           "note": p.model.note_status, "plan": plan.why if plan else None}),
+                      self._model_log(conn, sid, texts[-1][1] if texts else "", "restore", plan)]
         if plan:
             acts += self._interrupt(sid, conn, now)
             acts += self._start_plan(sid, plan, now)
@@ -303,7 +335,7 @@ class Turns:
             return []
         p.window, p.window_voiced = True, False
         self._new_utterance(p, now)
-        p.started = True
+        p.started = p.hearing = True
         return self._barge_in(sid, conn, now)
 
     def _window_close(self, sid: str, conn: int, now: float) -> list:
@@ -312,7 +344,7 @@ class Turns:
             return []
         p.window = False
         if not p.window_voiced:
-            return [Log("twin.vad", {"conn": conn, "session": sid, "event": "empty_window"})]
+            return [Log("twin.vad", {"conn": conn, "session": sid, "event": "empty_window"})] + self._release(sid, now)
         return self._utterance_over(sid, conn, now)
 
     def _window_audio(self, sid: str, conn: int, pcm: bytes, rate: int, now: float) -> list:
@@ -321,8 +353,10 @@ class Turns:
             if self.prm.stray_audio_close:
                 raise wire.BadInput(wire.INVALID_ARGUMENT)
             return []       # discarded, as pipecat's docstring says the service does
+        p.audio_in_s += len(pcm) / 2 / rate
         if M.rms16(pcm) >= p.detector.threshold:
             p.window_voiced = True
+            p.voiced_ms += len(pcm) / 2 / rate * 1000
         # a pause inside the window is part of it: nothing here ends the utterance
         p.heard_ms += len(pcm) / 2 / rate * 1000
         return self._transcribe_heard(sid, conn, now) if p.window_voiced else []
@@ -341,17 +375,24 @@ class Turns:
         p.last_audio_at = now
         det = p.detector
         before = det.in_voice or det.candidate
-        voiced = M.rms16(pcm) >= det.threshold
+        rms = M.rms16(pcm)
+        voiced = rms >= det.threshold
+        chunk_s = len(pcm) / 2 / rate
         events = det.feed(pcm, rate)
         acts: list = []
         if voiced and not before:
             if p.ending:        # the last utterance's ACTIVITY_END was still due: it ends now
                 acts += self._activity_end(sid, conn, now)
             self._new_utterance(p, now)
+        p.audio_in_s += chunk_s
         if voiced:
             p.voiced_at = now
+        if (before or voiced) and rms >= det.threshold * SOUND_FLOOR:
+            p.sound_at = now
         if before or voiced:
             p.heard_ms += len(pcm) / 2 / rate * 1000
+        if voiced:
+            p.voiced_ms += len(pcm) / 2 / rate * 1000
         acts += self._detector_events(sid, conn, events, now)
         if p.started and not p.ending:
             acts += self._transcribe_heard(sid, conn, now)
@@ -363,10 +404,10 @@ class Turns:
     def _new_utterance(self, p: Playback, now: float) -> None:
         p.utt += 1
         p.turns_begun += 1
-        p.voice_at = p.voiced_at = now
+        p.voice_at = p.voiced_at = p.sound_at = now
+        p.voice_audio_s = p.audio_in_s
         p.started = p.ending = False
-        p.heard_ms = 0.0
-        p.words_sent = 0
+        p.heard_ms = p.voiced_ms = 0.0
 
     def _on_flush(self, sid: str, p: Playback, key: TimerKey, now: float) -> list:
         p.flush_armed = False
@@ -397,13 +438,25 @@ class Turns:
                     acts += self._activity_start(sid, conn, now)
                 p.ending = True
                 end_s = (p.activity.silence_ms / 1000 if p.activity.silence_ms is not None
-                         else draw(self.prm.vad_end_s, self.rng))
-                due = p.voiced_at + end_s
+                         else draw(self._vad_end(p), self.rng))
+                # fidelity §8 F9: the records time it from the clip's last chunk, sound in it
+                # though below the speech threshold (its fade), not from the last voiced frame
+                due = max(p.voiced_at, p.sound_at) + end_s
                 if due > now + 1e-6:
                     acts.append(Timer(VadEnd(sid, p.utt), due))
                 else:
                     acts += self._activity_end(sid, conn, now)
         return acts
+
+    def _vad_end(self, p: Playback) -> Any:
+        """ACTIVITY_END's delay for what the utterance stands for (fidelity §2, §8 F9 [records]:
+        a stop clip 1188-1279 ms, the booking request 1134-1253 ms, "Did you book it?" 786-1096 ms)."""
+        intent = p.model.read(p.model.line_now())["intent"] if p.model.line_now() else None
+        if intent == M.STOP:
+            return self.prm.vad_end_stop_s
+        if intent == "CALL":
+            return self.prm.vad_end_request_s
+        return self.prm.vad_end_s
 
     def _on_vad_timer(self, sid: str, p: Playback, key: TimerKey, now: float) -> list:
         assert isinstance(key, UtteranceTimer)
@@ -416,47 +469,70 @@ class Turns:
 
     def _activity_start(self, sid: str, conn: int, now: float) -> list:
         p = self.play(sid)
-        p.started = True
+        p.started = p.hearing = True
         p.model.utterance_started()
         acts: list = [Log("twin.vad", {"conn": conn, "session": sid, "event": "onset"}),
-                      self.wire.send(conn, wire.voice_activity("ACTIVITY_START"), now)]
+                      self.wire.send(conn, wire.voice_activity("ACTIVITY_START", p.voice_audio_s), now)]
         return acts + self._barge_in(sid, conn, now) + self._transcribe_heard(sid, conn, now)
 
     def _activity_end(self, sid: str, conn: int, now: float) -> list:
         p = self.play(sid)
         p.ending = False
-        acts: list = [self.wire.send(conn, wire.voice_activity("ACTIVITY_END"), now)]
+        acts: list = [self.wire.send(conn, wire.voice_activity("ACTIVITY_END", p.audio_in_s), now)]
         return acts + self._utterance_over(sid, conn, now)
 
-    def _line_now(self, p: Playback) -> str:
-        """The script line the utterance in progress stands for (not yet taken from the model)."""
-        i = p.model.utterances
-        return p.model.script[i] if i < len(p.model.script) else ""
+    # the user's speaking rate, ms per character of a line (fidelity §7: 49.8-68.4 over the studies' clips)
+    USER_MS_PER_CHAR = (49.8, 68.4)
+
+    def _lines_heard(self, p: Playback) -> list[str]:
+        """The script lines the utterance in progress stands for: one, or two when it lasted longer
+        than its line spoken at the slowest rate plus half the next at the fastest (a request and a
+        stop said in one activity window, 001 F speech: one turn carrying both, fidelity §8 F7)."""
+        mdl = p.model
+        i = mdl.utterances
+        first = mdl.script[i] if i < len(mdl.script) else ""
+        nxt = mdl.script[i + 1] if i + 1 < len(mdl.script) else ""
+        lo, hi = self.USER_MS_PER_CHAR
+        if first and nxt and p.voiced_ms >= len(first) * hi + len(nxt) * lo / 2:
+            return [first, nxt]
+        return [first] if first else []
 
     def _transcribe_heard(self, sid: str, conn: int, now: float, upto: int | None = None) -> list:
-        """inputTranscription for the words of the line spoken so far (all of them at `upto`)."""
+        """inputTranscription: the whole utterance once, when it ends (fidelity §3, §8 F7: the records
+        show it in the same ms as ACTIVITY_END; nothing while the user speaks)."""
         p = self.play(sid)
-        line = self._line_now(p)
-        if not (p.input_transcription and line):
+        if upto is None or not p.input_transcription:
             return []
-        ws = pieces.words(line)
-        n = len(ws) if upto is not None else pieces.heard(line, p.heard_ms, self.prm.speech_ms_per_char)
-        if n <= p.words_sent:
-            return []
-        text = "".join(ws[p.words_sent:n])
-        p.words_sent = n
-        return [self.wire.send(conn, wire.input_transcription_piece(text), now)]
+        text = " ".join(self._lines_heard(p))
+        return [self.wire.send(conn, wire.input_transcription_piece(text), now)] if text else []
 
     def _utterance_over(self, sid: str, conn: int, now: float) -> list:
         p = self.play(sid)
         acts = self._transcribe_heard(sid, conn, now, upto=-1)
-        line = p.model.next_script_line()
+        heard = self._lines_heard(p)
+        for _ in heard or [None]:
+            p.model.next_script_line()
         p.usage.heard_audio(p.heard_ms / 1000)
         acts.append(Log("twin.vad", {"conn": conn, "session": sid, "event": "end", "line": p.model.utterances - 1,
                                      "heard_ms": round(p.heard_ms, 1)}))
-        if line:
-            acts += self._user_text(sid, conn, line, now, source="speech", interrupt=False)
+        if heard:
+            acts += self._user_text(sid, conn, heard[0], now, source="speech", interrupt=False)
+        acts += self._release(sid, now)
+        if len(heard) > 1:
+            # records (001 F speech, 3/3): the request of a merged turn was acted on, book_slot 0-1 ms
+            # after ACTIVITY_END; the stop in the same turn did not withdraw it
+            p.model.history.append(("user", " ".join(heard[1:])))
         return acts
+
+    def _release(self, sid: str, now: float) -> list:
+        """The user stopped speaking: a reply held meanwhile (F4) is said now, unless the user's
+        turn got one of its own (G2: one sentence 0.5-0.9 s after ACTIVITY_END, 4/4)."""
+        p = self.play(sid)
+        p.hearing = False
+        held, p.deferred = p.deferred, []
+        if held and p.turn is None and not p.queue:
+            return self._start_plan(sid, held[-1], now)
+        return []
 
     def _barge_in(self, sid: str, conn: int, now: float) -> list:
         """The user started speaking: the model's turn is cut, unless activityHandling says not to."""
@@ -470,17 +546,24 @@ class Turns:
         if source != "speech":
             p.turns_begun += 1          # a spoken line was counted when its utterance began
             p.usage.heard_text(len(text))
-        if interrupt:
-            acts += self._interrupt(sid, conn, now)
+        t = p.turn
+        if (source != "speech" and t is not None and not t.emitted
+                and p.model.read(text)["intent"] == M.STOP):
+            # fidelity §8 F2: a typed stop before the model sent anything of its turn (001 F, 3/3)
+            # got no interrupted; the turn under way is dropped and the stop answered
+            p.drop_turn()
+        elif interrupt:
+            acts += self._interrupt(sid, conn, now, typed=source != "speech")
         elif p.turn is not None and p.activity.interrupts:
             acts += self._interrupt(sid, conn, now)
-        plan = p.model.user_turn(text)
+        plan = p.model.user_turn(text, spoken=source == "speech")
         if source == "speech" and plan and plan.steps and plan.steps[0].kind == "call":
             # fidelity §2: a spoken request's toolCall comes 0-8 ms after ACTIVITY_END (the model
             # decided during the end-of-speech silence); the typed request's delay does not apply
             plan.steps[0].delay = 0.0
         acts.append(Log("twin.user", {"conn": conn, "session": sid, "source": source,
                                       "intent": M.classify(text), "plan": plan.why if plan else None}))
+        acts.append(self._model_log(conn, sid, text, source, plan))
         if plan:
             if p.turn is not None:
                 p.queue.append(plan)        # NO_INTERRUPTION: the model finishes its turn first
@@ -488,13 +571,23 @@ class Turns:
                 acts += self._start_plan(sid, plan, now)
         return acts
 
-    def _interrupt(self, sid: str, conn: int, now: float) -> list:
+    def _model_log(self, conn: int, sid: str, text: str, source: str, plan: M.Plan | None) -> Log:
+        """twin.model: one decision of the model, the user turn it matched and why."""
+        call = next((s for s in plan.steps if s.kind == "call"), None) if plan else None
+        return Log("twin.model", {"conn": conn, "session": sid, "source": source, "text": text,
+                                  "match": dict(plan.match) if plan else {}, "plan": plan.why if plan else None,
+                                  "tool": call.tool if call else None, "args": dict(call.args) if call else None})
+
+    def _interrupt(self, sid: str, conn: int, now: float, typed: bool = False) -> list:
         """Barge-in: the turn in flight is cut with interrupted, then turnComplete (no cancellation).
-        A turn the client has not heard from yet is cut the same way: it was under way."""
+        A turn the client has not heard from yet is cut the same way: it was under way. A typed
+        turn's interrupted comes text_interrupt_s after it (F14); speech's at ACTIVITY_START."""
         p = self.play(sid)
         acts: list = []
         t = p.turn
         if t is not None:
+            if typed:
+                now += draw(self.prm.text_interrupt_s, self.rng)
             acts.append(self.wire.send(conn, wire.interrupted(), now))
             acts.append(Log("twin.interrupted", {"conn": conn, "session": sid, "speaking": t.speaking}))
             at = now + draw(self.prm.interrupt_turn_complete_s, self.rng)
@@ -517,7 +610,13 @@ class Turns:
             if not plan:
                 continue
             t = p.turn
-            if t is not None and t.holding:
+            if p.hearing and (t is None or t.holding) and p.activity.interrupts:
+                # fidelity §8 F4 (001 G2, 4/4): a response while the user speaks is answered once
+                # the user stopped (ACTIVITY_END), never over the user
+                if t is not None:
+                    p.drop_turn()
+                p.deferred.append(plan)
+            elif t is not None and t.holding:
                 p.drop_turn()       # the held BLOCKING turn continues with the answer
                 acts += self._start_plan(sid, plan, now, emitted=True)
             elif t is None:
@@ -563,13 +662,13 @@ class Turns:
             return [Log("twin.say", {"conn": conn, "session": sid, "text": step.text})] + self._on_chunk(sid, p, now)
         if step.kind == "call":
             # one toolCall frame; a multi-slot step carries one functionCall per slot (lab.twin.model)
-            calls = p.model.new_calls((step.slot, *step.also))
+            calls = p.model.new_calls([step.args, *step.more], tool=step.tool or None)
             t.emitted = True
-            frame = wire.tool_calls([(c.id, c.name, {"slot": c.slot}) for c in calls])
+            frame = wire.tool_calls([(c.id, c.name, c.args) for c in calls])
             p.usage.said_text(len(str(frame)))
             acts = [self.wire.send(conn, frame, now)]
             acts += [Log("twin.tool_call", {"conn": conn, "session": sid, "id": c.id, "name": c.name,
-                                            "args": {"slot": c.slot}, "blocking": c.blocking}) for c in calls]
+                                            "args": c.args, "blocking": c.blocking}) for c in calls]
             return acts + self._advance(sid, p, now)
         if step.kind == "turn_complete":
             return self._end_turn(sid, p, conn, now)

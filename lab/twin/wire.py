@@ -408,9 +408,20 @@ def input_transcription_piece(text: str) -> dict:
     return {"serverContent": {"inputTranscription": {"text": text}}}
 
 
-def voice_activity(kind: str) -> dict:
-    """kind: ACTIVITY_START | ACTIVITY_END (the SDK renames the key `type`)."""
-    return {"voiceActivity": {"type": kind}}
+def voice_activity(kind: str, audio_offset_s: float | None = None) -> dict:
+    """kind: ACTIVITY_START | ACTIVITY_END (the SDK renames the key `type`); audioOffset: where in
+    the session's input audio it happened, a protobuf Duration as the records show it ("0.240s",
+    "10s"; fidelity §8 F8)."""
+    va: dict = {"type": kind}
+    if audio_offset_s is not None:
+        va["audioOffset"] = duration(audio_offset_s)
+    return {"voiceActivity": va}
+
+
+def duration(seconds: float) -> str:
+    """A protobuf Duration in JSON: whole seconds bare ("10s"), else to the millisecond ("3.840s")."""
+    ms = round(max(0.0, seconds) * 1000)
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms / 1000:.3f}s"
 
 
 def usage_metadata(prompt: dict[str, int], response: dict[str, int]) -> dict:

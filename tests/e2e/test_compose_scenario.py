@@ -81,3 +81,21 @@ def test_a_plain_app_by_hostname_is_locked_out_in_b1_through_compose(tmp_path, m
     refused = [e for e in observed if e.kind == "resume.result" and not e.get("ok")]
     assert refused and {e.get("code") for e in refused} == {1011}
     assert (run / "client.log").read_text().count("connected new") == 1
+
+
+def test_a_support_app_with_only_its_lines_gets_refund_order_through_compose(tmp_path, monkeypatch):
+    """`--conversation lines.txt` in Compose: the twin container loads the lines from the run folder
+    and builds the tools from the app's declarations, as in netns (test_conversation_run.py)."""
+    from lab.run import run_batch
+    from lab.topology.compose import REPO
+
+    monkeypatch.chdir(REPO)
+    lines = tmp_path / "lines.txt"
+    lines.write_text("Please refund order 4417.\nDid the refund go through?\n")
+    out: list[str] = []
+    batch = run_batch(["control"], topology="compose", out_dir=tmp_path / "batch", out=out.append,
+                      client_cmd="env APP_STORY=support python tests/fixtures/plain_app.py", conversation=str(lines))
+    twin = read_events(batch / "control-cmd-01" / "twin.jsonl")
+    assert next(e for e in twin if e.kind == "twin.conversation")["source"] == "lines"
+    calls = [(e["name"], e["args"]) for e in twin if e.kind == "twin.tool_call"]
+    assert calls == [("refund_order", {"order_id": "4417"})], out[-25:]

@@ -91,7 +91,9 @@ def test_modalities_audio_and_text_and_text_only_close_1007():
             e, _ = await refused(sdk(twin), types.LiveConnectConfig(response_modalities=["AUDIO", "TEXT"]))
             assert e.code == 1007
             e, _ = await refused(sdk(twin), types.LiveConnectConfig(response_modalities=["TEXT"]))
-            assert (e.code, e.details) == (1007, "Request contains an invalid argument.")
+            # fidelity §8 F10 [records]
+            assert (e.code, e.details) == (
+                1007, "The requested combination of response modalities (TEXT) is not supported by the model.")
     run(go())
 
 

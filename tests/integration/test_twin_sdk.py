@@ -24,6 +24,7 @@ from google.genai import errors, types
 from websockets.asyncio.client import connect as ws_connect
 
 from lab.events import read_events
+from lab.twin import model as M
 from lab.twin.model import tone
 from lab.twin.server import TwinServer
 from tests.integration.record_windows import assert_within
@@ -179,7 +180,7 @@ def test_handshake_one_handle_and_the_booking_story():
                 await live.s.send_tool_response(function_responses=[types.FunctionResponse(
                     id=calls[0].id, name="book_slot", response={"status": "booked"})])
                 msgs = await live.turn()
-                assert Live.said(msgs) == ["Your 3 pm slot tomorrow is booked."]
+                assert Live.said(msgs) == [M.SAY_BOOKED]
                 assert len(live.handles) == 1                                   # one per connection
                 assert not any(m.tool_call_cancellation for m in live.msgs)
     run(go())
@@ -286,7 +287,7 @@ def test_pending_call_is_answerable_after_a_resume():
                 await live.s.send_tool_response(function_responses=[types.FunctionResponse(
                     id=call.id, name=call.name, response={"status": "booked"})])
                 msgs = await live.turn()
-                assert Live.said(msgs) == ["Your 3 pm slot tomorrow is booked."]
+                assert Live.said(msgs) == [M.SAY_BOOKED]
                 await live.s.send_realtime_input(text=STATUS)
                 msgs = await live.turn()
                 assert Live.said(msgs) == ["Yes, your 3 pm slot tomorrow is booked."]

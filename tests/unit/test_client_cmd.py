@@ -222,3 +222,15 @@ def test_install_in_container_extends_hosts_and_store_once(tmp_path):
     assert text.startswith("127.0.0.1\tlocalhost\n172.18.0.3\tclient\n")
     assert text.count("172.18.0.2\tgenerativelanguage.googleapis.com") == 1
     assert store.read_text().count("BEGIN CERTIFICATE") == 2 and "ROOT" in store.read_text()
+
+
+def test_an_app_is_told_the_input_mode_and_the_scenarios_proxy():
+    from lab.clients.command import app_environment
+    base = {"PATH": "/bin", "HTTPS_PROXY": "http://lab-own:1", "NO_PROXY": "*"}
+    plain = app_environment(base, api_key="k", ca_bundle="/ca", backend_url="http://127.0.0.1:9")
+    assert plain["LAB_INPUT_MODE"] == "text" and "HTTPS_PROXY" not in plain and "NO_PROXY" not in plain
+    env = app_environment(base, api_key="k", ca_bundle="/ca", backend_url="http://127.0.0.1:9", speech=True,
+                          proxy="http://10.0.0.2:8080")
+    assert env["LAB_INPUT_MODE"] == "speech"
+    assert env["HTTPS_PROXY"] == env["https_proxy"] == "http://10.0.0.2:8080"
+    assert "127.0.0.1" in env["NO_PROXY"].split(",")     # the backend API stays off the proxy

@@ -124,3 +124,120 @@ def test_twin_reads_a_dot_turn_as_closing_the_pending_line():
     # nothing pending: a "." is a turn of its own (the PR's nudge after a replayed result)
     _twin_line(sim, 1, ".", True)
     assert [u["intent"] for u in sim.logs_of("twin.user")] == ["BOOK", "OTHER"]
+
+
+# ---- the user's own agent: NAME[@RELEASE]:MODULE[:ATTR] ------------------------------------------
+
+def test_a_users_agent_is_named_where_its_framework_keeps_it():
+    adk = resolve("adk:table_reservation")
+    assert (adk.name, adk.entry.module, adk.entry.attr) == ("adk", "table_reservation", "root_agent")
+    assert adk.label == "adk-table-reservation" and adk.venv == ".venv-adk"
+    lk = resolve("livekit@1.8.0+pr003:agent:OrderSupport")
+    assert (lk.version, lk.build, lk.entry.spec) == ("1.8.0", "pr003", "agent:OrderSupport")
+    assert lk.label == "livekit-1.8.0-pr003-agent-ordersupport" and lk.venv == ".venv-livekit-1.8.0-pr003"
+    assert lk.client_spec == "livekit@1.8.0+pr003:agent:OrderSupport" and lk.spec == "livekit@1.8.0+pr003"
+    pc = resolve("pipecat:examples/ticket_triage/bot.py")
+    assert (pc.entry.attr, pc.label) == ("run_bot", "pipecat-bot")
+    assert resolve("adk:pkg.mod:my_agent").describe()["agent"] == "pkg.mod:my_agent"
+
+
+@pytest.mark.parametrize("bad, says", [("livekit:agent", "livekit:MODULE:ATTR"), ("livekit:", "MODULE"),
+                                       ("adk:a:b:c", "MODULE:ATTR"), ("pipecat:bot:run-bot", "not a Python name"),
+                                       ("livekit@x:agent:A", "NAME@RELEASE")])
+def test_a_users_agent_written_wrong_is_one_line(bad, says):
+    with pytest.raises(LabError) as e:
+        resolve(bad)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_users_agent_runs_in_the_frameworks_host(tmp_path):
+    argv = shlex.split(resolve("livekit:agent:OrderSupport").command(tmp_path, {"update_tools_in_tool": True}))
+    assert argv[1].endswith("lab/peers/livekit_host.py") and argv[2:] == ["--entry", "agent", "OrderSupport"]
+    assert "--params" not in argv       # the lab's own app's cue, not the user's agent's
+    assert all((REPO / f.host).is_file() for f in FRAMEWORKS.values())
+
+
+def test_requirements_run_in_a_copy_keyed_by_their_hash(tmp_path):
+    from lab.clients.frameworks import venvs
+    req = tmp_path / "requirements.txt"
+    req.write_text("httpx\n")
+    b = resolve("adk:table_reservation")
+    d = venvs.digest(req, b)
+    assert b.with_requirements(d).venv == f".venv-adk-req-{d}"
+    assert venvs.digest(req, resolve("livekit")) != d       # another framework, another copy
+    req.write_text("httpx==0.27\n")
+    assert venvs.digest(req, b) != d
+    with pytest.raises(LabError, match="no such file"):
+        venvs.ensure(b, tmp_path / "missing.txt", tmp_path)
+    with pytest.raises(LabError, match=r"needs its venv \.venv-adk"):   # no base venv: nothing copied
+        venvs.ensure(b, req, tmp_path)
+    assert not list(tmp_path.glob(".venv-*"))
+
+
+def _entry_check(tmp_path, kind, module, attr):
+    p = subprocess.run([sys.executable, str(REPO / "lab/peers/entry.py"), "check", kind, module, attr],
+                       cwd=tmp_path, capture_output=True, text=True)
+    return p.returncode, p.stdout.strip()
+
+
+def test_the_entry_check_says_what_is_wrong_in_one_line(tmp_path):
+    (tmp_path / "good.py").write_text("async def run_bot(transport, runner_args):\n    pass\nX = 1\n"
+                                      "async def one(transport):\n    pass\nasync def three(a, b, c):\n    pass\n")
+    (tmp_path / "broken.py").write_text("import os\nraise RuntimeError('no config file')\n")
+    (tmp_path / "needs.py").write_text("import not_installed_anywhere\n")
+    assert _entry_check(tmp_path, "pipecat", "good", "run_bot") == (0, "")
+    assert _entry_check(tmp_path, "pipecat", "good", "one") == (0, "")
+    assert _entry_check(tmp_path, "pipecat", str(tmp_path / "good.py"), "run_bot") == (0, "")
+    for module, attr, says in [("good", "nope", "has no attribute 'nope'"), ("good", "X", "not an async function"),
+                               ("good", "three", "takes neither"), ("missing", "run_bot", "no module 'missing'"),
+                               ("broken", "run_bot", "RuntimeError: no config file (broken.py:2)"),
+                               ("needs", "run_bot", "No module named 'not_installed_anywhere'"),
+                               ("nowhere/bot.py", "run_bot", "does not exist")]:
+        rc, said = _entry_check(tmp_path, "pipecat", module, attr)
+        assert rc == 3 and says in said and "\n" not in said, (module, attr, said)
+
+
+# ---- in Compose: the framework's venv in the client image -----------------------------------------
+
+@pytest.mark.parametrize("client, says", [("livekit@1.8.0:agent:A", "pinned release only"),
+                                          ("adk@2.12.0", "pinned release only")])
+def test_compose_runs_the_pinned_framework_the_image_holds(client, says):
+    from lab.run import preflight
+    with pytest.raises(LabError, match=says):
+        preflight(["control"], client, "compose", "twin")
+
+
+def test_compose_takes_no_requirements_file(tmp_path):
+    from lab.run import preflight
+    (tmp_path / "r.txt").write_text("httpx\n")
+    with pytest.raises(LabError, match="--topology netns"):
+        preflight(["control"], "adk:table_reservation", "compose", "twin", requirements=str(tmp_path / "r.txt"))
+
+
+def test_the_image_wheelhouse_reads_the_pins_from_peers_setup():
+    from lab.topology import framework_image
+    assert framework_image.pins("adk") == ["google-adk==2.13.0"]
+    assert framework_image.pins("livekit") == ["livekit-agents==1.8.9", "livekit-plugins-google==1.8.9"]
+    assert framework_image.environment("pipecat") == {"LAB_FRAMEWORK": "pipecat"}
+
+
+def test_a_framework_command_in_compose_is_the_images_own(tmp_path):
+    from lab.topology.framework_image import IMAGE_REPO
+    argv = shlex.split(resolve("adk:table_reservation").command(IMAGE_REPO))
+    assert argv[:2] == ["/opt/lab/.venv-adk/bin/python", "/opt/lab/lab/peers/adk_host.py"]
+    text = (REPO / "Dockerfile.client").read_text()
+    assert "ARG LAB_FRAMEWORK=none" in text and "scripts/peers-setup.sh \"$LAB_FRAMEWORK\"" in text
+    assert "!scripts/peers-setup.sh" in (REPO / ".dockerignore").read_text()
+
+
+def test_with_a_conversation_the_user_says_its_lines(tmp_path):
+    from lab.conversation import format as conversations
+    from lab.run import user_lines
+    lines = REPO / "examples" / "order_support" / "lines.txt"
+    conv = conversations.load(str(lines))
+    said = user_lines(conv, str(lines), [scenario.load("l1-goaway")])
+    assert said[0] == "Hi, where is my order A1001?" and len(said) == 3
+    short = tmp_path / "one.txt"
+    short.write_text("Hello?\n")
+    with pytest.raises(LabError, match=r"says line 1 .* has 1$"):
+        user_lines(conversations.load(str(short)), str(short), [scenario.load("l1-goaway")])

@@ -92,7 +92,7 @@ def test_pod_spec_is_composes_client_node_running_the_captures_own_tcpdumps():
     objs = render(tag="v7", registry="ghcr.io/team")
     spec = shard_pod(objs)
     (capture,), (client,) = spec["initContainers"], spec["containers"]
-    image = "ghcr.io/team/" + topo["client"].image.rsplit(":", 1)[0] + ":v7"
+    image = "ghcr.io/team/" + topo["client"].image.split(":", 1)[0] + ":v7"
     assert client["image"] == capture["image"] == image == "ghcr.io/team/livelab-client:v7"
     # the sidecar's lines are the Capture service's, for a node on eth0 writing into the spool
     want = Capture(PodNode("client", host="x", dev="eth0"), pod.SPOOL).commands()

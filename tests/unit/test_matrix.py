@@ -133,12 +133,6 @@ def test_the_router_set_is_the_middlebox_scenarios_and_stays_out_of_the_default(
     assert runner.expand_scenarios(["router", "untested"]) == list(runner.SETS["router"] + runner.SETS["untested"])
 
 
-def test_a_framework_cell_behind_the_proxy_is_not_run_as_it_would_bypass_it():
-    m3, n1 = scenario_mod.load("m3-proxy-idle-timeout"), scenario_mod.load("n1-network-switch")
-    assert "proxy" in runner.not_runnable(m3, "livekit") and "proxy" in runner.not_runnable(m3, "adk@2.13.0")
-    assert runner.not_runnable(m3, "probe") is None and runner.not_runnable(n1, "livekit") is None
-
-
 def test_every_framework_has_its_packages_named():
     assert set(runner.FRAMEWORK_PACKAGES) == set(FRAMEWORKS)
 

@@ -13,6 +13,7 @@ import pytest
 
 from lab.twin import actions as A
 from lab.twin import wire as W
+from lab.twin import model as M
 from lab.twin.core import TwinCore
 from lab.twin.model import tone
 from lab.twin.params import bounds
@@ -395,7 +396,7 @@ def test_handle_from_before_the_user_spoke_restores_the_latest_state():
     sim.send(2, {"toolResponse": {"functionResponses": [{"id": call_id, "name": "book_slot",
                                                           "response": {"status": "booked"}}]}})
     sim.after(4)
-    assert sim.said(2) == ["Your 3 pm slot tomorrow is booked."]
+    assert sim.said(2) == [M.SAY_BOOKED]
     assert sim.logs_of("twin.tool_response")[-1]["known"] is True
     sim.text(2, "Did you book it?")
     sim.after(4)
@@ -587,7 +588,8 @@ def test_blocking_stop_interrupts_and_reissues_with_a_new_id():
     assert calls[1][1]["args"] == calls[0][1]["args"] and sim.within("reissue_delay_s", calls[1][0] - t0)
     sim.send(1, {"tool_response": {"function_responses": [{"id": ids[1], "response": {"status": "booked"}}]}})
     sim.after(5)
-    assert sim.said(1) == ["Your 3 pm slot tomorrow is booked."] and sim.content(1, "turnComplete")
+    # F3: the re-issued call's answer says it was already booked (001 C text, 3/3)
+    assert sim.said(1) == [M.SAY_ALREADY_BOOKED] and sim.content(1, "turnComplete")
 
 
 def test_unknown_id_response_is_ignored_and_silent_scheduling_says_nothing():
@@ -653,7 +655,7 @@ def test_speech_input_utterances_stand_for_script_lines():
         sim.after(0.1)
     sim.after(2)
     heard = "".join(t["text"] for t in sim.content(1, "inputTranscription"))
-    assert heard == "Book me the 3pm slot tomorrow, please."       # in pieces while the user spoke
+    assert heard == "Book me the 3pm slot tomorrow, please."       # whole, at the end (fidelity §8 F7)
     n_first = len(sim.content(1, "inputTranscription"))
     assert sim.frames(1, "toolCall")
     # second utterance, ended by the audio stopping (no trailing silence): the flush timer ends it

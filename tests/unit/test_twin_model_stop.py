@@ -62,7 +62,8 @@ def test_blocking_reissue_rate_delay_and_the_superseded_response_is_silent():
             second = m.new_call()
             assert second.id != first.id and second.slot == first.slot
             assert m.tool_response(booked(first))[2] is None            # superseded: no reply
-            assert m.tool_response(booked(second))[2].texts() == [M.SAY_BOOKED]
+            # F3: the re-issued call's answer says it was already booked (001 C text, 3/3)
+            assert m.tool_response(booked(second))[2].texts() == [M.SAY_ALREADY_BOOKED]
     assert 0.53 <= reissued / 1200 <= 0.64        # 7 of 12 in the records
 
 

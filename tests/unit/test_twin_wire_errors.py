@@ -81,7 +81,9 @@ def test_modalities():
     both = {"model": MODEL, "generationConfig": {"responseModalities": ["AUDIO", "TEXT"]}}
     assert closes(setup(TwinCore(), both)) == [(1007, wire.INVALID_ARGUMENT)]
     text = {"model": MODEL, "generationConfig": {"responseModalities": ["TEXT"]}}
-    assert closes(setup(TwinCore(), text)) == [(1007, "Request contains an invalid argument.")]
+    # fidelity §8 F10 [records]: the TEXT-only reason the studies' harnesses recorded
+    assert closes(setup(TwinCore(), text)) == [
+        (1007, "The requested combination of response modalities (TEXT) is not supported by the model.")]
     # a model outside native_audio_models may answer in text
     core = TwinCore(overrides={"served_models": ["gemini-3.8-live", "gemini-text"]})
     assert closes(setup(core, {**text, "model": "models/gemini-text"})) == []

@@ -18,13 +18,29 @@ pinned venv. `scripts/peers-setup.sh livekit@1.8.0+pr003` builds the same name.
                                       to the app as one JSON argument (--params), declared below
     build.check(repo)                 LabError (one line) when its venv is missing
     FRAMEWORKS["livekit"].declared_params()   the client_params a scenario may give it
+
+**The user's own agent** (docs/agents.md): `NAME[@RELEASE]:MODULE[:ATTR]` names an agent where its
+framework keeps it, in code that imports nothing of the lab: `adk:my_agent` (ADK's `root_agent`, run
+with `run_live`), `livekit:agent:OrderSupport` (an `Agent` subclass, hosted in an `AgentSession`
+with the Google realtime model), `pipecat:bot:run_bot` (the bot function, handed a transport the lab
+provides). MODULE is a dotted module found from the folder `lab run` starts in, or a path to a .py
+file or a package folder. Such a build runs lab/peers/<name>_host.py, which loads the agent
+(lab/peers/entry.py) in the framework's venv; `build.check_entry(repo, cwd)` runs that same load
+there first, so a module that does not import, a missing attribute or the wrong kind of object is
+one line before anything starts. `build.with_requirements(file)` installs the user's own
+requirements into a copy of the framework's venv keyed by the file's hash (lab/clients/frameworks/venvs.py).
+
+In Compose the client image holds the pinned venv (lab/topology/framework_image.py):
+`build.command(IMAGE_REPO)` is the same command line there, and the entry check runs in that image.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
-from dataclasses import dataclass, field
+import subprocess
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +51,7 @@ REPO = Path(__file__).resolve().parents[3]
 FIXTURES = "tests/fixtures"       # where a build's patch lives
 # a release as pip spells one (1.8.9, 1.14.0, 2.0.0rc1); a build tag is a word
 _SPEC = re.compile(r"^(?P<name>[a-z]+)(?:@(?P<version>[0-9][0-9A-Za-z.]*)(?:\+(?P<build>[a-z0-9]+))?)?$")
+ENTRY_CHECK_TIMEOUT_S = 120      # importing a framework and the user's module, in its venv
 
 
 @dataclass(frozen=True)
@@ -45,6 +62,9 @@ class Framework:
     app: str            # the framework-side app, relative to the repo
     # the client_params its app reads (name -> default); the app gets them as --params JSON
     params: dict[str, Any] = field(default_factory=dict)
+    host: str = ""      # the framework-side host of a user's agent (NAME:MODULE:ATTR), relative to the repo
+    default_attr: str | None = None    # the attribute the framework's convention names, if any
+    kind: str = ""      # what ATTR must be, as the user reads it in an error line
 
     def patch(self, build: str) -> str:
         """A build's patch, relative to the repo (tests/fixtures/<name>-<build>.patch)."""
@@ -64,12 +84,36 @@ class Framework:
 
 
 @dataclass(frozen=True)
+class Entry:
+    """Where a user's agent is: a module (dotted, or a path to a .py file or a package folder) and
+    the attribute in it."""
+    module: str
+    attr: str
+    conventional: bool = False      # ATTR is the name the framework's convention gives it (root_agent)
+
+    @property
+    def spec(self) -> str:
+        return f"{self.module}:{self.attr}"
+
+    @property
+    def label(self) -> str:
+        """The part of a run folder's name that says whose agent ran: the module's last name, and
+        the attribute unless it is the conventional one."""
+        last = Path(self.module).stem if ("/" in self.module or self.module.endswith(".py")) else \
+            self.module.rsplit(".", 1)[-1]
+        text = last if self.conventional else f"{last}-{self.attr}"
+        return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "agent"
+
+
+@dataclass(frozen=True)
 class Build:
     """One framework at one release, optionally patched: what a `--client` name stands for."""
     framework: Framework
     version: str
     build: str | None = None
     pinned: bool = True     # the plain name: the venv scripts/peers-setup.sh builds by default
+    entry: Entry | None = None      # the user's own agent (NAME:MODULE:ATTR); None: the lab's app
+    requirements: str | None = None     # the hash of the user's requirements: a venv copy of its own
 
     @property
     def name(self) -> str:
@@ -79,13 +123,24 @@ class Build:
     def label(self) -> str:
         """The name as a run folder and its venv carry it: livekit, livekit-1.8.9, livekit-1.8.0-pr003
         (a run id allows no '+': it names the run's namespaces)."""
+        return self.venv_label + (f"-{self.entry.label}" if self.entry else "")
+
+    @property
+    def venv_label(self) -> str:
+        """livekit, livekit-1.8.9, livekit-1.8.0-pr003: the framework build alone."""
         if self.pinned:
             return self.name
         return f"{self.name}-{self.version}" + (f"-{self.build}" if self.build else "")
 
     @property
+    def base_venv(self) -> str:
+        """The framework's own venv, as scripts/peers-setup.sh builds it."""
+        return f".venv-{self.venv_label}"
+
+    @property
     def venv(self) -> str:
-        return f".venv-{self.label}"
+        """The venv it runs in: the framework's own, or its copy with the user's requirements."""
+        return self.base_venv + (f"-req-{self.requirements}" if self.requirements else "")
 
     @property
     def setup(self) -> str:
@@ -93,29 +148,79 @@ class Build:
 
     @property
     def spec(self) -> str:
+        """The framework part of the name (livekit, livekit@1.8.0+pr003): what peers-setup.sh builds."""
         if self.pinned:
             return self.name
         return f"{self.name}@{self.version}" + (f"+{self.build}" if self.build else "")
+
+    @property
+    def client_spec(self) -> str:
+        """The whole --client name, the user's agent included."""
+        return self.spec + (f":{self.entry.spec}" if self.entry else "")
 
     def python(self, repo: Path) -> Path:
         return repo / self.venv / "bin" / "python"
 
     def check(self, repo: Path) -> None:
+        base = repo / self.base_venv / "bin" / "python"
+        if not base.is_file():
+            raise LabError(f"client {self.client_spec!r} needs its venv {self.base_venv}, which is missing: "
+                           f"run {self.setup}")
         if not self.python(repo).is_file():
-            raise LabError(f"client {self.spec!r} needs its venv {self.venv}, which is missing: run {self.setup}")
+            raise LabError(f"client {self.client_spec!r}: the venv with your requirements ({self.venv}) is missing")
+
+    def entry_check_argv(self, repo: Path) -> list[str]:
+        """The load of the user's agent its host will do, as a check (lab/peers/entry.py check)."""
+        return [str(self.python(repo)), str(repo / ENTRY_SCRIPT), "check", self.name, self.entry.module,
+                self.entry.attr]
+
+    def check_entry(self, repo: Path, cwd: Path, run=None) -> None:
+        """Load the user's agent in the framework's venv, as its host will, from `cwd`: one LabError
+        line when the module does not import, has no such attribute, or holds the wrong kind of object.
+        `run(argv)` runs the check elsewhere (a client container) and returns its CompletedProcess."""
+        if self.entry is None:
+            return
+        try:
+            p = run(self.entry_check_argv(repo)) if run else \
+                subprocess.run(self.entry_check_argv(repo), cwd=cwd, capture_output=True, text=True,
+                               timeout=ENTRY_CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL, env=venv_environment())
+        except subprocess.TimeoutExpired:
+            raise LabError(f"client {self.client_spec!r}: loading {self.entry.spec} took over "
+                           f"{ENTRY_CHECK_TIMEOUT_S} s in {self.venv}") from None
+        if p.returncode != 0:
+            said = (p.stdout.strip().splitlines() or p.stderr.strip().splitlines() or ["no output"])[-1]
+            raise LabError(f"client {self.client_spec!r}: {said}")
+
+    def with_requirements(self, digest: str) -> "Build":
+        return replace(self, requirements=digest)
 
     def describe(self) -> dict[str, Any]:
         """What run.json records of the framework: its package, release and build."""
-        return {"framework": self.name, "package": self.framework.package, "version": self.version,
-                "build": self.build, "patch": self.framework.patch(self.build) if self.build else None,
-                "venv": self.venv}
+        out = {"framework": self.name, "package": self.framework.package, "version": self.version,
+               "build": self.build, "patch": self.framework.patch(self.build) if self.build else None,
+               "venv": self.venv}
+        if self.entry is not None:
+            out["agent"] = self.entry.spec
+        return out
 
     def command(self, repo: Path, params: dict[str, Any] | None = None) -> str:
+        if self.entry is not None:      # the user's agent, loaded by the framework's host
+            return shlex.join([str(self.python(repo)), str(repo / self.framework.host), "--entry",
+                               self.entry.module, self.entry.attr])
         argv = [str(self.python(repo)), str(repo / self.framework.app)]
         told = self.framework.app_params(params or {})
         if told:
             argv += ["--params", json.dumps(told, sort_keys=True)]
         return shlex.join(argv)
+
+
+ENTRY_SCRIPT = "lab/peers/entry.py"
+# what the lab's own environment must not hand a framework's venv (its own packages would shadow the venv's)
+_VENV_DROPPED = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
+
+
+def venv_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in _VENV_DROPPED}
 
 
 # what the livekit app does on cue (seed 003, livekit/agents#6479): its book_slot tool, once the
@@ -127,9 +232,13 @@ LIVEKIT_PARAMS = {
 }
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
-    Framework("livekit", "livekit-plugins-google", "1.8.9", "lab/peers/livekit_app.py", LIVEKIT_PARAMS),
-    Framework("pipecat", "pipecat-ai", "1.14.0", "lab/peers/pipecat_app.py"),
-    Framework("adk", "google-adk", "2.13.0", "lab/peers/adk_app.py"),
+    Framework("livekit", "livekit-plugins-google", "1.8.9", "lab/peers/livekit_app.py", LIVEKIT_PARAMS,
+              host="lab/peers/livekit_host.py", kind="a livekit.agents.Agent subclass"),
+    Framework("pipecat", "pipecat-ai", "1.14.0", "lab/peers/pipecat_app.py",
+              host="lab/peers/pipecat_host.py", default_attr="run_bot",
+              kind="an async function taking (transport, runner_args)"),
+    Framework("adk", "google-adk", "2.13.0", "lab/peers/adk_app.py",
+              host="lab/peers/adk_host.py", default_attr="root_agent", kind="an ADK agent (BaseAgent)"),
 )}
 
 
@@ -139,7 +248,12 @@ def names() -> list[str]:
 
 def resolve(spec: str | None) -> Build | None:
     """The framework build a --client name stands for; None when it names no framework; LabError
-    (one line) for a framework name with a version or build that cannot be."""
+    (one line) for a framework name with a version or build that cannot be, or a user's agent
+    (NAME:MODULE[:ATTR]) written wrong."""
+    head, sep, rest = (spec or "").partition(":")
+    if sep and _SPEC.match(head) and _SPEC.match(head)["name"] in FRAMEWORKS:
+        build = resolve(head)
+        return replace(build, entry=_entry(spec, build.framework, rest))
     m = _SPEC.match(spec or "")
     if not m or m["name"] not in FRAMEWORKS:
         if spec and "@" in spec and spec.split("@", 1)[0] in FRAMEWORKS:
@@ -153,3 +267,15 @@ def resolve(spec: str | None) -> Build | None:
         known = ", ".join(f"+{b}" for b in fw.builds()) or "none"
         raise LabError(f"client {spec!r}: {fw.name} has no build {m['build']!r} (known: {known})")
     return Build(fw, m["version"], m["build"], pinned=False)
+
+
+def _entry(spec: str, fw: Framework, rest: str) -> Entry:
+    module, _, attr = rest.partition(":")
+    attr = attr or fw.default_attr or ""
+    if not module or not attr or ":" in attr:
+        hint = f" (default {fw.default_attr})" if fw.default_attr else ""
+        raise LabError(f"client {spec!r}: a user's agent is written {fw.name}:MODULE:ATTR{hint}, "
+                       f"ATTR naming {fw.kind}")
+    if not attr.isidentifier():
+        raise LabError(f"client {spec!r}: {attr!r} is not a Python name")
+    return Entry(module, attr, conventional=attr == fw.default_attr)

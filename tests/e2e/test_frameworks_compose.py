@@ -1,0 +1,58 @@
+"""Framework clients in Compose: the client image holds the framework's pinned venv, so the lab's
+own framework app and a user's agent run in the client container with the same verdicts as in
+network namespaces.
+
+`--client adk` passes control in Compose as it does in netns (test_frameworks); the ADK example
+(examples/table_reservation, unmodified) loads from the user's folder mounted at /app, reaches the
+twin in the endpoint container by the API's real hostname, and its module is checked in the image
+before anything starts. The image is built under this test's own tag.
+"""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from lab.errors import LabError
+from lab.events import read_events
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+TAG = "frameworks-e2e"
+
+
+@pytest.fixture(autouse=True)
+def _own_tag(monkeypatch):
+    from lab.topology.compose import docker_ready
+    if not docker_ready():
+        pytest.skip("needs a Docker engine (scripts/docker-setup.sh)")
+    monkeypatch.setenv("LAB_IMAGE_TAG", os.environ.get("LAB_E2E_IMAGE_TAG", TAG))
+
+
+def test_the_lab_adk_app_passes_control_in_compose(tmp_path):
+    from lab.run import run_batch
+    lines: list[str] = []
+    batch = run_batch(["control"], client="adk", topology="compose", out_dir=tmp_path / "b", out=lines.append)
+    run = batch / "control-adk-01"
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["pass"], (verdict.get("expectations"), lines[-25:])
+    assert "google-adk 2.13.0" in (run / "client.log").read_text()
+
+
+def test_a_users_adk_agent_runs_in_the_client_container(monkeypatch, tmp_path):
+    from lab.run import run_batch
+    monkeypatch.chdir(ROOT / "examples" / "table_reservation")
+    with pytest.raises(LabError, match="has no attribute 'nope'"):     # checked in the image, nothing started
+        run_batch(["control"], client="adk:table_reservation:nope", topology="compose", out_dir=tmp_path / "x",
+                  out=lambda s: None)
+    assert not (tmp_path / "x").exists()
+    lines: list[str] = []
+    batch = run_batch(["control"], client="adk:table_reservation", topology="compose", out_dir=tmp_path / "b",
+                      out=lines.append)
+    run = batch / "control-adk-table-reservation-01"
+    assert "table_reservation:root_agent (table_reservation)" in (run / "client.log").read_text(), lines[-20:]
+    ended = [e for e in read_events(run / "events.jsonl") if e.kind == "run.end"]
+    assert ended and ended[0].get("status") == "ok", lines[-20:]
+    twin = [json.loads(ln) for ln in (run / "twin.jsonl").read_text().splitlines() if ln.strip()]
+    assert any(r["kind"] == "twin.setup" for r in twin) and any(r["kind"] == "twin.tool_call" for r in twin)
