@@ -48,6 +48,20 @@ def _recovered(e: Event, log: EventLog, loss_ms: float | None) -> bool:
         (e.kind == "resume.result" and bool(e.get("ok"))) or e.kind == "session.restored")
 
 
+# the twin's word for a response that says the call's effect is done (lab.conversation.engine's DONE:
+# the twin reads every response's status into it, the studies' spelling)
+DONE_STATUS = "booked"
+
+
+def _committed(e: Event, log: EventLog, loss_ms: float | None) -> bool:
+    """The backend's first commit; for an app that executes its tools itself (nothing of the lab's
+    backend in the record), the first side-effecting call the twin saw answered done."""
+    if e.kind == "backend.commit":
+        return True
+    return (e.kind == "tool.response" and e.get("side_effect") is True and e.get("status") == DONE_STATUS
+            and not log.find("backend.request"))
+
+
 def _answered(e: Event, log: EventLog, loss_ms: float | None) -> bool:
     if e.kind != "model.text":
         return False
@@ -59,7 +73,8 @@ ANCHORS: dict[str, Anchor] = {a.name: a for a in (
     Anchor("start", "the run starts (the client is about to connect)", _kind("run.start")),
     Anchor("setup_complete", "the first session's setupComplete", _kind("conn.setup_complete")),
     Anchor("tool_call", "the model issues its first tool call", _kind("tool.call")),
-    Anchor("commit", "the backend commits the first booking", _kind("backend.commit")),
+    Anchor("commit", "the backend commits the first booking (an app with tools of its own: the twin sees the "
+           "first side-effecting call answered done)", _committed),
     Anchor("first_audio", "the first chunk of model audio",
            lambda e, log, loss_ms: e.kind == "model.audio" and bool(e.get("first"))),
     Anchor("loss", "the run's loss: the first fault start or path-cutting action", _kind("loss")),

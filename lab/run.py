@@ -181,6 +181,13 @@ class RunSpec:
         self.ca, self.endpoint_hook = ca, endpoint_hook
 
 
+def topology_id(run_dir: Path) -> str:
+    """The run's name for its topology (namespaces, pidfiles, compose project): the run id and a hash of
+    the run folder, so two batches running the same scenario at once (parallel tests, two users) never
+    share a namespace."""
+    return f"{run_dir.name}-{hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:4]}"
+
+
 def run_one(spec: RunSpec, out=print) -> dict:
     """One run, start to finish; returns the verdict (or a dict with the error)."""
     scn, run_dir = spec.scn, spec.run_dir
@@ -217,10 +224,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
         out(f"  live TLS key log (kept out of the results): {keylog}")
     via_proxy = scn.endpoint.get("via") == "proxy"
     # live mode: the client's node gets an uplink through the host (NAT) to reach the endpoint
-    # the topology's names (namespaces, pidfiles, compose project) carry a hash of the run folder: two
-    # batches running the same scenario at once (parallel tests, two users) never share a namespace.
     # The seed and the records keep the plain run id, so a run id still replays the same draws.
-    topo_id = f"{run_id}-{hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:4]}"
+    topo_id = topology_id(run_dir)
     # a user's app starts where they ran `lab run`; in Compose that folder is mounted in the client
     app_cmd, app_cwd, topo_kw = spec.client_cmd, str(spec.app_dir), {}
     if spec.client_cmd and spec.topology == "compose":

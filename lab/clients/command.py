@@ -66,6 +66,11 @@ from lab.errors import LabError
 from lab.topology.hostnames import (ENDPOINT_PORT, ca_bundle_text, hosts_text, install_in_container, isolated_argv,
                                     system_roots)
 
+class NotAskable(RuntimeError):
+    """A scripted client action (resume, close, abort) asked of a black-box app: recorded as the step's
+    step.error, and the run goes on (lab.agent)."""
+
+
 START_GRACE_S = 1.5      # an app still running after this long has started
 STOP_GRACE_S = 5.0       # SIGTERM, then this long, then SIGKILL (to its whole process group)
 SPEECH_TAIL_MS = 700     # silence after a spoken line, as the lab's own clients send (lab/clients/sdk.py)
@@ -231,7 +236,9 @@ class CommandClient(Client):
                            mode="speech", starts_in_ms=ahead_ms, mic_readers=self.mic.readers)
 
     async def action(self, what: str, **kw: Any) -> None:
-        raise LabError(f"the app under --client-cmd is a black box: the lab cannot make it {what!r}")
+        # not a LabError: the run goes on, and what the app then does on its own is what it is judged on
+        raise NotAskable(f"the app under --client-cmd is a black box: the lab cannot make it {what!r}; "
+                         "its own policy decides")
 
     def flow(self) -> tuple[str, int, str, int] | None:
         peer = self.observer.open_flow()

@@ -16,7 +16,8 @@ twin's own `twin_ms`.
 | twin.conn.end | resume.result refused (code, reason) when a resume was refused; conn.closed (by server after a refusal, else by the client or abnormal, from how it ended) |
 | twin.handle | handle.update |
 | twin.goaway | conn.go_away |
-| twin.tool_call / twin.tool_response | tool.call / tool.response (the same call id) |
+| twin.conversation | (remembered: which tools have a side effect, lab.conversation.semantics) |
+| twin.tool_call / twin.tool_response | tool.call / tool.response (the same call id; `side_effect` once known) |
 | twin.say | model.text, then model.turn_complete (one line said = one turn, seen from the twin) |
 
 Connection ids are the twin's, prefixed `t` (t1, t2 ...). Pure: no I/O but `tail()`.
@@ -28,6 +29,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from lab.conversation.semantics import EVENT_KIND as CONVERSATION, tools_from_json
 
 SRC = "twin-observed"
 
@@ -59,6 +62,9 @@ class TwinObserver:
     conns: dict[Any, _Conn] = field(default_factory=dict)
     attempts: int = 0
     sessions_accepted: int = 0
+    # the tools with a side effect, from the twin's twin.conversation record (None until it came): an
+    # app's own effect is known only by its tool, so `at: commit` can wait for one (lab.anchors)
+    effects: frozenset[str] | None = None
 
     @staticmethod
     def conn_id(twin_conn: Any) -> str:
@@ -115,17 +121,24 @@ class TwinObserver:
                                           "handle_sha": rec.get("handle_sha")}))
         elif kind == "twin.goaway":
             out.append(("conn.go_away", {"conn": conn, "time_left": rec.get("time_left")}))
+        elif kind == CONVERSATION and self.effects is None and rec.get("tools"):
+            self.effects = frozenset(n for n, t in tools_from_json(rec).items() if t.side_effect)
         elif kind == "twin.tool_call":
-            out.append(("tool.call", {"conn": conn, "id": rec.get("id"), "name": rec.get("name"),
-                                      "args": rec.get("args")}))
+            out.append(("tool.call", self._tool(rec, {"conn": conn, "id": rec.get("id"), "name": rec.get("name"),
+                                                      "args": rec.get("args")})))
         elif kind == "twin.tool_response":
-            out.append(("tool.response", {"conn": conn, "id": rec.get("id"), "name": rec.get("name"),
-                                          "status": rec.get("status")}))
+            out.append(("tool.response", self._tool(rec, {"conn": conn, "id": rec.get("id"), "name": rec.get("name"),
+                                                          "status": rec.get("status")})))
         elif kind == "twin.say":
             out += [("model.text", {"conn": conn, "text": rec.get("text")}), ("model.turn_complete", {"conn": conn})]
         for _, fields in out:
             fields["twin_ms"] = rec.get("ms")
         return out
+
+    def _tool(self, rec: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+        if self.effects is not None:
+            fields["side_effect"] = rec.get("name") in self.effects
+        return fields
 
 
 async def tail(path: Path, on_record: Callable[[dict[str, Any]], None], stop: asyncio.Event,

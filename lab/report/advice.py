@@ -180,6 +180,10 @@ EXPECTATION_ADVICE: dict[str, Entry] = {
         "at all.",
         lambda m: ("deduplicate by business key and answer a re-issued call from the existing job"
                    if (m.get("bookings") or 0) > 1 else
+                   # an app with tools of its own: the lab knows its effects only from the responses it sends
+                   "send each side-effecting call's result to the session that asked, also after a resume (a "
+                   "ledger by call id across connections): the twin counts an effect from the response it sees"
+                   if m.get("effects_from") == "twin" else
                    "make sure the tool call reaches the backend and its result the model (a ledger by call id "
                    "across connections)"),
         "seed 000, What a client must do 1 and 7; seed 001"),
@@ -273,8 +277,9 @@ TOPICS: dict[str, tuple[tuple[str, ...], Entry]] = {
         "after a short resume window fall back to a new session restored with a status note from the backend; "
         "while no session opens, tell the user the backend's status yourself.",
         "seed 000, What a client must do 5 and 6; Results 4")),
-    "bookings and tool calls": (("bookings", "booking_requests", "distinct_keys", "duplicate_bookings", "tool_calls",
-                                 "tool_calls_reissued", "tool_dedups"), EXPECTATION_ADVICE["bookings"]),
+    "bookings and tool calls": (("action", "action_word", "tools_from", "effects_from", "bookings", "booking_requests",
+                                 "distinct_keys", "duplicate_bookings", "tool_calls", "tool_calls_reissued",
+                                 "tool_dedups"), EXPECTATION_ADVICE["bookings"]),
     "tool results": (("pending_call_answered_after_resume", "tool_results_missing", "tool_results_repeated",
                       "tool_results_unknown", "replies_per_tool_result", "unscripted_user_turns"),
                      Entry(RULE_ADVICE["owed_results_delivered"].why,

@@ -24,7 +24,7 @@ from lab.report import advice as advice_mod
 from lab.report import rules as rules_mod
 from lab.report.shards import labelled_runs, shard_labels
 from lab.report.summary import load_verdict
-from lab.report.verdict import load_run, verdict_passed
+from lab.report.verdict import load_conversation, load_run, verdict_passed
 
 FORMAT = 1
 VERSIONS_FILE = "versions.json"     # {client: {package: version}}, written by the runner
@@ -36,7 +36,8 @@ def run_outcomes(run_dir: Path) -> tuple[dict[str, Any], dict[str, rules_mod.Out
     """One run's verdict and every rule's outcome (the verdict's metrics feed the rules)."""
     v = load_verdict(run_dir)
     events, meta, twin, _ = load_run(run_dir)
-    return {**v, "client": client_label(v, meta)}, rules_mod.judge_all(rules_mod.Record(events, twin, meta, v["metrics"]))
+    record = rules_mod.Record(events, twin, meta, v["metrics"], conversation=load_conversation(run_dir))
+    return {**v, "client": client_label(v, meta)}, rules_mod.judge_all(record)
 
 
 def client_label(verdict: dict[str, Any], meta: dict[str, Any]) -> str:

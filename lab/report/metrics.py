@@ -17,17 +17,22 @@ Definitions (all times in ms on the run's clock):
 - resumed_after_close_ms: from the last close of the old connection before an accepted resume
   (its close echoed by the server, code 1000; else `action close`; else the lost connection's
   `conn.closed` by client/server) to that resume's setupComplete (B2 in the study: 0.5 to 0.6 s).
-- bookings: `backend.commit` events, grouped by business key for duplicates.
+- the run's tools (lab.report.run_tools: the conversation's, else the booking's) and its effects
+  (lab.report.effects): the lab's backend when the run used it or has no conversation of its own,
+  else what the twin observed of the side-effecting calls (a call issued is under way, a response
+  seen says done or not by its status); `effects_from` says which, `action` names the tools.
+- bookings: the effects done (`backend.commit` events, or side-effecting calls answered done),
+  grouped by business key for duplicates.
 - status answer: the first model turn (`model.text`) after the last `user.say` of the status
-  question that says something about the booking, classified with `claims.classify`; the truth
-  is the backend at that moment (committed -> booked, requested and not cancelled -> in_progress,
-  else not_booked);
+  question (lab.conversation.intents, read with the action's words) that says something about the
+  action, classified with `claims.classify` and those words; the truth is the effects at that
+  moment (done -> booked, asked and not undone -> in_progress, else not_booked);
   told_truth is None when the question was never answered ("never told"); loss_to_answer_ms from the loss.
 - while the server holds the lost session (`held_metrics`): `fallback.new_failed` after the loss,
   and the client's own status lines (`user.status`) after it: the first one's time from the loss,
   and how many said other than the backend at that moment (pending is in_progress).
-- the stop (seed 001, `stop_metrics`): from the first user.say that withdraws the booking
-  (lab.anchors.is_stop): cancellations, `interrupted`, calls and commits after it, and every
+- the stop (seed 001, `stop_metrics`): from the first user.say that withdraws the action
+  (lab.conversation.intents.is_stop): cancellations, `interrupted`, calls and commits after it, and every
   statement the user got after it (model turns from their first audio, the client's user.status
   lines) against the backend at that moment; a false one counts unless a later status line of the
   client corrects it; stop_failures names booked_after_stop, double_booking, false_claim.
@@ -39,9 +44,12 @@ import re
 from collections import Counter
 from typing import Any, Iterable
 
-from lab import actions, anchors, metric_names
+from lab import actions, metric_names
+from lab.conversation import intents
+from lab.conversation.semantics import ActionWords
 from lab.events import Event
-from lab.report import claims
+from lab.report import claims, effects, run_tools
+from lab.report.effects import Effects
 from lab.report.tool_results import tool_result_metrics
 
 # The metric names, each with its description and origin, are defined in lab.metric_names (below
@@ -49,19 +57,7 @@ from lab.report.tool_results import tool_result_metrics
 NAMES = metric_names.TOP_LEVEL
 # The actions that cut the path (lab.actions), for the timeline's marks.
 LOSS_ACTIONS = actions.cutting_names()
-STATUS_QUESTION_RE = re.compile(
-    r"\b(did you (book|make|manage)|is it booked|was it booked|did it go through|booking status|"
-    r"is (the|my) (booking|slot) (booked|done|confirmed))\b", re.I)
 ERROR_CLOSE_CODES = (1007, 1008, 1011)
-
-
-def business_key(e: Event) -> Any:
-    """A backend event's business key. `key` itself is a forbidden field name in EventLog, so the
-    backend may record it under another name; accept the usual ones."""
-    for name in ("business_key", "bkey", "booking_key", "key", "slot"):
-        if e.get(name) is not None:
-            return e.get(name)
-    return None
 
 
 def _stats(values: Iterable[float | None]) -> dict[str, Any]:
@@ -85,7 +81,7 @@ def _r(v: float | None) -> float | None:
 
 
 def _loss_kind(loss: Event) -> str:
-    """fault:<kind> or action:<name>. Records before issue 8 wrote `how` as fault:<kind> or a bare action."""
+    """fault:<kind> or action:<name>. Older records wrote `how` as fault:<kind> or a bare action."""
     how = str(loss.get("how") or "")
     return how if ":" in how else f"action:{how}"
 
@@ -210,23 +206,23 @@ def _turn_starts(events: list[Event]) -> dict[int, float]:
     return out
 
 
-def _truth_at(events: list[Event], ms: float) -> str:
-    """The backend's state at `ms`: committed -> booked; a request not cancelled (the guard's
-    backend.cancel) -> in_progress; else not_booked (nothing asked, or all of it cancelled)."""
-    if any(e.kind == "backend.commit" and e.ms <= ms for e in events):
-        return claims.BOOKED
-    cancelled = {e.get("job") for e in events if e.kind == "backend.cancel" and e.ms <= ms}
-    if any(e.kind == "backend.request" and e.ms <= ms and e.get("job") not in cancelled for e in events):
-        return claims.IN_PROGRESS
-    return claims.NOT_BOOKED
+def _truth_at(events: list[Event], ms: float, fx: Effects | None = None) -> str:
+    """The effects' state at `ms` (lab.report.effects): done -> booked; asked and not undone (the
+    guard's backend.cancel, a failed response) -> in_progress; else not_booked. Without `fx`, the
+    backend's record in `events`."""
+    return (fx or effects.from_backend(events)).truth_at(ms)
 
 
 def compute(events: list[Event], meta: dict[str, Any] | None = None,
-            twin: list[Event] | None = None) -> dict[str, Any]:
-    """All metrics of one run (see the module docstring)."""
+            twin: list[Event] | None = None, conversation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """All metrics of one run (see the module docstring); `conversation` is the run folder's
+    conversation.json, when it has one."""
     meta = meta or {}
     events = sorted(events, key=lambda e: e.ms)
     m: dict[str, Any] = {}
+    tools = run_tools.of_run(twin, conversation)
+    fx = effects.of_run(events, twin, tools)
+    m.update(action_metrics(fx))
 
     start = _first(events, "run.start")
     end = next((e for e in reversed(events) if e.kind == "run.end"), None)
@@ -331,15 +327,7 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
         "loss_to_first_audio_ms": m["loss_to_first_audio_ms"],
     }
 
-    # bookings: the backend is the ground truth
-    commits = [e for e in events if e.kind == "backend.commit"]
-    requests = [e for e in events if e.kind == "backend.request"]
-    keys = Counter(str(business_key(e)) for e in commits if business_key(e) is not None)
-    m["bookings"] = len(commits)
-    m["booking_requests"] = len(requests)
-    m["distinct_keys"] = len(keys)
-    m["duplicate_bookings"] = sum(v - 1 for v in keys.values())
-    m["commit_after_loss_ms"] = [_r(e.ms - loss_ms) for e in commits] if loss_ms is not None else []
+    m.update(effect_metrics(fx, loss_ms))
 
     # tool calls: issued, re-issued, answered after a resume
     calls = [e for e in events if e.kind == "tool.call"]
@@ -368,42 +356,13 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     m["handle_updates"] = {str(c["conn"]): c["handle_updates"] for c in conns}
     m["max_handle_updates_per_conn"] = max((c["handle_updates"] for c in conns), default=0)
 
-    # what the user was told when asked
-    q = status_question(meta)
-    says = [e for e in events if e.kind == "user.say"]
-    if q:
-        asked = [e for e in says if _norm_text(e.get("text", "")) == _norm_text(q)]
-    else:
-        asked = [e for e in says if STATUS_QUESTION_RE.search(str(e.get("text", "")))]
-    question = asked[-1] if asked else None
-    m["asked_ms"] = _r(question.ms) if question else None
-    answer = None
-    if question is not None:
-        nxt = next((e.ms for e in says if e.ms > question.ms), math.inf)
-        starts = _turn_starts(events)
-        texts = [e for e in events if e.kind == "model.text" and question.ms <= starts[id(e)] < nxt
-                 and str(e.get("text", "")).strip()]
-        answer = next((e for e in texts if claims.classify(e.get("text")) != claims.UNKNOWN), texts[0] if texts else None)
-    m["answer_ms"] = _r(answer.ms) if answer else None
-    m["answer_after_question_ms"] = _r(answer.ms - question.ms) if answer and question else None
-    m["answer_text"] = answer.get("text") if answer else None
-    m["told"] = claims.classify(answer.get("text")) if answer else "never"
-    m["truth_at_answer"] = _truth_at(events, answer.ms) if answer else None
-    m["truth_final"] = _truth_at(events, math.inf)
-    m["told_truth"] = (m["told"] == m["truth_at_answer"]) if answer else None
-    # a question cut by a loss may be answered twice (a restore's reply, then the late fragment's)
-    m["answers_heard"] = None
-    if question is not None:
-        nxt = next((e.ms for e in says if e.ms > question.ms), math.inf)
-        m["answers_heard"] = sum(1 for e in events if e.kind == "user.heard" and question.ms <= e.ms < nxt
-                                 and claims.classify(e.get("text")) != claims.UNKNOWN)
-    m["loss_to_answer_ms"] = _r(answer.ms - loss_ms) if answer and loss_ms is not None else None
-    m.update(held_metrics(events, loss_ms))
-    m.update(stop_metrics(events))
+    m.update(status_answer_metrics(events, meta, fx, loss_ms))
+    m.update(held_metrics(events, loss_ms, fx))
+    m.update(stop_metrics(events, fx))
     m.update(after_resume_metrics(events, first_ok["conn"] if first_ok else None))
     first_text = _first(events, "model.text", after=rec_ms) if rec_ms is not None else None
     m["first_text_after_recovery"] = first_text.get("text") if first_text else None
-    m["first_claim_after_recovery"] = claims.classify(first_text.get("text")) if first_text else None
+    m["first_claim_after_recovery"] = claims.classify(first_text.get("text"), tools.words) if first_text else None
 
     # protocol observations for drift
     m["go_away"] = sum(1 for e in events if "goaway" in e.kind.replace("_", "").replace(".", "").lower())
@@ -445,6 +404,69 @@ def compute(events: list[Event], meta: dict[str, Any] | None = None,
     return m
 
 
+# ---- the run's action and its effects (lab.report.run_tools, lab.report.effects) -------------------
+def action_metrics(fx: Effects) -> dict[str, Any]:
+    """Which tools the run's truth is about, where their meaning came from and how their effects are known."""
+    return {"action": fx.tools.names, "action_word": claims.label(claims.DONE, fx.tools.words),
+            "tools_from": fx.tools.source, "effects_from": fx.source}
+
+
+def effect_metrics(fx: Effects, loss_ms: float | None) -> dict[str, Any]:
+    """The effects done, asked and duplicated (by business key), and when each was done after the loss."""
+    keys = Counter(str(d.key) for d in fx.done if d.key is not None)
+    return {
+        "bookings": len(fx.done),
+        "booking_requests": len(fx.requested),
+        "distinct_keys": len(keys),
+        "duplicate_bookings": sum(v - 1 for v in keys.values()),
+        "commit_after_loss_ms": [_r(d.ms - loss_ms) for d in fx.done] if loss_ms is not None else [],
+    }
+
+
+def _status_question(events: list[Event], meta: dict[str, Any], words: ActionWords) -> Event | None:
+    """The user's last status question: the scenario's own line when it names one, else the last
+    line the shared vocabulary hears as one (lab.conversation.intents, with the action's words)."""
+    q = status_question(meta)
+    says = [e for e in events if e.kind == "user.say"]
+    if q:
+        asked = [e for e in says if _norm_text(e.get("text", "")) == _norm_text(q)]
+    else:
+        asked = [e for e in says if intents.is_status(e.get("text", ""), words)]
+    return asked[-1] if asked else None
+
+
+def status_answer_metrics(events: list[Event], meta: dict[str, Any], fx: Effects,
+                          loss_ms: float | None) -> dict[str, Any]:
+    """What the user was told when asked about the action, against the effects at that moment."""
+    words = fx.tools.words
+    question = _status_question(events, meta, words)
+    says = [e for e in events if e.kind == "user.say"]
+    m: dict[str, Any] = {"asked_ms": _r(question.ms) if question else None}
+    answer = None
+    nxt = math.inf
+    if question is not None:
+        nxt = next((e.ms for e in says if e.ms > question.ms), math.inf)
+        starts = _turn_starts(events)
+        texts = [e for e in events if e.kind == "model.text" and question.ms <= starts[id(e)] < nxt
+                 and str(e.get("text", "")).strip()]
+        answer = next((e for e in texts if claims.classify(e.get("text"), words) != claims.UNKNOWN),
+                      texts[0] if texts else None)
+    m["answer_ms"] = _r(answer.ms) if answer else None
+    m["answer_after_question_ms"] = _r(answer.ms - question.ms) if answer and question else None
+    m["answer_text"] = answer.get("text") if answer else None
+    m["told"] = claims.classify(answer.get("text"), words) if answer else "never"
+    m["truth_at_answer"] = fx.truth_at(answer.ms) if answer else None
+    m["truth_final"] = fx.truth_at(math.inf)
+    m["told_truth"] = (m["told"] == m["truth_at_answer"]) if answer else None
+    # a question cut by a loss may be answered twice (a restore's reply, then the late fragment's)
+    m["answers_heard"] = None
+    if question is not None:
+        m["answers_heard"] = sum(1 for e in events if e.kind == "user.heard" and question.ms <= e.ms < nxt
+                                 and claims.classify(e.get("text"), words) != claims.UNKNOWN)
+    m["loss_to_answer_ms"] = _r(answer.ms - loss_ms) if answer and loss_ms is not None else None
+    return m
+
+
 # ---- speech spoken during the gap (000 'Not tested') ----------------------------------------------
 def gap_speech_metrics(events: list[Event], twin: list[Event] | None) -> dict[str, Any]:
     """What of the user's spoken lines reached the twin: its VAD's ended utterances (twin record,
@@ -467,16 +489,17 @@ def gap_speech_metrics(events: list[Event], twin: list[Event] | None) -> dict[st
 USER_STATUS_CLAIM = {"booked": claims.BOOKED, "pending": claims.IN_PROGRESS, "not_booked": claims.NOT_BOOKED}
 
 
-def held_metrics(events: list[Event], loss_ms: float | None) -> dict[str, Any]:
+def held_metrics(events: list[Event], loss_ms: float | None, fx: Effects | None = None) -> dict[str, Any]:
     """New sessions refused after the loss, and what the client itself told the user meanwhile
-    (`user.status`, its status word against the backend at that moment)."""
+    (`user.status`, its status word against the effects at that moment; default: the backend's)."""
     if loss_ms is None:
         return {"new_sessions_failed": None, "loss_to_status_ms": None, "false_status_lines": None}
     told = [e for e in events if e.kind == "user.status" and e.ms >= loss_ms]
     return {
         "new_sessions_failed": sum(1 for e in events if e.kind == "fallback.new_failed" and e.ms >= loss_ms),
         "loss_to_status_ms": _r(told[0].ms - loss_ms) if told else None,
-        "false_status_lines": sum(1 for e in told if USER_STATUS_CLAIM.get(str(e.get("status"))) != _truth_at(events, e.ms)),
+        "false_status_lines": sum(1 for e in told
+                                  if USER_STATUS_CLAIM.get(str(e.get("status"))) != _truth_at(events, e.ms, fx)),
     }
 
 
@@ -503,7 +526,7 @@ def after_resume_metrics(events: list[Event], resumed_conn: int | None) -> dict[
 STOP_FAILURES = ("booked_after_stop", "double_booking", "false_claim")
 
 
-def _statements_after(events: list[Event], stop_ms: float) -> list[dict[str, Any]]:
+def _statements_after(events: list[Event], stop_ms: float, fx: Effects) -> list[dict[str, Any]]:
     """Model turns (from their first audio) and the client's status lines after the stop, in order."""
     starts = _turn_starts(events)
     out = []
@@ -520,7 +543,7 @@ def _statements_after(events: list[Event], stop_ms: float) -> list[dict[str, Any
             continue
         text = str(e.get("text") or "").strip()
         out.append({"ms": _r(at), "after_stop_ms": _r(at - stop_ms), "who": who, "text": text,
-                    "claim": claims.classify(text), "backend": _truth_at(events, at)})
+                    "claim": claims.classify(text, fx.tools.words), "backend": fx.truth_at(at)})
     out.sort(key=lambda d: d["ms"])
     for i, d in enumerate(out):
         said = d["claim"] != claims.UNKNOWN
@@ -529,8 +552,10 @@ def _statements_after(events: list[Event], stop_ms: float) -> list[dict[str, Any
     return out
 
 
-def stop_metrics(events: list[Event]) -> dict[str, Any]:
-    """The stop study's figures for one run (names in lab.metric_names); None where there is no stop."""
+def stop_metrics(events: list[Event], fx: Effects | None = None) -> dict[str, Any]:
+    """The stop study's figures for one run (names in lab.metric_names); None where there is no stop.
+    `fx`: the run's effects (default: the backend's record in `events`, the booking's words)."""
+    fx = fx or effects.from_backend(events)
     m: dict[str, Any] = {name: None for name in ("stop_ms", "interrupted_after_stop_ms", "calls_before_stop",
                                                  "calls_after_stop", "first_call_after_stop_ms", "booked_after_stop",
                                                  "stop_statements", "false_claims", "told_after_stop",
@@ -538,29 +563,30 @@ def stop_metrics(events: list[Event]) -> dict[str, Any]:
     m["cancellations"] = sum(1 for e in events if e.kind == "tool.cancellation")
     resp = _first(events, "tool.response")
     m["spoke_after_response"] = (resp is not None and _first(events, "model.audio", after=resp.ms) is not None)
-    stop = next((e for e in events if e.kind == "user.say" and anchors.is_stop(e.get("text"))), None)
+    stop = next((e for e in events if e.kind == "user.say" and intents.is_stop(e.get("text"), fx.tools.words)), None)
     if stop is None:
         return m
     t = stop.ms
     m["stop_ms"] = _r(t)
     intr = _first(events, "model.interrupted", after=t)
     m["interrupted_after_stop_ms"] = _r(intr.ms - t) if intr else None
-    calls = [e for e in events if e.kind == "tool.call"]
+    # the calls of the action (every call in a run with no conversation of its own, as it always was)
+    calls = [e for e in events if e.kind == "tool.call" and (fx.tools.default or fx.tools.effect(e.get("name")))]
     before = {e.get("id") for e in calls if e.ms < t}
     after = [e for e in calls if e.ms >= t and e.get("id") not in before]
     m["calls_before_stop"] = len(before)
     m["calls_after_stop"] = len({e.get("id") for e in after})
     m["first_call_after_stop_ms"] = _r(after[0].ms - t) if after else None
-    commits = [e for e in events if e.kind == "backend.commit"]
+    commits = fx.done
     m["booked_after_stop"] = sum(1 for e in commits if e.ms >= t)
-    st = _statements_after(events, t)
+    st = _statements_after(events, t, fx)
     m["stop_statements"] = st
     m["false_claims"] = sum(1 for d in st if d["false"])
     said = [d for d in st if d["claim"] != claims.UNKNOWN]
     told = ([d for d in said if d["who"] == "client"] or said)
     last = told[-1] if told else None
     m["told_after_stop"] = last["claim"] if last else "never"
-    m["truth_after_stop"] = last["backend"] if last else _truth_at(events, math.inf)
+    m["truth_after_stop"] = last["backend"] if last else fx.truth_at(math.inf)
     m["told_truth_after_stop"] = (last["claim"] == last["backend"]) if last else None
     fails = []
     if m["booked_after_stop"]:

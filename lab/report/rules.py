@@ -2,8 +2,8 @@
 
 Each rule comes from a study's "what a client must do" list (seed 000, §"What a client must do",
 items 1-9; seed 001, §"What it means for an app"), from the review of seed 003 (livekit/agents
-PR #6481), or from item 3 of that list meeting issue 15's paths (a zombie path, m4; a poor path
-that is no loss, h1), and is a pure function of the run's record that returns PASS, FAIL or NA with what was
+PR #6481), or from item 3 of that list meeting the router's middlebox paths (a zombie path, m4; a
+poor path that is no loss, h1), and is a pure function of the run's record that returns PASS, FAIL or NA with what was
 observed. Defined here once; `lab matrix` (lab/report/matrix.py) tabulates them per scenario and
 client.
 
@@ -17,6 +17,11 @@ the backend's events, the agent's loss and heal events, and the run's metrics
 (lab/report/metrics.py). Where the record cannot show the thing (no twin record in a live run, the
 lab's own backend deduplicated before the client could), the rule says NA with the reason instead
 of guessing. Thresholds that no record measured say "assumption".
+
+The side effects are the conversation's (lab.report.run_tools: which tools have one and their
+business keys; the booking's for a run recorded before conversations), and their truth is the lab's
+backend when the run used it, else what the twin observed of the calls (lab.report.effects): a rule
+that reads it says so in what it observed.
 """
 from __future__ import annotations
 
@@ -24,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from lab import actions
-from lab.backend import business_key
 from lab.events import Event
+from lab.report import effects as effects_mod
+from lab.report import run_tools
 
 PASS, FAIL, NA = "pass", "fail", "n/a"
 
@@ -51,7 +57,7 @@ IDLE_REFUSAL = "idle_release"
 # 15 minutes of refusals, and room for a 10 s resume schedule's first retry.
 FALLBACK_WITHIN_S = 15.0
 
-# issue 15's middleboxes (netem/kinds), as the agent's loss event names them. None cuts the path the
+# the router's middleboxes (netem/kinds), as the agent's loss event names them. None cuts the path the
 # moment it is applied (their `cuts_path` is false), so the rules that time a cut cannot use it:
 # - a zombie path: the connection stays open at both ends and the client's small frames still pass,
 #   but the server's large ones (audio) vanish (m4, a VPN's path-MTU black hole); only the client's
@@ -99,12 +105,17 @@ class Record:
     twin: list[Event] | None
     meta: dict[str, Any]
     metrics: dict[str, Any]
+    conversation: dict[str, Any] | None = None                    # the run folder's conversation.json
     conns: dict[Any, TwinConn] = field(default_factory=dict)      # the twin's connections, by its id
     teardown_ms: float | None = None                              # when the lab began ending the run
+    tools: run_tools.RunTools = field(init=False, default=run_tools.DEFAULT)     # the run's tools
+    effects: effects_mod.Effects = field(init=False, default=None)               # their effects' truth
 
     def __post_init__(self) -> None:
         self.events = sorted(self.events, key=lambda e: e.ms)
         self.twin = sorted(self.twin, key=lambda e: e.ms) if self.twin is not None else None
+        self.tools = run_tools.of_run(self.twin, self.conversation)
+        self.effects = effects_mod.of_run(self.events, self.twin, self.tools)
         # the run's teardown: the agent heals at exit, then stops the client (a black-box app gets
         # SIGTERM). A connection ending from then on was ended by the lab, not by the client, so it
         # counts as still open at the end (else a killed app would pass "get a close to the server")
@@ -130,6 +141,20 @@ class Record:
 
     def kind(self, kind: str) -> list[Event]:
         return [e for e in self.events if e.kind == kind]
+
+    def effect_calls(self) -> list[Event]:
+        """The twin's calls of a side-effecting tool (every call in a run with no conversation of its own)."""
+        return [e for e in self.twin_kind("twin.tool_call") if self.tools.default or self.tools.effect(e.get("name"))]
+
+    @property
+    def own_action(self) -> bool:
+        """The run has a conversation of its own, or its effects are known other than from the lab's
+        backend: what a rule observed names the tools and how their effects are known."""
+        return not self.tools.default or self.effects.source != effects_mod.BACKEND
+
+    def how_known(self) -> str:
+        """' (refund_order; a twin observation ...)' for a run with its own action; '' for one read as always."""
+        return f" ({self.tools.names}; known from {self.effects.evidence})" if self.own_action else ""
 
     @property
     def loss_ms(self) -> float | None:
@@ -185,7 +210,7 @@ def _armed(m: dict[str, Any]) -> Outcome | None:
 
 
 def _not_a_cut(m: dict[str, Any]) -> Outcome | None:
-    """NA, saying why, when the loss is one of issue 15's middleboxes that cut no path when applied."""
+    """NA, saying why, when the loss is one of the router's middleboxes that cut no path when applied."""
     kind = str(m.get("loss_kind") or "")
     if kind in ZOMBIE_LOSSES:
         return _na(f"a zombie path ({kind}), not a cut: leaves_zombie_connection judges it")
@@ -342,40 +367,47 @@ def _status_note(r: Record) -> Outcome:
     if not new:
         return _na("no new session after the loss")
     s = new[0]
-    requests = [e for e in r.kind("backend.request") if e.ms <= s.accept_ms]
+    # a side effect asked before the new session: the backend's request, or a side-effecting call the
+    # twin issued (an app that executes its tools itself)
+    requests = [ms for ms, _ in r.effects.requested if ms <= s.accept_ms]
     if not requests:
-        return _na("no side effect before the new session")
+        return _na("no side effect before the new session" + r.how_known())
     note = next((e for e in r.twin_kind("twin.restore") if e.get("session") == s.session and e.get("note") is not None),
                 None)
     # 000 §4: without the note the model re-issued the call; a note that comes only after it did was late
-    reissued = next((e for e in r.twin_kind("twin.tool_call") if e.get("session") == s.session), None)
+    reissued = next((e for e in r.effect_calls() if e.get("session") == s.session), None)
     if note is None:
         return Outcome(FAIL, "the new session got no status of the side effect"
-                       + ("; the model re-issued the call there" if reissued else ""))
+                       + ("; the model re-issued the call there" if reissued else "") + r.how_known())
     if reissued is not None and reissued.ms < note.ms:
         return Outcome(FAIL, f"the status note ({note.get('note')}) came {_ms(note.ms - reissued.ms)} after the model "
-                             "had re-issued the call in the new session")
+                             "had re-issued the call in the new session" + r.how_known())
     return Outcome(PASS, f"the new session was restored with a status note ({note.get('note')}) "
-                         f"{_ms(note.ms - s.accept_ms)} after its setup")
+                         f"{_ms(note.ms - s.accept_ms)} after its setup" + r.how_known())
 
 
 @_needs_twin
 def _dedupe(r: Record) -> Outcome:
+    # the same effect asked twice: side-effecting calls under different ids with one business key
     by_key: dict[str, set] = {}
     for e in r.twin_kind("twin.tool_call"):
-        slot = (e.get("args") or {}).get("slot") if isinstance(e.get("args"), dict) else None
-        if slot is not None:
-            by_key.setdefault(business_key(slot), set()).add(e.get("id"))
+        key = r.tools.key_of(e)
+        if key is not None:
+            by_key.setdefault(key, set()).add(e.get("id"))
     repeated = {k: ids for k, ids in by_key.items() if len(ids) > 1}
     if not repeated:
-        return _na("no booking was asked for twice")
+        return _na(f"no {r.tools.names} call was asked for twice (one business key)" if r.own_action
+                   else "no booking was asked for twice")
     key, ids = next(iter(repeated.items()))
-    commits = [e for e in r.kind("backend.commit") if str(e.get("business_key")) == key]
+    done = [d for d in r.effects.done if str(d.key) == key]
     scn = r.meta.get("scenario") if isinstance(r.meta.get("scenario"), dict) else {}
-    if bool((scn.get("backend") or {}).get("dedup", True)) and r.kind("tool.dedup"):
+    if (r.effects.source == effects_mod.BACKEND and bool((scn.get("backend") or {}).get("dedup", True))
+            and r.kind("tool.dedup")):
         return _na(f"not observable: {len(ids)} calls for {key!r}, deduplicated by the lab's backend itself")
-    status = PASS if len(commits) <= 1 else FAIL
-    return Outcome(status, f"{len(ids)} calls for {key!r}, {len(commits)} booking(s)", float(len(commits)))
+    status = PASS if len(done) <= 1 else FAIL
+    if r.own_action:
+        return Outcome(status, f"{len(ids)} calls for {key!r}, {len(done)} done{r.how_known()}", float(len(done)))
+    return Outcome(status, f"{len(ids)} calls for {key!r}, {len(done)} booking(s)", float(len(done)))
 
 
 @_needs_twin
@@ -430,6 +462,11 @@ def _owed(r: Record) -> Outcome:
     parts = [f"{len(owed) - len(lost)} of {len(owed)} owed result(s) reached the call's session"]
     if misdirected:
         parts.append(f"{len(misdirected)} sent to a session that never issued the call")
+    if r.own_action:
+        # the results a side effect's truth hangs on, named: a lost one leaves the model unable to say it
+        fx = [c for c in owed if r.tools.effect(c.get("name"))]
+        fx_lost = [c for c in fx if c in lost]
+        parts.append(f"{len(fx) - len(fx_lost)} of {len(fx)} of a side-effecting tool ({r.tools.names})")
     return Outcome(FAIL if lost or misdirected else PASS, "; ".join(parts), float(len(lost) + len(misdirected)))
 
 
@@ -518,7 +555,8 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("status_from_backend", "000 §What a client must do, 6",
          "the new session is told each side effect's status (a System note), not only the transcript", _status_note),
     Rule("dedupe_by_business_key", "000 §What a client must do, 7; 001 §What it means for an app",
-         "a booking asked for twice (a re-issued call, a new id) commits once", _dedupe),
+         "a side effect asked for twice (a re-issued call, a new id, one business key: a booking, a refund) "
+         "happens once", _dedupe),
     Rule("no_transparent_mode", "000 §What a client must do, 8; §Other findings",
          "no setup asks for transparent resumption (the Developer API closes it 1007)", _transparent),
     Rule("no_reliance_on_goaway", "000 §What a client must do, 9; fidelity §5 (goAway)",
@@ -529,11 +567,11 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("no_spurious_reply", "003 review (the '.' nudge after the replay)",
          "the twin receives no user turn the user did not say (an injected nudge makes the model answer twice)",
          _spurious),
-    Rule("leaves_zombie_connection", "000 §What a client must do, 3; issue 15 m4 (a VPN's path-MTU black hole)",
+    Rule("leaves_zombie_connection", "000 §What a client must do, 3; scenario m4 (a VPN's path-MTU black hole)",
          "on a zombie path (small frames pass, the server's audio vanishes, nobody closes) the client leaves the "
          "connection on its own before the path heals", _zombie),
-    Rule("no_false_alarm", "000 §What a client must do, 3 (its detection, never tried on a poor path); h1 "
-         "(issue 14 item 3)", "on a path that is only degraded (delay, jitter, random loss; TCP retransmits) the "
+    Rule("no_false_alarm", "000 §What a client must do, 3 (its detection, never tried on a poor path); "
+         "scenario h1", "on a path that is only degraded (delay, jitter, random loss; TCP retransmits) the "
          "client stays on its session: no resume, no new session", _false_alarm),
 )}
 

@@ -36,8 +36,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from lab.conversation.semantics import ActionWords  # noqa: E402
 from lab.events import Event  # noqa: E402
-from lab.report import claims  # noqa: E402
+from lab.report import claims, run_tools  # noqa: E402
 
 LANES = ["faults", "connections", "resume", "twin", "tool call", "user", "model"]
 MAX_LABELS = 40  # per lane: beyond this, labels only where they change
@@ -119,7 +120,8 @@ def layout(events: list[Event], twin: list[Event] | None = None) -> list[Mark]:
     marks += [Mark(e.kind, "tool call", e.ms / 1000.0, text=STYLES[e.kind].label.split()[-1],
                    text_dy=0.15 + 0.15 * (j % 2))
               for j, e in enumerate(x for x in events if x.kind in TOOL_MARKS)]
-    return marks + _user(events) + _model(events)
+    # a turn is coloured by what it says about the run's own action (lab.report.run_tools)
+    return marks + _user(events) + _model(events, run_tools.of_run(twin).words)
 
 
 def _faults(events: list[Event], end_s: float) -> list[Mark]:
@@ -209,12 +211,12 @@ def _user(events: list[Event]) -> list[Mark]:
     return marks
 
 
-def _model(events: list[Event]) -> list[Mark]:
+def _model(events: list[Event], words: ActionWords | None = None) -> list[Mark]:
     audio = [e for e in events if e.kind == "model.audio"]
     marked = any(e.get("first") for e in audio)  # clients mark the first chunk of each turn
     marks = [Mark("model.audio", "model", e.ms / 1000.0, dy=-0.15) for e in audio if e.get("first") or not marked]
     for j, e in enumerate(x for x in events if x.kind == "model.text"):
-        marks.append(Mark(f"model.text.{claims.classify(e.get('text'))}", "model", e.ms / 1000.0,
+        marks.append(Mark(f"model.text.{claims.classify(e.get('text'), words)}", "model", e.ms / 1000.0,
                           text=_short(e.get("text")), text_dy=0.15 + 0.15 * (j % 2)))
     return marks
 

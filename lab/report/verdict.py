@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import expectations
+from lab.conversation.semantics import JSON_FILE
 from lab.errors import LabError
 from lab.events import EVENT_KINDS, Event, read_events
 from lab.report import advice as advice_mod
@@ -53,6 +54,18 @@ def load_meta(run_dir: Path) -> tuple[dict[str, Any], str | None]:
         return {}, f"run.json unreadable ({e.__class__.__name__})"
 
 
+def load_conversation(run_dir: Path) -> dict[str, Any] | None:
+    """The run folder's conversation.json (the conversation the run played), None when it has none or it
+    cannot be read: the report then reads the tools from twin.jsonl or as the booking's
+    (lab.report.run_tools)."""
+    p = run_dir / JSON_FILE
+    try:
+        d = json.loads(p.read_text()) if p.is_file() else None
+    except (json.JSONDecodeError, OSError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
 def load_run(run_dir: Path) -> tuple[list[Event], dict[str, Any], list[Event] | None, list[str]]:
     notes: list[str] = []
     meta, note = load_meta(run_dir)
@@ -73,10 +86,11 @@ def verdict_passed(v: dict[str, Any]) -> bool:
 
 
 def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | None = None,
-               run_id: str = "", notes: list[str] | None = None) -> dict[str, Any]:
+               run_id: str = "", notes: list[str] | None = None,
+               conversation: dict[str, Any] | None = None) -> dict[str, Any]:
     """The verdict dict from already loaded records (pure; build_run adds the files)."""
     notes = list(notes or [])
-    m = metrics_mod.compute(events, meta, twin)
+    m = metrics_mod.compute(events, meta, twin, conversation)
     start = next((e for e in events if e.kind == "run.start"), None)
     info = {k: meta.get(k) for k in META_FIELDS if meta.get(k) is not None}
     if isinstance(info.get("scenario"), dict):  # the orchestrator stores the whole scenario
@@ -118,7 +132,7 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
         "expectations": rows,
         "failed": [r["name"] for r in checked if not r["held"]],
         "notes": notes,
-        "rules": {} if interrupted else rule_rows(events, twin, meta, m, notes),
+        "rules": {} if interrupted else rule_rows(events, twin, meta, m, notes, conversation),
         "metrics": m,
     }
     run_advice = advice_mod.for_run(v)
@@ -128,11 +142,11 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
 
 
 def rule_rows(events: list[Event], twin: list[Event] | None, meta: dict[str, Any], m: dict[str, Any],
-              notes: list[str]) -> dict[str, dict[str, Any]]:
+              notes: list[str], conversation: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Every conformance rule's outcome for the run, a FAIL with its advice (the rules do not decide
     the verdict's pass: they are the client's conformance, the expectations the scenario's claim)."""
     try:
-        outcomes = rules_mod.judge_all(rules_mod.Record(events, twin, meta, m))
+        outcomes = rules_mod.judge_all(rules_mod.Record(events, twin, meta, m, conversation=conversation))
     except Exception as e:  # a rule that cannot read an odd record must not cost the verdict
         notes.append(f"rules not judged: {e.__class__.__name__}: {e}")
         return {}
@@ -180,7 +194,7 @@ def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True, pa
     if not is_run_dir(run_dir):
         raise LabError(f"not a run folder (no events.jsonl or run.json): {run_dir}")
     events, meta, twin, notes = load_run(run_dir)
-    v = verdict_of(events, meta, twin, run_id=run_dir.name, notes=notes)
+    v = verdict_of(events, meta, twin, run_id=run_dir.name, notes=notes, conversation=load_conversation(run_dir))
     if timeline:
         try:
             # lazy: matplotlib loads only when a picture is drawn; inside the try, as an image without

@@ -269,7 +269,7 @@ DECLARED: dict[str, Spec] = {
     "goaway_time_left": Text(pattern=r"\d+(\.\d+)?s", hint="a duration like '50s'"),
     "goaway_close_code": CLOSE_CODE,
     "goaway_close_reason": Text(),
-    # error channel, lifecycle and the server's own faults (issue 9, the wire room)
+    # error channel, lifecycle and the server's own faults (the wire room)
     "key_refusal": Choice(options=("close", "http")),
     "wrong_key_code": CLOSE_CODE,
     "wrong_key_reason": Text(),
@@ -336,7 +336,7 @@ DECLARED: dict[str, Spec] = {
     "speech_ms_per_char": Number(lo=0),
     "audio_chunk_ms": Number(lo=1),
     "tone_hz": Number(lo=0),
-    # turn order and realtimeInputConfig (issue 9 items 1-2; read by lab.twin.turns)
+    # turn order and realtimeInputConfig (read by lab.twin.turns)
     "interrupt_turn_complete_s": Delay(),
     "audio_send_speed": Number(lo=1),
     "vad_end_s": Delay(),

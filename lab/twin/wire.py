@@ -417,7 +417,7 @@ def turn_complete() -> dict:
     return {"serverContent": {"turnComplete": True}}
 
 
-# ---- frames added for the turn room's order (issue 9 items 1-2) ----
+# ---- frames for the turn room's order ----
 
 def input_transcription_piece(text: str) -> dict:
     """One piece of the user's words while they speak (the pieces join to the whole line)."""

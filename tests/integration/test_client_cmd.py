@@ -31,9 +31,13 @@ def _batch(tmp_path, scenario, cmd, duration=None):
     return batch, lines
 
 
-def _no_leftovers(run_name):
+def _no_leftovers(run):
+    # only this run's namespaces (its topology id has its folder's hash): another test's run of the same
+    # scenario, with the same run name, may hold its own right now
+    from lab.run import topology_id
+
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert f"ll-{run_name}-" not in ns, f"namespaces left behind: {ns}"
+    assert f"ll-{topology_id(run)}-" not in ns, f"namespaces left behind: {ns}"
 
 
 def test_plain_app_is_locked_out_in_b1_like_the_probe(tmp_path):
@@ -60,7 +64,7 @@ def test_plain_app_is_locked_out_in_b1_like_the_probe(tmp_path):
     assert [e.get("call_id") for e in events if e.kind == "backend.request"] == [call.get("id")]
     assert (run / "client.log").read_text().count("connected new") == 1
     assert json.loads((run / "run.json").read_text())["judged_as"] == "probe"
-    _no_leftovers(run.name)
+    _no_leftovers(run)
 
 
 @pytest.mark.parametrize("code, said", [
@@ -76,7 +80,7 @@ def test_an_app_that_never_connects_stops_the_run_with_one_line(tmp_path, code, 
     assert said in str(err.value) and "\n" not in str(err.value)
     end = next(e for e in read_events(tmp_path / "batch" / "control-cmd-01" / "events.jsonl") if e.kind == "run.end")
     assert end.ms < 10_000, end.ms            # stopped at once, not at the scenario's end (20 s)
-    _no_leftovers("control-cmd-01")
+    _no_leftovers(tmp_path / "batch" / "control-cmd-01")
 
 
 MIC_APP = Path(__file__).resolve().parent.parent / "fixtures" / "mic_app.py"
@@ -95,4 +99,4 @@ def test_an_app_that_listens_to_the_microphone_is_heard_and_judged(tmp_path):
     twin = [json.loads(x) for x in (run / "twin.jsonl").read_text().splitlines()]
     ends = [r.get("line") for r in twin if r.get("kind") == "twin.vad" and r.get("event") == "end"]
     assert ends == [0, 1], ends          # two utterances heard in the stream, as lines 0 and 1
-    _no_leftovers(run.name)
+    _no_leftovers(run)

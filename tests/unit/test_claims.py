@@ -7,7 +7,8 @@ not written against.
 """
 import pytest
 
-from lab.report.claims import BOOKED, CLASSES, IN_PROGRESS, NOT_BOOKED, UNKNOWN, classify
+from lab.conversation.semantics import ActionWords
+from lab.report.claims import BOOKED, CLASSES, DONE, IN_PROGRESS, NOT_BOOKED, NOT_DONE, UNKNOWN, classify, label
 
 TWIN = [
     ("I'm booking the 3 pm slot tomorrow for you now.", IN_PROGRESS),
@@ -133,3 +134,80 @@ def test_negation_is_scoped_to_its_clause():
 
 def test_times_with_dots_do_not_split_sentences():
     assert classify("At 3 p.m. tomorrow. Yes, that slot has been booked.") == BOOKED
+
+
+def test_a_cancel_inside_a_before_clause_does_not_override_the_main_clause():
+    # the main clause says it was made; "before I could cancel it" only says when
+    assert classify("The booking was already made before I could cancel it.") == BOOKED
+    assert classify("I'm sorry, it was booked before I could stop it.") == BOOKED
+    # a cancellation in the main clause still decides, whatever the "before" clause names
+    assert classify("I cancelled it before it was booked.") == NOT_BOOKED
+    assert classify("Before it was confirmed, I stopped it.") == NOT_BOOKED
+
+
+# Other conversations' actions, read from the words their tools declare (as a conversation file
+# declares them; the wording below is written for this test, not taken from a record).
+REFUND = ActionWords(verb=("refund",), doing=("refunding",), done=("refunded",), noun=("refund",))
+RESERVE = ActionWords(verb=("reserve", "book"), doing=("reserving", "booking"), done=("reserved", "booked"),
+                      noun=("reservation", "table"))
+
+REFUND_WORDING = [
+    ("I've refunded order 4417.", DONE),
+    ("Your refund for order 4417 has gone through.", DONE),
+    ("Good news: the refund is complete.", DONE),
+    ("It's been processed, you'll see the money in a few days.", DONE),
+    ("I'm processing the refund now.", IN_PROGRESS),
+    ("I'm refunding order 4417 for you now.", IN_PROGRESS),
+    ("Let me refund that for you.", IN_PROGRESS),
+    ("The refund hasn't gone through yet.", IN_PROGRESS),
+    ("Your refund is still pending.", IN_PROGRESS),
+    ("The refund did not go through.", NOT_DONE),
+    ("I couldn't refund order 4417.", NOT_DONE),
+    ("I wasn't able to process the refund.", NOT_DONE),
+    ("There's no refund on that order.", NOT_DONE),
+    ("The refund was cancelled as you asked.", NOT_DONE),
+    ("The refund was already made before I could cancel it.", DONE),
+    ("Your order 4417 arrived on Monday.", UNKNOWN),
+    ("Would you like me to refund it?", UNKNOWN),
+    ("Did the refund go through?", UNKNOWN),
+    ("You can always refund it later.", UNKNOWN),
+    ("Let me check the order.", UNKNOWN),
+]
+
+RESERVE_WORDING = [
+    ("Your table for four is reserved.", DONE),
+    ("Your table for four is reserved for 8 pm.", DONE),
+    ("I'm reserving the table now.", IN_PROGRESS),
+    ("The table was not reserved.", NOT_DONE),
+    ("Would you like me to reserve a table?", UNKNOWN),
+]
+
+
+@pytest.mark.parametrize("text,cls", REFUND_WORDING)
+def test_a_refund_is_read_from_the_refund_tools_words(text, cls):
+    assert classify(text, REFUND) == cls
+
+
+@pytest.mark.parametrize("text,cls", RESERVE_WORDING)
+def test_a_reservation_is_read_from_its_tools_words(text, cls):
+    assert classify(text, RESERVE) == cls
+
+
+def test_the_words_decide_what_the_sentence_is_about():
+    # "refunded" is no booking word, and "booked" no refund word
+    assert classify("I've refunded order 4417.") == UNKNOWN
+    assert classify("Your 3 pm slot tomorrow is booked.", REFUND) == UNKNOWN
+    # words every action shares still count
+    assert classify("It went through.", REFUND) == DONE
+
+
+def test_an_action_that_is_itself_a_cancellation_is_done_when_cancelled():
+    cancel = ActionWords(verb=("cancel",), doing=("cancelling",), done=("cancelled",), noun=("subscription",))
+    assert classify("I've cancelled your subscription.", cancel) == DONE
+    assert classify("The subscription was not cancelled.", cancel) == NOT_DONE
+
+
+def test_a_class_is_said_in_the_actions_words():
+    assert label(DONE, REFUND) == "refunded" and label(NOT_DONE, REFUND) == "not refunded"
+    assert label(BOOKED) == "booked" and label(IN_PROGRESS, REFUND) == "in progress"
+    assert label(UNKNOWN, REFUND) == "nothing said"

@@ -234,3 +234,17 @@ def test_an_app_is_told_the_input_mode_and_the_scenarios_proxy():
     assert env["LAB_INPUT_MODE"] == "speech"
     assert env["HTTPS_PROXY"] == env["https_proxy"] == "http://10.0.0.2:8080"
     assert "127.0.0.1" in env["NO_PROXY"].split(",")     # the backend API stays off the proxy
+
+
+def test_a_scripted_client_action_is_not_asked_of_an_app_and_the_run_goes_on():
+    """b2's `action: close` / `action: resume` are the probe's: a black-box app is judged on what its own
+    policy does when the path returns, so the step is recorded as failed and never ends the run."""
+    import asyncio
+
+    from lab.clients.command import CommandClient, NotAskable
+    from lab.errors import ONE_LINE_ERRORS
+
+    app = CommandClient.__new__(CommandClient)
+    with pytest.raises(NotAskable) as e:
+        asyncio.run(app.action("resume"))
+    assert not isinstance(e.value, ONE_LINE_ERRORS) and "its own policy decides" in str(e.value)
