@@ -48,6 +48,7 @@ import threading
 import time
 
 from lab.bench import router_faults
+from lab.bench.router_faults import pct
 from lab.errors import LabError
 from lab.topology.netns import NetnsTopology
 from lab.topology.uplink import down
@@ -61,15 +62,6 @@ MODES = ("silent", "eperm", "reject", "loss")
 B2B = "silent-b2b"  # silent, applied immediately after another fault was cleared
 FLOOR_MS = 5.0
 PROGRESS = "progress: "  # a worker's stderr line that run_worker prints at once
-
-
-def pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 # ------------------------------------------------------------------------------------ worker
