@@ -121,6 +121,13 @@ class Agent:
             self.table = FaultTable(handle_signals=False)
         return self.table
 
+    def _prepare_tables(self, steps) -> None:
+        """Set up, before t0's traffic, each fault table the timeline will use: its chains, its
+        long-lived iptables-restore, and in Compose the connection to the router service, so a
+        run's first fault costs what every later one does (a rule change) at its anchor."""
+        for node in dict.fromkeys(s.fault.get("node", "client") for s in steps if s.fault is not None):
+            self._faults(node).setup()
+
     def _proxy(self, verb: str) -> None:
         if not self.proxy_control:
             raise LabError(f"action {verb!r} needs the freeze proxy (endpoint: {{via: proxy}})")
@@ -267,6 +274,7 @@ class Agent:
         status, error = "ok", None
         tasks: list[asyncio.Task] = []
         try:
+            self._prepare_tables(steps)
             await self.client.start()
             tasks = [asyncio.create_task(self._run_step(i, s)) for i, s in enumerate(steps)]
             tasks.append(asyncio.create_task(self._ticker()))

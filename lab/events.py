@@ -207,13 +207,16 @@ class EventLog:
 
     `path=None` keeps events in memory only (unit tests). `t0` is the run's start on the wall clock;
     a child process that joins a run passes the parent's t0 so both write on the same `ms` scale.
+    `keep=False`: a writer that never looks back (a served twin) keeps no event in memory, so a
+    long-lived process does not grow with everything it ever recorded; `events` stays empty.
     """
 
-    def __init__(self, path: Path | str | None = None, t0: float | None = None):
+    def __init__(self, path: Path | str | None = None, t0: float | None = None, keep: bool = True):
         self.t0 = time.time() if t0 is None else t0
         self.path = Path(path) if path else None
         self._fh = open(self.path, "a", buffering=1) if self.path else None
         self.events: list[Event] = []
+        self._keep = keep
         self._waiters: list[tuple[Callable[[Event], bool], asyncio.Future]] = []
         self._listeners: list[Callable[[Event], None]] = []
 
@@ -227,7 +230,8 @@ class EventLog:
             raise ValueError(f"refusing to record secret-looking field(s) {sorted(bad)} in event {kind!r}")
         t = time.time()
         ev = Event(kind=kind, t=t, ms=(t - self.t0) * 1000.0, src=src, data=data)
-        self.events.append(ev)
+        if self._keep:
+            self.events.append(ev)
         if self._fh:
             self._fh.write(json.dumps(ev.to_json(), default=str) + "\n")
             self._fh.flush()

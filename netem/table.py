@@ -200,9 +200,18 @@ class FaultTable:
                 rc, ver, _ = self._exec(["iptables-restore", "--version"])
                 if rc == 0 and "nf_tables" in ver:
                     self._persistent = PersistentRestore(self.netns)
+                    self._start_persistent()
             self._ready = True
             self._arm()
             return self
+
+    def _start_persistent(self) -> None:
+        """Start the long-lived iptables-restore now, so the first fault does not pay its start."""
+        try:
+            self._persistent._start()
+        except PermissionError:  # /proc/PID/syscall unreadable here: restore() spawns per change
+            self._persistent.close()
+            self._persistent = None
 
     def _arm(self) -> None:
         """Clean up on SIGINT/SIGTERM and at interpreter exit (once)."""

@@ -25,6 +25,11 @@ exec-style spawn into the namespace) and, where a Docker engine answers and a co
 `--docker-image`, default lab-base:bookworm, with --network none), `docker exec <c> iptables-restore`. The
 ratios are baseline p50 / in-namespace p50.
 
+Router faults (`router` section, lab/bench/router_faults.py): a `node: router` fault, anchor ->
+rule in force at the router, in netns (its own router topology) and in Compose (the router
+service over the ctl network), beside the agent's own fault in the same run; `--router-only` runs
+just that section.
+
 Reusable pieces: `worker(config)` runs inside any namespace (compose: `docker exec -i client
 python -m lab.bench.faults --worker JSON`), `run_worker(prefix, config)` runs it under an exec
 prefix and returns its rows, `report(rows, baselines)` prints the table.
@@ -42,6 +47,8 @@ import sys
 import threading
 import time
 
+from lab.bench import router_faults
+from lab.bench.router_faults import pct
 from lab.errors import LabError
 from lab.topology.netns import NetnsTopology
 from lab.topology.uplink import down
@@ -55,15 +62,6 @@ MODES = ("silent", "eperm", "reject", "loss")
 B2B = "silent-b2b"  # silent, applied immediately after another fault was cleared
 FLOOR_MS = 5.0
 PROGRESS = "progress: "  # a worker's stderr line that run_worker prints at once
-
-
-def pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 # ------------------------------------------------------------------------------------ worker
@@ -162,6 +160,8 @@ def worker(config: dict) -> dict:
     `iptables-restore` process per change, spawned from inside the namespace (what a FaultTable
     without its persistent iptables-restore would cost).
     """
+    if config.get("router"):
+        return router_faults.worker(config["router"])
     if config.get("accuracy_only"):
         return {"rows": [], "spawn_in_ns": [], "delay": {}, **accuracy_parts(config)}
     host, port, n, p = config["host"], config["port"], config["n"], config.get("p", 0.3)
@@ -610,6 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docker-container", default=os.environ.get("LIVELAB_BENCH_CONTAINER"))
     ap.add_argument("--docker-image", default="lab-base:bookworm",
                     help="image for a throw-away container when none is named (needs iptables)")
+    ap.add_argument("--router-only", action="store_true",
+                    help="only the router section (a router fault's onset at the router, beside the agent's own)")
     ap.add_argument("--json", action="store_true", help="also print the summary as JSON")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--topology", choices=["netns", "compose"], default="netns",
@@ -620,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.topology == "compose":
         return _main_compose(args)
+    if args.router_only:
+        return _router_netns(args)
 
     topo = NetnsTopology(f"bench{os.getpid()}")
     topo.up()
@@ -655,6 +659,21 @@ def main(argv: list[str] | None = None) -> int:
             stamped.close()
         if sink:
             sink.close()
+        topo.down()
+        down(topo.run_id, current_ns=False)
+    return _router_netns(args)
+
+
+def _router_netns(args) -> int:
+    """The router section in netns: a topology of its own with a router on one access link."""
+    topo = NetnsTopology(f"benchr{os.getpid()}", links=["wifi"])
+    topo.up()
+    local = FaultTable(topo.ns_client, handle_signals=False)
+    try:
+        res = router_faults.measure(local, topo.router_part.table(), topo.endpoint_host, args.n, args.gap)
+        print("\n".join(router_faults.lines("netns: the agent's FaultTable on the router namespace", res)), flush=True)
+    finally:
+        local.close()
         topo.down()
         down(topo.run_id, current_ns=False)
     return 0
@@ -697,9 +716,12 @@ def _main_compose(args) -> int:
     """The same worker inside the compose lab's client container: the agent's own path there."""
     from lab.topology.compose import ComposeTopology  # lazy: the docker SDK is on the host only, not in the images
 
-    topo = ComposeTopology(f"bench{os.getpid()}", log=lambda s: None)
+    topo = ComposeTopology(f"bench{os.getpid()}", log=lambda s: None, links=["wifi"])
     try:
         topo.up()
+        if args.router_only:
+            _router_compose(topo, args)
+            return 0
         topo.compose("exec", "-T", "-d", "endpoint", "python", "-c", SINK_SRC)
         time.sleep(1.0)
         cid = topo.container_id("client")
@@ -719,9 +741,19 @@ def _main_compose(args) -> int:
         summary = report(res["rows"], baselines, notes, delay=res.get("delay"), accuracy=res.get("accuracy"))
         if args.json:
             print(json.dumps(summary, indent=2))
+        _router_compose(topo, args)
     finally:
         topo.down()
     return 0
+
+
+def _router_compose(topo, args) -> None:
+    """The router section in Compose: from the client container, the router service's table."""
+    res = run_worker(topo.compose_argv("exec", "-T", "client"),
+                     {"router": {"control": topo.router_part.control, "dst": topo.endpoint_ip,
+                                 "n": args.n, "gap": args.gap}},
+                     python="python", env=topo._env())
+    print("\n".join(router_faults.lines("Compose: the router service over the ctl network", res)), flush=True)
 
 
 def _drain(ls: socket.socket) -> None:

@@ -15,8 +15,9 @@ sessions held without traffic, one question each at the end. Memory per session 
 resident-set growth (VmRSS) from before the first session to all open (idle) or to the end
 (text, stream), divided by the sessions.
 
-Floors to compare against (not asserted): 200 streaming sessions held, p99 < 20 ms, no underrun,
-<= 1 MiB each; 1000 idle sessions held, <= 150 KiB each.
+Goals to compare against (not asserted), as ratios to the same level's baseline where the machine
+decides the figure: 200 streaming sessions held, no underrun, server CPU per client frame <= 1.15x
+the baseline's, p99 <= 1.2x the baseline's, <= 200 KiB each; 1000 idle sessions held, <= 64 KiB each.
 """
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ from lab.errors import LabError
 BENCH_SETTINGS = ["reply_delay_s=0", "tool_call_delay_s=0", "speech_ms_per_char=5", "new_setup_s=0.01",
                   "freeze_close_s=3600", "conversation_scope=session"]
 DEFAULT_SESSIONS = {"stream": "1,50,200", "text": "1,50,200", "idle": "1000"}
-STREAM_FLOORS = {"sessions": 200, "p99_ms": 20.0, "kib": 1024.0}
-IDLE_FLOORS = {"sessions": 1000, "kib": 150.0}
+STREAM_FLOORS = {"sessions": 200, "cpu_ratio": 1.15, "p99_ratio": 1.2, "kib": 200.0}
+IDLE_FLOORS = {"sessions": 1000, "kib": 64.0}
 
 
 def _pct(xs: list[float], p: float) -> float:
@@ -176,17 +177,33 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b and not math.isnan(a) and not math.isnan(b) else "-"
 
 
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
 def _floors(rows: list[Row]) -> None:
+    base = {(r.mode, r.n): r for r in rows if r.server == "baseline"}
     for r in rows:
         if r.server != "twin":
             continue
-        t = r.tally
+        t, b = r.tally, base.get((r.mode, r.n))
         if r.mode == "stream" and r.n == STREAM_FLOORS["sessions"]:
-            print(f"floor: {r.n} streaming held {t.held}/{r.n}; p99 {r.p99:.2f} ms (< {STREAM_FLOORS['p99_ms']:g}); "
-                  f"underruns {t.underruns} (0); {r.kib_per_session:.0f} KiB/session (<= {STREAM_FLOORS['kib']:g})")
+            g = STREAM_FLOORS
+            line = (f"goal: {r.n} streaming held {t.held}/{r.n} ({_met(t.held == r.n)}); underruns {t.underruns} "
+                    f"({_met(t.underruns == 0)}); {r.kib_per_session:.0f} KiB/session (<= {g['kib']:g}: "
+                    f"{_met(r.kib_per_session <= g['kib'])})")
+            if b is not None:
+                cpu, p99 = r.us_per_frame / b.us_per_frame, r.p99 / b.p99
+                line += (f"; cpu per client frame {cpu:.2f}x the baseline (<= {g['cpu_ratio']:g}x: "
+                         f"{_met(cpu <= g['cpu_ratio'])}); p99 {p99:.2f}x ({r.p99:.1f} vs {b.p99:.1f} ms; "
+                         f"<= {g['p99_ratio']:g}x: {_met(p99 <= g['p99_ratio'])})")
+            else:
+                line += "; cpu and p99 ratios need the baseline (drop --no-baseline)"
+            print(line)
         if r.mode == "idle" and r.n == IDLE_FLOORS["sessions"]:
-            print(f"floor: {r.n} idle held {t.held}/{r.n}; {r.kib_per_session:.0f} KiB/session "
-                  f"(<= {IDLE_FLOORS['kib']:g})")
+            print(f"goal: {r.n} idle held {t.held}/{r.n} ({_met(t.held == r.n)}); {r.kib_per_session:.0f} KiB/session "
+                  f"(<= {IDLE_FLOORS['kib']:g}: {_met(r.kib_per_session <= IDLE_FLOORS['kib'])})"
+                  + (f", {_ratio(r.kib_per_session, b.kib_per_session)} the baseline's" if b else ""))
 
 
 def _levels(args) -> list[tuple[str, int]]:
@@ -230,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     where = (f"server pinned to CPU {cpus[0]}, load to CPU {cpus[1]}" if len(cpus) > 1
              else "not pinned: server and load share the CPUs")
     print(f"twin bench: profile {args.profile}, TLS on loopback, a fresh server process per level ({where}; "
-          f"the machine is shared, so other work lands on both); {args.duration:g} s per level", flush=True)
+          f"the machine is shared, so other work lands on both); {args.duration:g} s per level; load average "
+          + ", ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
     print("latency = a question's send -> the first frame of its reply; KiB/sess = server VmRSS growth / sessions; "
           "cpu = cores used while the level ran; us/frame = server CPU per client frame (its cost, whatever share "
           "of a busy CPU it got)", flush=True)

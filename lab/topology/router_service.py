@@ -10,6 +10,7 @@ the same FaultTable, made by the same `forwarding_table()`. The agent reaches it
     agent (client container) ── ctl network (client and router only) ──> router service
         {"op": "add", "spec": {...}}   ->  {"ok": true, "name": ..., "path": ..., "t": [before, after]}
         {"op": "clear"}                ->  {"ok": true}
+        {"op": "ping"}                 ->  {"ok": true}     (RemoteTable.setup: the connection made early)
         anything refused               ->  {"ok": false, "error": "<one line>"}
 
 One JSON object a line over one TCP connection the agent keeps open (a request costs a round trip
@@ -66,7 +67,9 @@ def answer(table: FaultTable, request: dict) -> dict:
         if op == "clear":
             table.clear_all()
             return {"ok": True}
-        return {"ok": False, "error": f"unknown request {op!r} (add, clear)"}
+        if op == "ping":
+            return {"ok": True}
+        return {"ok": False, "error": f"unknown request {op!r} (add, clear, ping)"}
     except (NetemError, LabError) as e:
         return {"ok": False, "error": str(e)}
     except (KeyError, TypeError, ValueError) as e:     # a malformed request, not a refused fault
@@ -113,7 +116,7 @@ def serve(host: str, port: int, run_id: str, start_faults: tuple[dict, ...] = ()
 
 # ---- the agent's side --------------------------------------------------------------------------------
 class RemoteTable:
-    """The router service's FaultTable as the agent uses one: `add(fault)`, `clear_all()`, `close()`.
+    """The router service's FaultTable as the agent uses one: `setup()`, `add(fault)`, `clear_all()`, `close()`.
     Any failure (no answer, a refused fault) is one LabError line, which ends the run."""
 
     def __init__(self, address: str):
@@ -121,6 +124,9 @@ class RemoteTable:
         self._sock: socket.socket | None = None
         self._file = None
         self._lock = threading.Lock()
+        # the service's (wall time before, after) its iptables-restore of the last change: the
+        # router's own clock is the host's (containers share CLOCK_REALTIME), as FaultTable.last_apply
+        self.last_apply: tuple[float, float] | None = None
 
     def _connect(self) -> None:
         host, port = self.address.rsplit(":", 1)
@@ -152,10 +158,18 @@ class RemoteTable:
             raise LabError(f"router service refused {request.get('op')}: {reply.get('error')}")
         return reply
 
+    def setup(self) -> "RemoteTable":
+        """Connect and ask once (idempotent): the service's chains are set up already, so what a first
+        fault would otherwise pay is the connection and the service's first request."""
+        if self._sock is None:
+            self._ask({"op": "ping"})
+        return self
+
     def add(self, fault):
         """Apply `fault` (built here from the scenario's spec, so it was checked here) on the router."""
         reply = self._ask({"op": "add", "spec": fault.spec})
         fault.path = reply.get("path")
+        self.last_apply = tuple(reply["t"]) if reply.get("t") else None
         return fault
 
     def clear_all(self) -> None:

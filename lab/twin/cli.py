@@ -132,7 +132,7 @@ async def _run(args) -> int:
     twin = TwinServer(profile=args.profile, host=args.host, port=args.port, tls=not args.no_tls,
                       cert_dir=args.cert_dir, api_key=args.api_key, overrides=args.overrides,
                       log_path=args.log, seed=args.seed, san=args.san, t0=args.t0, control=args.control,
-                      conversation=args.conversation)
+                      conversation=args.conversation, keep_events=False)
     try:
         await twin.start()
     except OSError as e:

@@ -256,6 +256,11 @@ class AudioTurnDetector:
         frame_bytes = max(2, int(rate * self.FRAME_MS / 1000) * 2)
         events: list[str] = []
         n = len(data) // frame_bytes
+        if not (self.in_voice or self.candidate) and peak16(data[:n * frame_bytes]) < self.threshold:
+            # no frame's RMS can reach the threshold when no sample does, and with no utterance
+            # under way an unvoiced frame changes nothing: silence (most of a stream) skips the frames
+            self._rest = data[n * frame_bytes:]
+            return events
         for i in range(n):
             frame = data[i * frame_bytes:(i + 1) * frame_bytes]
             events.extend(self._frame(rms16(frame)))
@@ -307,6 +312,20 @@ try:  # C speed where the stdlib still has it (removed in Python 3.13)
         import audioop as _audioop
 except ImportError:  # pragma: no cover
     _audioop = None
+
+
+def peak16(frame: bytes) -> int:
+    """The largest absolute value of 16-bit little-endian samples (an upper bound of their RMS)."""
+    frame = frame[: len(frame) // 2 * 2]
+    if not frame:
+        return 0
+    if _audioop is not None and sys.byteorder == "little":
+        return _audioop.max(frame, 2)
+    a = array.array("h")
+    a.frombytes(frame)
+    if sys.byteorder != "little":
+        a.byteswap()
+    return max(max(a), -min(a))
 
 
 def rms16(frame: bytes) -> float:

@@ -87,7 +87,8 @@ class TwinServer:
                  cert_dir: str | Path | None = None, api_key: str | None = None, overrides: Any = None,
                  log_path: str | Path | None = None, seed: int | None = None, san: list[str] | None = None,
                  log: EventLog | None = None, t0: float | None = None,
-                 control: tuple[str, int] | None = None, conversation: Any = None):
+                 control: tuple[str, int] | None = None, conversation: Any = None, keep_events: bool = True):
+        # keep_events=False (`lab twin serve`): its events go to the log file only, not into memory
         self.core = TwinCore(profile, overrides, seed=seed, api_key=api_key, conversation=conversation)
         self.profile = self.core.profile
         # read here, not in start(): a bad profile fails before anything listens
@@ -103,7 +104,7 @@ class TwinServer:
         self._own_cert_dir = cert_dir is None
         self.san = list(san or [])
         # t0: the run's clock, so the twin's marks line up with the client's events (and the pcap)
-        self.log = log if log is not None else EventLog(log_path, t0=t0)
+        self.log = log if log is not None else EventLog(log_path, t0=t0, keep=keep_events)
         self._own_log = log is None
         self.ca_path: str | None = None
         self._server = None

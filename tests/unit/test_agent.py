@@ -31,7 +31,10 @@ class FakeClient(Client):
     refusal: dict | None = None
     actions_done: list[str] = []
 
+    started = False
+
     async def start(self):
+        FakeClient.started = True
         self.ctx.log.write("conn.open", src="client", conn=1, purpose="initial")
         self.ctx.log.write("conn.setup_complete", src="client", conn=1, setup_ms=1)
 
@@ -53,6 +56,11 @@ class FakeClient(Client):
 class FakeTable:
     def __init__(self):
         self.faults = []
+        self.setup_before_start = None   # set up before the client started (None: never set up)
+
+    def setup(self):
+        self.setup_before_start = not FakeClient.started
+        return self
 
     def add(self, fault):
         self.faults.append(fault)
@@ -68,6 +76,7 @@ class FakeTable:
 def play(tmp_path, monkeypatch):
     monkeypatch.setattr(lab.agent, "get_client", lambda name: FakeClient)
     FakeClient.actions_done = []
+    FakeClient.started = False
     runs = iter(range(100))
 
     def run(steps: str, refusal: dict | None = None, duration: float = 1.5):
@@ -77,11 +86,23 @@ def play(tmp_path, monkeypatch):
         run_dir.mkdir()
         agent = Agent(scn, "fake", run_dir, Endpoint(base_url="https://twin", api_key="k"), duration=duration,
                       progress=lambda s: None)
-        agent.table = FakeTable()
+        agent.table = run.table = FakeTable()
         t = time.monotonic()
         rc = asyncio.run(agent.run())
         return rc, read_events(run_dir / "events.jsonl"), time.monotonic() - t
     return run
+
+
+def test_the_fault_table_is_set_up_before_the_client_starts_only_when_a_fault_is_on_the_timeline(play):
+    # a run's first fault then costs a rule change at its anchor, not the table's set-up
+    rc, _evs, _ = play("""
+  - {at: setup_complete, fault: {kind: blackhole, target: flow}}
+""")
+    assert rc == 0 and play.table.setup_before_start is True
+    rc, _evs, _ = play("""
+  - {at: setup_complete, action: abort}
+""")
+    assert rc == 0 and play.table.setup_before_start is None
 
 
 def test_the_first_cutting_action_is_the_only_loss(play):

@@ -115,3 +115,14 @@ def test_the_service_puts_the_links_faults_in_before_it_listens():
     spec = {"kind": "delay", "name": "link-wifi-rtt", "target": {"dst": "172.31.0.3"}, "direction": "both", "delay_ms": 20}
     argv = RouterService(object(), "172.30.0.2", "run", faults=(spec,)).argv()
     assert argv[argv.index("--fault") + 1] == json.dumps(spec) and "172.30.0.2:8450" in argv
+
+
+def test_setup_connects_once_and_add_keeps_the_routers_own_stamps(served):
+    # setup() is the agent's early connection; the stamps are the service's, for `lab bench faults`
+    remote, table = served
+    assert remote._sock is None
+    remote.setup()
+    sock = remote._sock
+    assert sock is not None and remote.setup() is remote and remote._sock is sock and table.added == []
+    remote.add(build(ROUTER_SPECS[0]))
+    assert remote.last_apply == (1.0, 1.002) and remote._sock is sock

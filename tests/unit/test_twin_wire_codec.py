@@ -61,3 +61,10 @@ def test_base64_in_every_spelling_decodes_to_the_same_bytes(data):
 def test_bad_base64_is_still_refused(bad):
     with pytest.raises(wire.BadInput):
         wire.b64decode_any(bad)
+
+
+@pytest.mark.parametrize("frame", [{"a": ["x", 1, True, None, {"b": "y" * 5000}]}, {"k\u00e9": 1}, {"k": "\x7f"},
+                                   {"n": [None, 2 ** 63 - 1, -(2 ** 63)]}, {"t": ("a", 1)}, {"f": 0.5}])
+def test_frames_taken_without_the_output_scan_are_still_json_dumps(frame):
+    # the fast path (no float, ASCII strings) must not change a byte either
+    assert wire.encode_frame(frame) == _old_encode(frame)

@@ -1,0 +1,107 @@
+"""The router part of `lab bench faults`: a `node: router` fault, anchor -> rule in force AT the router.
+
+Per iteration, from the agent's place (t = the anchor: the moment the agent's step calls the
+table's add), alternating with the in-run baseline so the machine's load falls on both alike:
+
+  at router  t -> the router's iptables-restore of the change returned (the nf_tables commit is
+             synchronous: the rule is in force). Netns: the agent's own FaultTable on the router
+             namespace (what `Router.table()` makes), stamped in the agent. Compose: the router
+             service's table in the router container (`RemoteTable` over the ctl network), stamped
+             by the service with time.time(): CLOCK_REALTIME, which every container shares with the
+             host and the agent's events, so the stamp and the anchor are on one clock.
+  returned   t -> the agent's add() returned (Compose: the router's stamp plus the reply's way back).
+  service    the router's own apply, its iptables-restore write -> returned (its own two stamps).
+  baseline   the agent's own fault in the client (a FaultTable in its namespace): the same change
+             with no hop, measured in the same run.
+
+Reusable pieces: `measure(local, router, dst, n, gap)` (the rows; any two tables with add and
+last_apply), `worker(config)` (in the compose client container), `lines(where, res)` (the report).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from lab.topology.router_service import RemoteTable
+from netem.faults import build
+from netem.table import FaultTable
+
+GOAL_P99_MS = 2.0
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def _spec(dst: str, i: int) -> dict:
+    # a router fault as the scenarios write one (target: endpoint), its own name each round
+    return {"kind": "blackhole", "name": f"bench-router-{i}", "mode": "silent", "direction": "out",
+            "target": {"dst": dst}}
+
+
+def _once(table, dst: str, i: int) -> tuple[float, float, float, float]:
+    """(anchor, rule in force, returned, the table's own apply ms) for one add; cleared after."""
+    f = build(_spec(dst, i))
+    t = time.time()
+    table.add(f)
+    t_ret = time.time()
+    before, after = table.last_apply
+    table.clear_all()
+    return t, after, t_ret, (after - before) * 1e3
+
+
+def measure(local, router, dst: str, n: int, gap: float = 0.05) -> dict:
+    """n rounds (after two warm-up rounds), each: a fault on the router, then the same on `local`;
+    both tables set up first, as the agent does before its first anchor (Agent._prepare_tables)."""
+    router.setup()
+    local.setup()
+    out: dict[str, list[float]] = {"first_ms": [], "at_router_ms": [], "returned_ms": [], "service_ms": [], "local_ms": []}
+    for i in range(n + 2):
+        time.sleep(gap)   # faults in a scenario are seconds apart: the kernel's deferred free is done
+        t, at, ret, own = _once(router, dst, i)
+        time.sleep(gap)
+        lt, lat, _lret, _lown = _once(local, dst, i)
+        if i == 0:   # a run's first fault: the table's first change (Compose: the connection's first add)
+            out["first_ms"] = [(at - t) * 1e3, (lat - lt) * 1e3]
+        if i >= 2:
+            out["at_router_ms"].append((at - t) * 1e3)
+            out["returned_ms"].append((ret - t) * 1e3)
+            out["service_ms"].append(own)
+            out["local_ms"].append((lat - lt) * 1e3)
+    return out
+
+
+def worker(config: dict) -> dict:
+    """In the compose client container, as the agent: its own FaultTable and the router service's."""
+    local, router = FaultTable(handle_signals=False), RemoteTable(config["control"])
+    try:
+        return measure(local, router, config["dst"], config["n"], config.get("gap", 0.05))
+    finally:
+        router.close()
+        local.close()
+
+
+def load_average() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def lines(where: str, res: dict) -> list[str]:
+    a, r, s, b = (res[k] for k in ("at_router_ms", "returned_ms", "service_ms", "local_ms"))
+    a99, b99, a50, b50 = pct(a, .99), pct(b, .99), pct(a, .5), pct(b, .5)
+    met = "met" if a99 <= GOAL_P99_MS else "NOT met"
+    return [
+        f"router faults ({where}), n={len(a)}, {load_average()}:",
+        f"  anchor -> rule in force at the router  p50 {a50:.2f} / p99 {a99:.2f} ms   "
+        f"(goal p99 <= {GOAL_P99_MS:g} ms on a quiet machine: {met})",
+        f"  anchor -> the agent's add returned     p50 {pct(r, .5):.2f} / p99 {pct(r, .99):.2f} ms",
+        f"  the router's own iptables-restore      p50 {pct(s, .5):.2f} / p99 {pct(s, .99):.2f} ms",
+        f"  a run's first fault (its table set up before the anchor): at the router "
+        f"{res['first_ms'][0]:.2f} ms, the agent's own {res['first_ms'][1]:.2f} ms",
+        f"  baseline, the agent's own fault (client, same run) p50 {b50:.2f} / p99 {b99:.2f} ms"
+        f"  ->  router / baseline: p50 {a50 / b50:.2f}x, p99 {a99 / b99:.2f}x",
+    ]

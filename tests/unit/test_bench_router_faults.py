@@ -1,0 +1,54 @@
+"""lab.bench.router_faults: what its rows measure, from stand-in tables with known stamps (no root)."""
+import math
+
+from lab.bench import router_faults
+
+
+class ClockTable:
+    """A table whose change takes `took` s after `lag` s of getting there, on a fake wall clock."""
+
+    def __init__(self, clock, lag: float, took: float):
+        self.clock, self.lag, self.took = clock, lag, took
+        self.set_up = self.added = self.cleared = 0
+        self.last_apply = None
+
+    def setup(self):
+        self.set_up += 1
+        return self
+
+    def add(self, fault):
+        before = self.clock.t + self.lag
+        self.clock.t = before + self.took
+        self.last_apply = (before, self.clock.t)
+        self.clock.t += self.lag          # the reply's way back
+        self.added += 1
+        return fault
+
+    def clear_all(self):
+        self.cleared += 1
+
+
+class Clock:
+    t = 1000.0
+
+    def time(self):
+        return self.t
+
+
+def test_rows_are_anchor_to_the_routers_stamp_beside_the_local_baseline(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(router_faults.time, "time", clock.time)
+    monkeypatch.setattr(router_faults.time, "sleep", lambda s: None)
+    router, local = ClockTable(clock, lag=0.0004, took=0.0005), ClockTable(clock, lag=0.0, took=0.0005)
+    res = router_faults.measure(local, router, "10.0.0.1", n=5)
+    assert router.set_up == local.set_up == 1 and router.added == local.added == 7 == router.cleared
+    assert len(res["at_router_ms"]) == 5 and all(math.isclose(x, 0.9) for x in res["at_router_ms"])
+    assert all(math.isclose(x, 1.3) for x in res["returned_ms"])
+    assert all(math.isclose(x, 0.5) for x in res["service_ms"] + res["local_ms"])
+    text = "\n".join(router_faults.lines("test", res))
+    assert "p50 0.90 / p99 0.90 ms" in text and "met)" in text and "p50 1.80x, p99 1.80x" in text
+
+
+def test_a_router_over_the_goal_says_not_met():
+    res = {"first_ms": [3.0, 1.0], "at_router_ms": [2.5], "returned_ms": [2.6], "service_ms": [2.0], "local_ms": [1.0]}
+    assert "NOT met" in "\n".join(router_faults.lines("test", res))
