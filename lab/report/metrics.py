@@ -23,10 +23,11 @@ Definitions (all times in ms on the run's clock):
   seen says done or not by its status); `effects_from` says which, `action` names the tools.
 - bookings: the effects done (`backend.commit` events, or side-effecting calls answered done),
   grouped by business key for duplicates.
-- status answer: the first model turn (`model.text`) after the last `user.say` of the status
-  question (lab.conversation.intents, read with the action's words) that says something about the
-  action, classified with `claims.classify` and those words; the truth is the effects at that
-  moment (done -> booked, asked and not undone -> in_progress, else not_booked);
+- status answer: the first model turn (`model.text`) starting after the last `user.say` of the
+  status question (a spoken one: after its speech ended, `voiced_ms`; lab.conversation.intents, read
+  with the action's words) that says something about the action, classified with `claims.classify`
+  and those words; the truth is the effects at that moment (done -> booked, asked and not undone
+  -> in_progress, else not_booked);
   told_truth is None when the question was never answered ("never told"); loss_to_answer_ms from the loss.
 - while the server holds the lost session (`held_metrics`): `fallback.new_failed` after the loss,
   and the client's own status lines (`user.status`) after it: the first one's time from the loss,
@@ -435,6 +436,15 @@ def _status_question(events: list[Event], meta: dict[str, Any], words: ActionWor
     return asked[-1] if asked else None
 
 
+def _heard_from(say: Event) -> float:
+    """The earliest a model turn can answer a line: a typed line when sent; a spoken one when its
+    speech ended (the service hears it at ACTIVITY_END, 1.1-1.3 s later still: fidelity §8 F9), so
+    a reply already under way when the user began (F1's sentence to a response, which the model
+    finishes: F4) is not the answer even when its first audio reaches the client during the line."""
+    voiced = say.get("voiced_ms") if say.get("mode") == "speech" else None
+    return say.ms + float(voiced) if voiced else say.ms
+
+
 def status_answer_metrics(events: list[Event], meta: dict[str, Any], fx: Effects,
                           loss_ms: float | None) -> dict[str, Any]:
     """What the user was told when asked about the action, against the effects at that moment."""
@@ -447,7 +457,8 @@ def status_answer_metrics(events: list[Event], meta: dict[str, Any], fx: Effects
     if question is not None:
         nxt = next((e.ms for e in says if e.ms > question.ms), math.inf)
         starts = _turn_starts(events)
-        texts = [e for e in events if e.kind == "model.text" and question.ms <= starts[id(e)] < nxt
+        heard = _heard_from(question)
+        texts = [e for e in events if e.kind == "model.text" and heard <= starts[id(e)] < nxt
                  and str(e.get("text", "")).strip()]
         answer = next((e for e in texts if claims.classify(e.get("text"), words) != claims.UNKNOWN),
                       texts[0] if texts else None)

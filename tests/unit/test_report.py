@@ -351,6 +351,21 @@ def test_a_reply_that_began_before_the_question_is_not_its_answer(tmp_path, cloc
     assert m["told"] == "booked" and m["answer_ms"] == 8400 and v["pass"]
 
 
+def test_a_reply_reaching_the_client_while_a_question_is_spoken_is_not_its_answer(tmp_path, clock):
+    """Under load the reply to the booked response (F1's in-progress sentence) can reach the client
+    after a spoken question began; the service hears the question only once its speech ended."""
+    r = start_booking(Run(tmp_path, "cs-0001", clock, "control-speech", {"told_truth": True}))
+    r.at(6000, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
+    r.at(7000, "user.say", conn=1, text=ASK, line=1, mode="speech", voiced_ms=800.0)
+    r.at(7300, "model.audio", conn=1, first=True, bytes=9600)        # the reply to the response
+    r.at(8200, "model.text", conn=1, text="I'm booking the 3:00 p.m. slot tomorrow for you.")
+    r.at(8210, "model.turn_complete", conn=1)
+    r.at(9500, "model.audio", conn=1, first=True, bytes=9600)        # the answer, after ACTIVITY_END
+    r.at(10400, "model.text", conn=1, text="Yes, your 3 pm slot tomorrow has been booked.")
+    m = build_run(r.end(11000))["metrics"]
+    assert m["told"] == "booked" and m["answer_ms"] == 10400 and m["told_truth"] is True
+
+
 def test_b2_after_close_is_measured_from_the_echo(tmp_path, clock):
     # after a long outage the close frame waits behind TCP's backoff: 6 s from the client's close to
     # the server's echo; the study's 0.5-0.6 s is from the echo to the resumed setupComplete
