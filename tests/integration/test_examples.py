@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.run import topology_id  # a run's namespaces carry its folder's hash: another test's same-named run is not ours
+
 from lab.errors import LabError
 from lab.events import read_events
 from tests.integration.test_frameworks import _venv    # builds a framework venv, skips with no network
@@ -67,7 +69,7 @@ def test_the_adk_example_runs_unmodified_through_a_goaway(monkeypatch, tmp_path)
     answered = [e for e in read_events(run / "events.jsonl") if e.kind == "tool.response" and e.src == "twin-observed"]
     assert calls and {e.get("id") for e in answered} <= {e.get("id") for e in calls} and answered
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert f"ll-{run.name}-" not in ns
+    assert f"ll-{topology_id(run)}-" not in ns
 
 
 def test_a_framework_client_in_a_spoken_scenario_is_heard_as_speech(monkeypatch, tmp_path):

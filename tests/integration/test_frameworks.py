@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.run import topology_id  # a run's namespaces carry its folder's hash: another test's same-named run is not ours
+
 from lab.events import read_events
 
 pytestmark = pytest.mark.netns
@@ -49,4 +51,4 @@ def test_framework_passes_control_against_the_twin(tmp_path, framework):
     assert [e.get("id") for e in calls] == [e.get("id") for e in answered] and answered[0].get("status") == "booked"
     assert VERSIONS[framework] in (run / "client.log").read_text()      # the pinned version ran
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert f"ll-{run.name}-" not in ns
+    assert f"ll-{topology_id(run)}-" not in ns

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.run import topology_id  # a run's namespaces carry its folder's hash: another test's same-named run is not ours
+
 from lab.events import read_events
 from tests.integration.test_frameworks import _venv    # builds a peers venv, skips with no network
 
@@ -39,7 +41,7 @@ def _run(tmp_path, scenario: str, spec: str) -> tuple[Path, list[dict], dict]:
     run = runs[0]
     twin = [json.loads(ln) for ln in (run / "twin.jsonl").read_text().splitlines() if ln.strip()]
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert f"ll-{run.name}-" not in ns          # nothing left behind
+    assert f"ll-{topology_id(run)}-" not in ns          # nothing left behind
     return run, twin, json.loads((run / "verdict.json").read_text())
 
 

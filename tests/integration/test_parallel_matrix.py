@@ -11,6 +11,8 @@ import subprocess
 
 import pytest
 
+from lab.run import topology_id  # a run's namespaces carry its folder's hash: another test's same-named run is not ours
+
 from lab.matrix import TIMING_FILE, run_matrix
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -59,4 +61,4 @@ def test_no_namespace_is_left_behind(both):
     serial, par, _ = both
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     for batch in (serial, par):
-        assert not any(f"ll-{r.name}-" in ns for r in batch.iterdir() if r.is_dir())
+        assert not any(f"ll-{topology_id(r)}-" in ns for r in batch.iterdir() if r.is_dir())

@@ -10,6 +10,8 @@ import subprocess
 
 import pytest
 
+from lab.run import topology_id  # a run's namespaces carry its folder's hash: another test's same-named run is not ours
+
 from lab.events import read_events
 from lab.scenario import names
 
@@ -43,7 +45,7 @@ def _run(tmp_path, scenario, client=None):
 def _no_leftovers(run):
     # only this run's namespaces: other runs on the machine may hold theirs right now
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert f"ll-{run.name}-" not in ns, f"namespaces left behind: {ns}"
+    assert f"ll-{topology_id(run)}-" not in ns, f"namespaces left behind: {ns}"
 
 
 @pytest.mark.parametrize("scenario", CATALOGUE)
