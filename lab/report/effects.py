@@ -119,10 +119,18 @@ def from_calls(calls: Iterable[Event], responses: Iterable[Event], tools: RunToo
     return fx
 
 
+def lab_client(events: Iterable[Event]) -> bool:
+    """The run's client is one of the lab's own (run.start names it and no command): those book only
+    through the lab's backend, so a run where such a client withheld every effect (the guard) leaves
+    no backend record and is still judged by the backend, not by the calls the twin issued."""
+    start = next((e for e in events if e.kind == "run.start"), None)
+    return start is not None and start.get("client") is not None and not start.get("client_cmd")
+
+
 def uses_backend(events: Iterable[Event], tools: RunTools) -> bool:
-    """The lab's backend is the run's truth: it has a record in the run, or the run has no
-    conversation of its own (every such run was judged by it)."""
-    return tools.default or any(e.kind.startswith("backend.") for e in events)
+    """The lab's backend is the run's truth: it has a record in the run, the run's client is one of
+    the lab's own, or the run has no conversation of its own (every such run was judged by it)."""
+    return tools.default or any(e.kind.startswith("backend.") for e in events) or lab_client(events)
 
 
 def of_run(events: list[Event], twin: list[Event] | None, tools: RunTools = DEFAULT) -> Effects:

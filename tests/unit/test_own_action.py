@@ -178,3 +178,20 @@ def test_a_run_folder_with_conversation_json_is_judged_on_its_tools(tmp_path):
     assert v["pass"], v["expectations"]
     # the verdict's rule cells read the same tools: the refund is the side effect its results are owed for
     assert "refund_order" in v["rules"]["owed_results_delivered"]["observed"], v["rules"]["owed_results_delivered"]
+
+
+def test_a_lab_client_that_withheld_its_call_is_judged_by_the_backend_not_the_twins_calls():
+    # the guard withholds a held booking on the user's stop: the twin issued the call, the backend was
+    # never asked, and the call was answered cancelled; nothing was requested from the truth's owner
+    events = [ev("run.start", 0, client="guard"), ev("user.say", 500, text="Book me the 3pm slot tomorrow, please."),
+              ev("tool.call", 1000, id="c-1", name="book_slot"), ev("run.end", 9000, status="ok")]
+    booking = ev(EVENT_KIND, 60, session="s1", source="lines", name="booking", tools=[BOOKING.to_json()])
+    twin = [booking, ev("twin.tool_call", 1000, conn=1, session="s1", id="c-1", name="book_slot",
+                                     args={"slot": "tomorrow 3pm"}),
+            ev("twin.tool_response", 2800, conn=1, session="s1", id="c-1", name="book_slot", status="cancelled")]
+    m = metrics.compute(events, {}, twin)
+    assert (m["effects_from"], m["bookings"], m["booking_requests"]) == (effects.BACKEND, 0, 0)
+    # the same record from a command app is still the twin's observation
+    events[0] = ev("run.start", 0, client="cmd", client_cmd="./app")
+    m = metrics.compute(events, {}, twin)
+    assert (m["effects_from"], m["booking_requests"]) == (effects.TWIN, 1)
