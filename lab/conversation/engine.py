@@ -452,7 +452,16 @@ class Engine:
             m["args_from"] = why
             if tool.semantics.side_effect:
                 status, _, call = self.status_of(tool.name)
-                same = call is None or tool.semantics.key_of(call.args) == tool.semantics.key_of(batch[0])
+                # the same request: every slot of the batch already asked (a two-slot line restored
+                # while its calls are under way is not a new request); the sentence follows the
+                # slots' own state, under way over done
+                had = {tool.semantics.key_of(c.args): c for c in self.calls.values()
+                       if c.name == tool.name and c.status in (DONE, PENDING)}
+                same = call is None or all(tool.semantics.key_of(a) in had for a in batch)
+                if call is not None and same:
+                    got = [had[tool.semantics.key_of(a)] for a in batch]
+                    call = next((c for c in reversed(got) if c.status == PENDING), got[-1])
+                    status = call.status
                 if status == PENDING and same:
                     return self._say(self.sentence(tool, "again_pending", call) or self._other(), "book-pending")
                 if status == DONE and same:

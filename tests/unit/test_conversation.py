@@ -159,3 +159,13 @@ def test_a_bad_conversation_stops_lab_twin_serve_with_one_line(tmp_path, capsys)
     assert main(["twin", "serve", "--port", "0", "--conversation", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"lab: {bad}:3: unknown key of tool t 'descripton'")
+
+
+def test_a_two_slot_request_restored_while_both_calls_are_pending_is_not_issued_again():
+    """k3: both functionCalls of one toolCall are under way when a restart restores the line."""
+    e = engine("booking")
+    line = "Book me the 3pm and the 4pm slots tomorrow, please."
+    step = next(s for s in e.user_turn(line, spoken=True).steps if s.kind == "call")
+    assert len(e.new_calls([step.args, *step.more], tool=step.tool or None)) == 2
+    plan = e.restore([("user", line)], [], True)
+    assert plan.why == "book-pending" and all(s.kind != "call" for s in plan.steps)
