@@ -436,13 +436,17 @@ def _status_question(events: list[Event], meta: dict[str, Any], words: ActionWor
     return asked[-1] if asked else None
 
 
-def _heard_from(say: Event) -> float:
+def _heard_from(events: list[Event], say: Event) -> float:
     """The earliest a model turn can answer a line: a typed line when sent; a spoken one when its
     speech ended (the service hears it at ACTIVITY_END, 1.1-1.3 s later still: fidelity §8 F9), so
     a reply already under way when the user began (F1's sentence to a response, which the model
-    finishes: F4) is not the answer even when its first audio reaches the client during the line."""
+    finishes: F4) is not the answer even when its first audio reaches the client during the line;
+    or when a client replays the line cut by a loss (user.replay), if that comes first."""
     voiced = say.get("voiced_ms") if say.get("mode") == "speech" else None
-    return say.ms + float(voiced) if voiced else say.ms
+    end = say.ms + float(voiced) if voiced else say.ms
+    replays = [e.ms for e in events if e.kind == "user.replay" and e.ms >= say.ms
+               and e.get("line") == say.get("line") and e.get("how") in ("audio", "restore")]
+    return min([end, *replays])
 
 
 def status_answer_metrics(events: list[Event], meta: dict[str, Any], fx: Effects,
@@ -457,7 +461,7 @@ def status_answer_metrics(events: list[Event], meta: dict[str, Any], fx: Effects
     if question is not None:
         nxt = next((e.ms for e in says if e.ms > question.ms), math.inf)
         starts = _turn_starts(events)
-        heard = _heard_from(question)
+        heard = _heard_from(events, question)
         texts = [e for e in events if e.kind == "model.text" and heard <= starts[id(e)] < nxt
                  and str(e.get("text", "")).strip()]
         answer = next((e for e in texts if claims.classify(e.get("text"), words) != claims.UNKNOWN),

@@ -366,6 +366,20 @@ def test_a_reply_reaching_the_client_while_a_question_is_spoken_is_not_its_answe
     assert m["told"] == "booked" and m["answer_ms"] == 10400 and m["told_truth"] is True
 
 
+def test_a_spoken_question_restored_as_text_is_answered_from_its_restore(tmp_path, clock):
+    """g1: the line cut by the loss is restored as text before its speech would have ended."""
+    r = start_booking(Run(tmp_path, "g1-0001", clock, "g1-speech-in-gap", {"told_truth": True}, client="recovery"))
+    r.at(6000, "backend.commit", src="backend", business_key="slot:tomorrow-15", job="job-1", call_id="fc-1")
+    r.fault(9000)
+    r.at(9200, "user.say", conn=1, text=ASK, line=1, mode="speech", voiced_ms=5600.0)
+    r.at(9700, "conn.setup_complete", conn=2, setup_ms=250)
+    r.at(9900, "user.replay", conn=2, line=1, how="restore")
+    r.at(10900, "model.audio", conn=2, first=True, bytes=9600)
+    r.at(13700, "model.text", conn=2, text="Yes, your 3 pm slot tomorrow has been booked.")
+    m = build_run(r.end(15000))["metrics"]
+    assert m["told"] == "booked" and m["answer_ms"] == 13700
+
+
 def test_b2_after_close_is_measured_from_the_echo(tmp_path, clock):
     # after a long outage the close frame waits behind TCP's backoff: 6 s from the client's close to
     # the server's echo; the study's 0.5-0.6 s is from the echo to the resumed setupComplete
