@@ -150,6 +150,7 @@ class Conn:
     session: str | None = None
     resumed: bool = False
     resumption: bool = False    # sessionResumption present in setup
+    setup_drawn_s: float = 0.0  # the setup delay drawn for it: twin.accept logs it beside what it took
     transparent: bool = False
     last_data_at: float = 0.0   # last data frame the client sent (the freeze timer)
     last_activity_at: float = 0.0   # last data frame either way (the idle-release rule)
@@ -453,7 +454,8 @@ class Sessions:
         c.session = s.id
         if c.transparent:
             self.replays.started(c.id, s.id)
-        return acts + [Timer(SetupDone(c.id), now + draw(self.prm.new_setup_s, self.rng))]
+        c.setup_drawn_s = draw(self.prm.new_setup_s, self.rng)
+        return acts + [Timer(SetupDone(c.id), now + c.setup_drawn_s)]
 
     def held_sessions(self, now: float) -> int:
         """Sessions the server still holds: on a connection it has not seen end (a silent loss keeps
@@ -540,7 +542,8 @@ class Sessions:
         owed = self.replays.resumed(c.id, s.id, handle) if c.transparent else None
         if owed is not None:
             acts.append(Log("twin.replay", {"conn": c.id, "session": s.id, "verdict": "owed", "owed": owed}))
-        return acts + [Timer(SetupDone(c.id), now + draw(self.prm.resume_setup_s, self.rng))]
+        c.setup_drawn_s = draw(self.prm.resume_setup_s, self.rng)
+        return acts + [Timer(SetupDone(c.id), now + c.setup_drawn_s)]
 
     def _av_resume(self, c: Conn, s: Session, handle: str, now: float) -> list:
         """002: a session that ever carried audio and video is resumed (the resume itself works); it
@@ -580,7 +583,8 @@ class Sessions:
         c.phase = Phase.LIVE
         acts: list = [self.wire.send(c.id, wire.setup_complete(), now),
                       Log("twin.accept", {"conn": c.id, "session": s.id, "resume": c.resumed,
-                                          "setup_ms": round((now - c.opened_at) * 1000, 1)})]
+                                          "setup_ms": round((now - c.opened_at) * 1000, 1),
+                                          "drawn_ms": round(c.setup_drawn_s * 1000, 1)})]
         if c.resumption:
             wait = self.prm.resumed_handle_update_delay_s if c.resumed else self.prm.handle_update_delay_s
             d = 0.0 if wait is None else draw(wait, self.rng)
