@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from lab.twin import actions as A
+from lab.twin import effects as A
 from lab.twin import wire as W
 from lab.twin import model as M
 from lab.twin.core import TwinCore

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from lab.errors import LabError
-from lab.twin.actions import Close
+from lab.twin.effects import Close
 from lab.twin.core import TwinCore
 from lab.twin.params import BadParameter, Delay, bounds, draw
 from lab.twin.profile import load_profile
