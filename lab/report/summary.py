@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 from lab import metric_names
 from lab.errors import LabError
-from lab.report.metrics import percentile
+from lab.stats.order import percentile
 from lab.report.verdict import VERDICT_FORMAT, build_run, is_run_dir, outcome, verdict_passed
 
 
