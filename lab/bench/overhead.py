@@ -39,6 +39,7 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.events import read_events
+from lab.model_id import DEFAULT_MODEL
 from lab.report.verdict import verdict_passed
 from lab.run import PHASES_FILE, RunSpec, preflight, run_one
 from lab.topology import forked
@@ -86,7 +87,7 @@ def _one(scn, client: str, label: str, out_dir: Path, i: int, duration: float | 
         os.environ[forked.ENV_SWITCH] = "0"
     try:
         verdict = run_one(RunSpec(scn, client or scn.client, topology, "twin", run_dir, duration, None,
-                                  "gemini-3.8-live"), out=lines.append)
+                                  DEFAULT_MODEL), out=lines.append)
     finally:
         if switch is None:
             os.environ.pop(forked.ENV_SWITCH, None)
