@@ -22,6 +22,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab import forkserver  # noqa: F401  (imported, it installs the netns topology's fork server)
 from lab import parallel
 from lab import scenario as scenario_mod
 from lab.conversation import format as conversations
