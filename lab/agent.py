@@ -34,6 +34,7 @@ from lab.errors import ONE_LINE_ERRORS, LabError
 from lab.events import Event, EventLog
 from lab.live import errors as live_errors
 from lab.live.budget import ConnectionCharger
+from lab.model_id import DEFAULT_MODEL
 from lab.topology.router import Router
 
 
@@ -332,7 +333,7 @@ def add_parser(sub) -> None:
     p.add_argument("--base-url", default=None, help="endpoint base URL (https://host:port); none = the SDK default")
     p.add_argument("--ca", default=None, help="CA certificate the client trusts (the twin's)")
     p.add_argument("--api-key-env", default="LAB_API_KEY", help="environment variable holding the key")
-    p.add_argument("--model", default="gemini-3.8-live")
+    p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--budget-ledger", default=None,
                    help="live mode: the batch's session ledger; each connection is charged before it opens")
     p.add_argument("--keylog", default=None, help="write TLS secrets here (twin runs; live only when asked)")
