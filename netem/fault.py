@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from netem import spec as S
 from netem.errors import FaultSpecError
-from netem.rules import Rules, nflog
+from netem.iptables import Rules, nflog
 
 
 class Fault(ABC):

@@ -26,7 +26,7 @@ from typing import Iterator
 from netem.errors import NoPrivilege, NetemError
 from netem.nfqueue import NfQueue
 from netem.realtime import fifo_refusal
-from netem.rules import PROBE_CHAIN
+from netem.iptables import PROBE_CHAIN
 
 NETNS_DIR = "/run/netns"
 CLONE_NEWNET = 0x40000000

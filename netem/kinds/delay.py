@@ -46,7 +46,7 @@ from netem.holding import Releases, arrival, spin_for, wait_until
 from netem.kernel import in_netns, netns_name
 from netem.nfqueue import NfQueue
 from netem.realtime import become_realtime
-from netem.rules import Rules
+from netem.iptables import Rules
 
 QUEUE_BASE, QUEUE_SPAN = 20000, 10000  # default queues, by name hash: far from blackhole's 99
 READY_TIMEOUT_S = 5.0

@@ -10,7 +10,7 @@ import hashlib
 from netem import spec as S
 from netem.fault import MatchFault
 from netem.kinds.blackhole import DEFAULT_QUEUE
-from netem.rules import FAULT_CHAIN_PREFIX, Rules
+from netem.iptables import FAULT_CHAIN_PREFIX, Rules
 
 
 class Loss(MatchFault):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from netem import spec as S
 from netem.fault import MatchFault
 from netem.kinds.blackhole import DEFAULT_QUEUE
-from netem.rules import Rules, nflog
+from netem.iptables import Rules, nflog
 
 MAX_IP_LEN = 65535
 FRAG_NEEDED = "-p icmp --icmp-type fragmentation-needed"

@@ -21,7 +21,7 @@ from netem.fault import InstalledFault, RuleFault
 from netem.kernel import in_netns
 from netem.kinds.delay import DUP_MARK, Held, Plan, default_queue, start_worker, stop_worker
 from netem.qdisc import NETEM_HANDLE, remove_netem
-from netem.rules import Rules
+from netem.iptables import Rules
 
 _RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)$")
 _IFNAME_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")

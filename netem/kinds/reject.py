@@ -8,7 +8,7 @@ incoming RSTs themselves are never rejected (that would swallow the reset the ou
 from __future__ import annotations
 
 from netem.fault import MatchFault
-from netem.rules import Rules
+from netem.iptables import Rules
 
 
 class Reject(MatchFault):

@@ -8,7 +8,7 @@ from netem.fault import InstalledFault, RuleFault
 from netem.faults import PLACEHOLDER_TARGET, REGISTRY, build, check_spec, kinds, unmet
 from netem.kernel import FEATURES, Capabilities
 from netem.kinds.delay import Delay
-from netem.rules import is_netem_chain, render_restore
+from netem.iptables import is_netem_chain, render_restore
 from netem.table import FaultTable
 
 # the least each kind needs besides kind (and target, for kinds with needs_target)
