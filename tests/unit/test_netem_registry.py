@@ -4,9 +4,10 @@ import pytest
 
 from netem.cli import kinds_summary
 from netem.errors import FaultSpecError
-from netem.fault import InstalledFault, RuleFault
-from netem.faults import PLACEHOLDER_TARGET, REGISTRY, build, check_spec, kinds, unmet
-from netem.kernel import FEATURES, Capabilities
+from netem.cli import kinds_table
+from netem.fault import InstalledFault, MatchFault, RuleFault, Shape
+from netem.faults import PLACEHOLDER_TARGET, REGISTRY, build, check_spec, declared, kinds, needing, unmet
+from netem.kernel import FEATURES, KIND_FEATURES, Capabilities
 from netem.kinds.delay import Delay
 from netem.iptables import is_netem_chain, render_restore
 from netem.table import FaultTable
@@ -21,10 +22,14 @@ def test_every_kind_declares_what_it_needs_and_does():
     assert sorted(MINIMAL) == kinds()
     for name, cls in REGISTRY.items():
         assert cls.kind == name
-        assert isinstance(cls.requires, frozenset) and cls.requires and cls.requires <= set(FEATURES), name
-        assert isinstance(cls.needs_target, bool) and isinstance(cls.cuts_path, bool)
+        assert isinstance(cls.requires, frozenset) and cls.requires and cls.requires <= KIND_FEATURES, name
+        assert isinstance(cls.needs_target, bool) and cls.cuts_path is (cls.shape is Shape.CUT)
+        assert isinstance(cls.shape, Shape) and cls.does, name
         assert issubclass(cls, (RuleFault, InstalledFault)), name
-    assert {k for k, c in REGISTRY.items() if c.cuts_path} == {"blackhole", "reject"}
+    assert {k: str(c.shape) for k, c in REGISTRY.items()} == {
+        "blackhole": "cut", "reject": "cut", "loss": "degrade", "netem": "degrade", "delay": "degrade",
+        "reorder": "degrade", "duplicate": "degrade", "nat_reap": "armed", "relay_age": "armed",
+        "mtu_blackhole": "zombie"}
     assert {k for k, c in REGISTRY.items() if c.needs_target} == {"blackhole", "reject", "loss", "delay", "reorder",
                                                                   "duplicate", "nat_reap", "relay_age", "mtu_blackhole"}
     assert issubclass(Delay, RuleFault) and issubclass(Delay, InstalledFault)
@@ -62,6 +67,24 @@ def test_check_builds_nothing_and_a_class_refuses_another_kind():
         REGISTRY["delay"].check({"kind": "loss", "target": PLACEHOLDER_TARGET, "delay_ms": 5})
 
 
+def test_a_kind_says_what_it_does_or_is_not_registered():
+    class Shapeless(MatchFault):
+        kind = "shapeless"
+    with pytest.raises(TypeError, match="shapeless: declares no shape"):
+        declared(Shapeless)
+    with pytest.raises(TypeError, match=r"requires \['conntrak'\]: not features"):
+        type("Typo", (MatchFault,), {"kind": "typo", "requires": frozenset({"iptables", "conntrak"})})
+
+
+def test_which_kinds_need_a_feature_comes_from_their_requires():
+    assert needing("length") == ["mtu_blackhole"] and needing("reject") == ["nat_reap", "reject", "relay_age"]
+    assert needing("netem") == []      # the netem kind has a userspace path without it
+    assert needing("root") == []
+    lines = kinds_table().splitlines()
+    assert lines[0].split() == ["kind", "shape", "needs", "does"] and len(lines) == 1 + len(REGISTRY)
+    assert any(l.split()[:2] == ["mtu_blackhole", "zombie"] for l in lines)
+
+
 def _caps(**missing) -> Capabilities:
     c = Capabilities(**{f: True for f in FEATURES})
     for f in missing:
@@ -74,7 +97,7 @@ def test_unmet_names_what_each_kind_lacks_from_its_requires():
     assert unmet("blackhole", caps) == [] and unmet("loss", caps) == []
     assert len(unmet("netem", caps)) == 1 and unmet("netem", caps)[0].startswith("netem: sch_netem")
     assert unmet("delay", caps) == ["nfqueue_bind: nfnetlink_queue: no NFQUEUE queue can be bound here, "
-                                    "so no userspace delay"]
+                                    "so no worker can hold packets"]
     assert unmet("reject", _caps(reject=False, nflog=False))[0].startswith("nflog: the xtables NFLOG")
 
 
