@@ -171,3 +171,14 @@ def test_rules_refused_means_the_installed_part_goes_too():
 
 def test_build_gives_the_registered_class():
     assert type(build({"kind": "delay", "delay_ms": 5, "target": PLACEHOLDER_TARGET})) is Delay
+
+
+def test_the_internals_doc_lists_every_kind_with_its_shape():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[2] / "docs" / "internals.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 4:
+            rows.setdefault(cells[0].split()[0].strip("`"), set()).add(cells[1])
+    assert {k: {str(c.shape)} for k, c in REGISTRY.items()} == {k: rows.get(k) for k in REGISTRY}
