@@ -377,8 +377,8 @@ def close_metrics(r: _Run) -> dict[str, Any]:
     first_ok, loss_ms, lost_conn = r.first_ok, r.loss_ms, r.lost_conn
     if first_ok is None or loss_ms is None:
         return m
-    resumed_setup = next((c["setup_ms"] for c in r.conns if c["conn"] == first_ok["conn"] and c["setup_ms"] is not None),
-                         first_ok["result_ms"])
+    resumed_setup = next((c["setup_ms"] for c in r.conns
+                          if c["conn"] == first_ok["conn"] and c["setup_ms"] is not None), first_ok["result_ms"])
     window = [e for e in r.events if loss_ms <= e.ms <= resumed_setup]
     # the scripted close is the moment the client closed; the lost connection's close record
     # stands in when no action was scripted (a client that closes on its own)
@@ -453,8 +453,10 @@ def handle_metrics(conns: list[dict[str, Any]]) -> dict[str, Any]:
 def first_after_recovery_metrics(r: _Run) -> dict[str, Any]:
     """The first model text after the recovery, and what it claims of the action."""
     first_text = _first(r.events, "model.text", after=r.rec_ms) if r.rec_ms is not None else None
-    return {"first_text_after_recovery": first_text.get("text") if first_text else None,
-            "first_claim_after_recovery": claims.classify(first_text.get("text"), r.tools.words) if first_text else None}
+    if first_text is None:
+        return {"first_text_after_recovery": None, "first_claim_after_recovery": None}
+    return {"first_text_after_recovery": first_text.get("text"),
+            "first_claim_after_recovery": claims.classify(first_text.get("text"), r.tools.words)}
 
 
 def protocol_metrics(r: _Run) -> dict[str, Any]:
@@ -483,7 +485,8 @@ def twin_metrics(twin: list[Event] | None) -> dict[str, Any]:
     return {
         "twin": {
             "refusals": sum(1 for e in tw if e.kind == "twin.refuse"),
-            "refusal_codes": {str(k): v for k, v in Counter(e.get("code") for e in tw if e.kind == "twin.refuse").items()},
+            "refusal_codes": {str(k): v for k, v in Counter(e.get("code") for e in tw
+                                                            if e.kind == "twin.refuse").items()},
             "accepts": sum(1 for e in tw if e.kind == "twin.accept"),
             "conn_ends": dict(Counter(str(e.get("how")) for e in tw if e.kind == "twin.conn.end")),
             "modalities": {str(e.get("conn")): e.get("modalities") for e in tw
