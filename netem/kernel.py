@@ -404,6 +404,7 @@ class _Found:
 # One bool per feature of the table, so a feature is spelt only there: c.conntrack, Capabilities(netem=True).
 Capabilities = make_dataclass("Capabilities", [(n, bool, field(default=False)) for n in FEATURES], bases=(_Found,))
 Capabilities.__doc__ = "What this kernel and namespace offer: one bool per feature of FEATURES, and what _Found adds."
+Capabilities.__module__ = __name__  # so it pickles (a probe's answer may cross to another process)
 
 
 def probe(prober: Prober | None = None, *, netem: bool = True) -> Capabilities:

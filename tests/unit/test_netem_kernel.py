@@ -1,4 +1,6 @@
 """Capability detection with a fake Prober: what is missing is named, in one line each."""
+import pickle
+
 from netem.faults import needing
 from netem.kernel import FEATURES, Capabilities, Prober, probe
 
@@ -132,3 +134,4 @@ def test_every_feature_of_the_table_is_printed_and_is_a_field():
     text = c.summary()
     assert all(f.label in text for f in FEATURES.values())
     assert set(FEATURES) <= set(Capabilities.__dataclass_fields__) and set(FEATURES) <= set(c.as_dict())
+    assert pickle.loads(pickle.dumps(c)) == c
