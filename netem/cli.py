@@ -46,11 +46,12 @@ def add_parser(sub) -> None:
 def kinds_summary(caps) -> str:
     """One line per fault kind: yes, or NO and what it lacks (from the kind's `requires`)."""
     lines = ["fault kinds:"]
+    width = max(map(len, kinds()))
     for k in kinds():
         lacks = unmet(k, caps)
         path = path_of(k, caps)
         yes = f"yes ({path} path)" if path else "yes"
-        lines.append(f"  {k:10s} {yes if not lacks else 'NO   needs ' + '; '.join(lacks)}")
+        lines.append(f"  {k:{width}s} {yes if not lacks else 'NO   needs ' + '; '.join(lacks)}")
     return "\n".join(lines)
 
 

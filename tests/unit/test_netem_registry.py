@@ -104,10 +104,10 @@ def test_unmet_names_what_each_kind_lacks_from_its_requires():
 def test_probe_summary_lists_every_kind_with_yes_or_what_is_missing():
     lines = kinds_summary(_caps(netem=False)).splitlines()
     assert lines[0] == "fault kinds:" and len(lines) == 1 + len(kinds())
-    assert "  delay      yes" in lines and "  blackhole  yes" in lines
-    assert [l for l in lines if l.startswith("  netem")] == ["  netem      yes (userspace path)"]   # no sch_netem
+    assert "  delay         yes" in lines and "  blackhole     yes" in lines and "  mtu_blackhole yes" in lines
+    assert [l for l in lines if l.startswith("  netem")] == ["  netem         yes (userspace path)"]   # no sch_netem
     lines = kinds_summary(_caps(netem=False, nfqueue_bind=False)).splitlines()
-    assert [l for l in lines if l.startswith("  netem")][0].startswith("  netem      NO   needs netem: sch_netem")
+    assert [l for l in lines if l.startswith("  netem")][0].startswith("  netem         NO   needs netem: sch_netem")
 
 
 def test_only_netems_own_chains_are_netems_to_remove():
