@@ -13,7 +13,9 @@ from netem import faults
 from netem.fault import MatchFault, Shape
 from tests.unit.test_rules import b1_probe, conn, ev
 
-REPORT = Path(__file__).resolve().parents[2] / "lab" / "report"
+LAB = Path(__file__).resolve().parents[2] / "lab"
+# what reads a run's record to judge it: the report's rules and metrics, the metric names, the expectations
+READERS = sorted((LAB / "report").rglob("*.py")) + [LAB / "metric_names.py", LAB / "expectations.py"]
 
 
 def _kind(name, shape, does="a test middlebox"):
@@ -104,8 +106,7 @@ def _kind_names(source: str) -> list[tuple[int, str]]:
 
 
 def test_nothing_in_the_report_spells_a_fault_kinds_name():
-    bad = [f"{f.relative_to(REPORT.parents[1])}:{line}: {text!r}"
-           for f in sorted(REPORT.rglob("*.py")) for line, text in _kind_names(f.read_text())]
+    bad = [f"{f.relative_to(LAB.parent)}:{line}: {text!r}" for f in READERS for line, text in _kind_names(f.read_text())]
     assert not bad, "ask the loss's shape (lab.report.loss_shape), not its name:\n" + "\n".join(bad)
 
 
