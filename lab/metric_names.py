@@ -45,6 +45,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("loss_ms", "the agent's loss event (the first fault start or path-cutting action)"),
     _m("loss_kind", "what the loss was: fault:<kind> or action:<name>"),
     _m("loss_cuts_path", "the loss cut the path (false: it only degraded it; None: an old record)"),
+    _m("loss_shape", "what the loss did to the path, as its fault kind or action declares it: cut, degrade, "
+                     "zombie or armed (None: no loss, or a kind this lab does not know)"),
     _m("connections", "each connection: purpose, open, setup, close", scalar=False),
     _m("lost_conn", "the connection open at the loss"),
     _m("lost_conn_server_close_ms", "loss -> the server's own close of the lost connection reaching the client"),

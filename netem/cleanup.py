@@ -31,7 +31,7 @@ from pathlib import Path
 
 from netem.kernel import in_netns, list_netns
 from netem.qdisc import remove_netem
-from netem.rules import is_netem_chain
+from netem.iptables import is_netem_chain
 
 PID_DIR = Path(os.environ.get("LIVELAB_PID_DIR", "/run/livelab"))
 NS_PREFIX = "ll-"

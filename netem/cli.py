@@ -1,4 +1,4 @@
-"""`lab netem probe|apply|clear`: the fault machinery by hand, in the current namespace (or --netns).
+"""`lab netem probe|kinds|apply|clear`: the fault machinery by hand, in the current namespace (or --netns).
 
 Imports nothing from lab: its errors are NetemErrors, which the lab CLI prints as one line.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from netem.cleanup import remove_chains
 from netem.errors import CapabilityMissing, FaultSpecError
-from netem.faults import build, kinds, path_of, unmet
+from netem.faults import build, kinds, needing, path_of, table, unmet
 from netem.kernel import probe
 from netem.kinds.netem import remove_netem
 from netem.table import FaultTable
@@ -25,6 +25,10 @@ def add_parser(sub) -> None:
     pr = nsub.add_parser("probe", help="what this kernel and namespace offer, and which fault kinds can run")
     pr.add_argument("--json", action="store_true", help="print the capabilities as JSON")
     pr.set_defaults(func=_probe)
+
+    kd = nsub.add_parser("kinds", help="every fault kind: what it does to the path and the kernel features it needs")
+    kd.add_argument("--json", action="store_true", help="print the table as JSON")
+    kd.set_defaults(func=_kinds)
 
     ap = nsub.add_parser("apply", help="apply fault(s) and leave them in place (see `clear`)")
     ap.add_argument("spec", help='a fault spec as JSON (object or list), or @file.json; e.g. '
@@ -42,11 +46,12 @@ def add_parser(sub) -> None:
 def kinds_summary(caps) -> str:
     """One line per fault kind: yes, or NO and what it lacks (from the kind's `requires`)."""
     lines = ["fault kinds:"]
+    width = max(map(len, kinds()))
     for k in kinds():
         lacks = unmet(k, caps)
         path = path_of(k, caps)
         yes = f"yes ({path} path)" if path else "yes"
-        lines.append(f"  {k:10s} {yes if not lacks else 'NO   needs ' + '; '.join(lacks)}")
+        lines.append(f"  {k:{width}s} {yes if not lacks else 'NO   needs ' + '; '.join(lacks)}")
     return "\n".join(lines)
 
 
@@ -55,11 +60,25 @@ def _probe(args) -> int:
     if args.json:
         print(json.dumps({**caps.as_dict(), "kinds": {k: unmet(k, caps) for k in kinds()}}, indent=2))
     else:
-        print(caps.summary())
+        print(caps.summary(needed_by=needing))
         print(kinds_summary(caps))
     if not caps.iptables:
         why = caps.missing[0] if caps.missing else "iptables-restore failed"
         raise CapabilityMissing(f"iptables is not usable here: {why}")
+    return 0
+
+
+def kinds_table() -> str:
+    """The registry as a table: kind, shape, what it does, the features it needs."""
+    rows = [(r["kind"], r["shape"], ",".join(r["requires"]) + "".join(f" or {','.join(a)}" for a in r["or"]),
+             r["does"]) for r in table()]
+    rows.insert(0, ("kind", "shape", "needs", "does"))
+    w = [max(len(row[i]) for row in rows) + 2 for i in range(3)]
+    return "\n".join(f"{k:{w[0]}}{s:{w[1]}}{n:{w[2]}}{d}" for k, s, n, d in rows)
+
+
+def _kinds(args) -> int:
+    print(json.dumps(table(), indent=2) if args.json else kinds_table())
     return 0
 
 

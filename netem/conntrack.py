@@ -22,7 +22,7 @@ from netem.errors import NetemError
 from netem.fault import InstalledFault, MatchFault
 from netem.kernel import in_netns
 from netem.kinds.blackhole import DEFAULT_QUEUE
-from netem.rules import Rules
+from netem.iptables import Rules
 
 SYSCTL_DIR = "/proc/sys/net/netfilter/"
 FORGET_SYSCTLS = {"nf_conntrack_tcp_loose": 0, "nf_conntrack_tcp_be_liberal": 1}

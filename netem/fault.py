@@ -2,11 +2,15 @@
 
 A kind declares, as class attributes:
     kind          its name in a spec ("blackhole")
-    requires      the kernel features it needs, named as netem.kernel.Capabilities names them
+    shape         what it does to the path (a Shape, below): what the agent's `loss` event, the
+                  report's rules and its metrics ask of a fault, never its name
+    does          the same in a few words, for a person ("a NAT that reaps a flow once it is idle")
+    requires      the kernel features it needs, named as netem.kernel.FEATURES names them
     needs_target  whether its spec has a `target` (the flow or destination it acts on)
-    cuts_path     whether applying it is a loss of the path (the agent's `loss` event asks this)
     fields        the spec keys it accepts besides kind and name
 and validates a spec in `_normalise` (a classmethod: `check(spec)` validates without building).
+`cuts_path` follows from the shape (a CUT); a `requires` that names no feature of the kernel
+table fails when the class is defined.
 
 Two small interfaces say how a fault takes effect; a kind implements one or both:
     RuleFault       describes iptables rules (`rules()`); the FaultTable installs every active
@@ -21,22 +25,46 @@ Two small interfaces say how a fault takes effect; a kind implements one or both
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from enum import StrEnum
 from typing import ClassVar
 
 from netem import spec as S
 from netem.errors import FaultSpecError
-from netem.rules import Rules, nflog
+from netem.iptables import Rules, nflog
+from netem.kernel import KIND_FEATURES
+
+
+class Shape(StrEnum):
+    """What a fault does to the client's path when it is applied: a closed set, so a reader of the
+    record (the report's rules) can judge a kind it has never heard of by its shape alone."""
+    CUT = "cut"            # nothing passes from the moment it is applied: the path is gone
+    DEGRADE = "degrade"    # everything still arrives, or would with TCP's retransmissions: late,
+                           # reordered, doubled, a random share lost; the connection is healthy
+    ZOMBIE = "zombie"      # the connection stays open at both ends and small packets pass, but large
+                           # ones vanish and nobody closes: only the client's own detection can tell
+    ARMED = "armed"        # nothing yet: it cuts a flow later, when the flow meets a condition (idle
+                           # too long, too old); when it did is in the capture, not in the record
 
 
 class Fault(ABC):
     kind: ClassVar[str]
+    shape: ClassVar[Shape]
+    does: ClassVar[str]
     lives_with_owner: ClassVar[bool] = False  # it ends with the process that applied it (a worker)
     requires: ClassVar[frozenset[str]] = frozenset()
     # feature sets that serve instead of `requires`: another path to the same effect (netem's userspace one)
     alternatives: ClassVar[tuple[frozenset[str], ...]] = ()
     needs_target: ClassVar[bool] = False
-    cuts_path: ClassVar[bool] = False
+    cuts_path: ClassVar[bool] = False  # derived from `shape` (below); the agent's `loss` event carries it
     fields: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kw) -> None:
+        super().__init_subclass__(**kw)
+        unknown = set(cls.requires).union(*cls.alternatives) - KIND_FEATURES
+        if unknown:
+            raise TypeError(f"{cls.__name__} requires {sorted(unknown)}: not features of netem.kernel.FEATURES")
+        if "shape" in cls.__dict__:
+            cls.cuts_path = cls.shape is Shape.CUT
 
     def __init__(self, spec: dict):
         self.spec = self.normalise(spec)

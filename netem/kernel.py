@@ -1,9 +1,10 @@
 """What this kernel and this namespace offer the fault machinery, found by trying, not by guessing.
 
-`probe()` answers with a `Capabilities`: root and CAP_NET_ADMIN, a usable iptables (and which
-xtables targets it accepts: NFLOG, NFQUEUE, statistic, REJECT), whether a queue can be bound
-(nfnetlink_queue: the userspace delay), tcpdump's nflog interface, and whether the `netem` qdisc
-exists. `Capabilities.features()` names what is there, in the words fault kinds use in `requires`. netem is probed by really adding a netem qdisc to a veth in a
+`FEATURES` is the one table of what is looked for: each feature's name (the word a fault kind's
+`requires` uses), how it is found, and the line said when it is absent. `probe()` answers with a
+`Capabilities`, one bool per feature: root and CAP_NET_ADMIN, a usable iptables (and which xtables
+pieces it accepts), whether a queue can be bound (nfnetlink_queue), SCHED_FIFO, the `netem` qdisc,
+namespaces, tcpdump's nflog interface. netem is probed by really adding a netem qdisc to a veth in a
 throw-away namespace (`ll-probe-<pid>`) and removing it; where namespaces cannot be made
 (a container without CAP_SYS_ADMIN) a throw-away veth in the current namespace is used instead.
 The iptables targets are tried in an unhooked throw-away chain (`LL_PROBE`), so no packet is touched.
@@ -20,46 +21,17 @@ import os
 import shutil
 import subprocess
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from typing import Iterator
+from dataclasses import asdict, dataclass, field, make_dataclass
+from typing import Callable, Iterator
 
 from netem.errors import NoPrivilege, NetemError
 from netem.nfqueue import NfQueue
+from netem.iptables import PROBE_CHAIN
 from netem.realtime import fifo_refusal
-from netem.rules import PROBE_CHAIN
 
 NETNS_DIR = "/run/netns"
 CLONE_NEWNET = 0x40000000
 CAP_NET_ADMIN = 12
-
-# One line per thing the probe could not find; the keys of Capabilities they explain.
-MISSING_TEXT = {
-    "root": "not root (faults, namespaces and capture need root or CAP_NET_ADMIN)",
-    "net_admin": "no CAP_NET_ADMIN in this namespace (iptables, tc and nflog need it)",
-    "iptables": "iptables-restore is not usable here",
-    "nflog": "the xtables NFLOG target (xt_NFLOG / nfnetlink_log): dropped packets cannot be logged",
-    "nfqueue": "the xtables NFQUEUE target (xt_NFQUEUE): no silent blackhole or random loss",
-    "statistic": "the xtables statistic match (xt_statistic): no random loss",
-    "reject": "the xtables REJECT target (nft_reject / ipt_REJECT): no reset fault",
-    "conntrack": "the xtables conntrack match (xt_conntrack / nft ct): no NAT reap or fixed-age relay",
-    "length": "the xtables length match (xt_length): no path-MTU black hole",
-    "nfqueue_bind": "nfnetlink_queue: no NFQUEUE queue can be bound here, so no userspace delay",
-    "netem": "sch_netem: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM); the netem kind takes its userspace path (a queue worker) for delay, jitter, loss, reorder and duplicate",
-    "netns": "network namespaces cannot be created here (the netns topology needs root and CAP_SYS_ADMIN)",
-    "tcpdump_nflog": "tcpdump cannot open nflog:5 (libpcap without nflog support, or tcpdump missing)",
-}
-
-# The iptables pieces the faults use, each tried alone so a missing one is named exactly.
-IPTABLES_TRIALS = {
-    "nflog": "-j NFLOG --nflog-group 5 --nflog-threshold 1 --nflog-prefix \"ll probe\"",
-    "nfqueue": "-j NFQUEUE --queue-num 99",
-    "statistic": "-m statistic --mode random --probability 0.5 -j RETURN",
-    "reject": "-p tcp -j REJECT --reject-with tcp-reset",
-    "conntrack": "-m conntrack --ctstate INVALID -j RETURN",
-    "length": "-m length --length 1281:65535 -j RETURN",
-}
-# Capabilities fields that are features a fault kind may require (the rest describe the machine)
-FEATURES = ("iptables", "nflog", "nfqueue", "statistic", "reject", "nfqueue_bind", "netem", "conntrack", "length")
 PROBE_QUEUE = 65000  # + pid % 500: a queue bound for a moment by the probe; never the blackhole's 99
 
 
@@ -142,77 +114,6 @@ def netns_name() -> str | None:
         if (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino):
             return name
     return None
-
-
-# ----------------------------------------------------------------------------------- capabilities
-
-@dataclass
-class Capabilities:
-    root: bool = False
-    net_admin: bool = False
-    iptables: bool = False
-    iptables_version: str | None = None
-    nflog: bool = False
-    nfqueue: bool = False
-    statistic: bool = False
-    reject: bool = False
-    nfqueue_bind: bool = False
-    realtime: bool = False       # SCHED_FIFO may be set (netem.realtime): held packets and relay cuts on time
-    netem: bool = False
-    conntrack: bool = False
-    length: bool = False
-    netns: bool = False
-    tcpdump_nflog: bool = False
-    tools: dict[str, bool] = field(default_factory=dict)
-    missing: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def faults_ok(self) -> bool:
-        """iptables faults (blackhole, reject, loss) can run here."""
-        return self.iptables and self.nflog and self.nfqueue
-
-    def netem_path(self) -> str:
-        """Which path the netem kind takes here (netem/kinds/netem.py): the words `lab netem probe` prints."""
-        if self.netem:
-            return "kernel (tc netem qdisc)"
-        if self.iptables and self.nfqueue and self.nfqueue_bind:
-            return "userspace (NFQUEUE worker: delay, jitter, loss, reorder, duplicate; no rate)"
-        return "none (no sch_netem and no NFQUEUE)"
-
-    def features(self) -> frozenset[str]:
-        """The features present, named as fault kinds name them in `requires`."""
-        return frozenset(f for f in FEATURES if getattr(self, f))
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    def summary(self) -> str:
-        yes = lambda b: "yes" if b else "NO"  # noqa: E731
-        lines = [
-            f"root                 {yes(self.root)}",
-            f"CAP_NET_ADMIN        {yes(self.net_admin)}",
-            f"iptables-restore     {yes(self.iptables)}" + (f"  ({self.iptables_version})" if self.iptables_version else ""),
-            f"  NFLOG target       {yes(self.nflog)}",
-            f"  NFQUEUE target     {yes(self.nfqueue)}",
-            f"  statistic match    {yes(self.statistic)}",
-            f"  REJECT target      {yes(self.reject)}",
-            f"  conntrack match    {yes(self.conntrack)}",
-            f"  length match       {yes(self.length)}",
-            f"NFQUEUE bind         {yes(self.nfqueue_bind)}",
-            f"SCHED_FIFO           {yes(self.realtime)}  (the delay worker and the relay watcher "
-            f"{'wake on time under load' if self.realtime else 'wait behind other work under load'})",
-            f"tc qdisc netem       {yes(self.netem)}",
-            f"  netem kind path    {self.netem_path()}",
-            f"network namespaces   {yes(self.netns)}",
-            f"tcpdump nflog:5      {yes(self.tcpdump_nflog)}",
-            "tools                " + " ".join(f"{k}={'yes' if v else 'NO'}" for k, v in sorted(self.tools.items())),
-        ]
-        if self.missing:
-            lines.append("missing:")
-            lines += [f"  - {m}" for m in self.missing]
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
 
 
 class Prober:
@@ -331,70 +232,207 @@ class Prober:
         return True
 
 
+# ----------------------------------------------------------------------------------- capabilities
+
+@dataclass(frozen=True)
+class Unasked:
+    """The probe could not ask about a feature here. `why` is said instead of the feature's own
+    missing line; None: the line of what it depends on (root, iptables) already says it."""
+    why: str | None = None
+
+
+# How a feature is found: (prober, the capabilities found so far, the feature) -> present, or Unasked.
+Detect = Callable[[Prober, "Capabilities", "Feature"], "bool | Unasked"]
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One thing the probe looks for, defined once: its name (the Capabilities field, and the word a
+    fault kind's `requires` uses), how it is found, how `lab netem probe` prints it and the line said
+    when it is absent. Which kinds need it is theirs to say (netem.faults.needing)."""
+    name: str
+    label: str                     # its line in the summary, before yes / NO
+    missing: str | None            # the line when it is absent (None: never "missing", a note says why)
+    detect: Detect
+    for_kinds: bool = True         # a fault kind may require it (False: a fact about the machine)
+    aside: tuple[str, str] = ("", "")   # words after yes / after NO in the summary
+    trial: str | None = None       # for an xtables piece: the rule tried alone in the unhooked LL_PROBE
+
+
+def _root(p: Prober, c, f: Feature) -> bool:
+    return p.euid() == 0
+
+
+def _net_admin(p: Prober, c, f: Feature) -> bool:
+    return bool(p.cap_eff() & (1 << CAP_NET_ADMIN))
+
+
 def _restore(prober: Prober, body: list[str]) -> tuple[int, str]:
     text = "*filter\n" + "".join(line + "\n" for line in body) + "COMMIT\n"
     rc, _out, err = prober.run(["iptables-restore", "--noflush"], input=text)
     return rc, err.strip()
 
 
-def probe(prober: Prober | None = None, *, netem: bool = True) -> Capabilities:
-    """Find out what faults and captures this namespace supports. Never raises."""
-    p = prober or Prober()
-    c = Capabilities()
-    c.root = p.euid() == 0
-    c.net_admin = bool(p.cap_eff() & (1 << CAP_NET_ADMIN))
-    for tool in ("iptables", "iptables-restore", "ip", "tcpdump", "tshark", "editcap", "mergecap"):
-        c.tools[tool] = p.which(tool)
+def _iptables(p: Prober, c, f: Feature) -> bool | Unasked:
+    if not c.tools.get("iptables-restore"):
+        return Unasked("iptables-restore is not installed")
+    rc, out, _err = p.run(["iptables", "--version"])
+    if rc == 0:
+        c.iptables_version = out.strip() or None
+    rc, err = _restore(p, [f":{PROBE_CHAIN} - [0:0]"])
+    if rc != 0:
+        c.notes.append(f"iptables-restore failed: {err.splitlines()[0] if err else f'rc={rc}'}")
+    return rc == 0
 
-    if c.tools["iptables-restore"]:
-        rc, out, err = p.run(["iptables", "--version"])
-        if rc == 0:
-            c.iptables_version = out.strip() or None
-        rc, err = _restore(p, [f":{PROBE_CHAIN} - [0:0]"])
-        c.iptables = rc == 0
-        if not c.iptables:
-            c.notes.append(f"iptables-restore failed: {err.splitlines()[0] if err else f'rc={rc}'}")
-        else:
-            for key, rule in IPTABLES_TRIALS.items():
-                rc, err = _restore(p, [f":{PROBE_CHAIN} - [0:0]", f"-A {PROBE_CHAIN} {rule}"])
-                setattr(c, key, rc == 0)
-                if rc != 0 and err:
-                    c.notes.append(f"{key}: {err.splitlines()[-1]}")
-            _restore(p, [f":{PROBE_CHAIN} - [0:0]", f"-X {PROBE_CHAIN}"])
-    if c.tools["tcpdump"]:
-        rc, out, _err = p.run(["tcpdump", "-D"])
-        c.tcpdump_nflog = rc == 0 and "nflog" in out
 
-    if c.root:
-        c.netns = p.can_make_netns()
-    if c.root or c.net_admin:
-        c.nfqueue_bind, err = p.try_nfqueue_bind()
-        if err:
-            c.notes.append(f"nfqueue bind: {err}")
-    c.realtime, err = p.try_realtime()
+def _xtables(p: Prober, c, f: Feature) -> bool | Unasked:
+    """An xtables piece, tried alone so a missing one is named exactly (the chain is unhooked: no
+    packet is touched)."""
+    if not c.iptables:
+        return Unasked()
+    rc, err = _restore(p, [f":{PROBE_CHAIN} - [0:0]", f"-A {PROBE_CHAIN} {f.trial}"])
+    if rc != 0 and err:
+        c.notes.append(f"{f.name}: {err.splitlines()[-1]}")
+    return rc == 0
+
+
+def _admin(c) -> bool:
+    return c.root or c.net_admin
+
+
+def _nfqueue_bind(p: Prober, c, f: Feature) -> bool | Unasked:
+    if not _admin(c):
+        return Unasked()
+    ok, err = p.try_nfqueue_bind()
+    if err:
+        c.notes.append(f"nfqueue bind: {err}")
+    return ok
+
+
+def _realtime(p: Prober, c, f: Feature) -> bool:
+    ok, err = p.try_realtime()
     if err:
         c.notes.append(f"SCHED_FIFO refused ({err}): the delay worker and the relay watcher run as ordinary "
                        f"processes, their timing as good as the machine's load allows")
-    if netem and (c.root or c.net_admin):
-        ok, where, err = p.try_qdisc("netem")
-        c.netem = ok
-        if not ok:
-            c.notes.append(f"netem probe ({where}): {err}")
+    return ok
 
-    for key, text in MISSING_TEXT.items():
-        if key == "iptables":
-            if not c.iptables:
-                c.missing.append(text if c.tools.get("iptables-restore") else "iptables-restore is not installed")
-            continue
-        if key in IPTABLES_TRIALS and not c.iptables:
-            continue  # already said: iptables itself is unusable
-        if key == "netns" and not c.root:
-            continue  # already said: not root
-        if key == "netem" and not (c.root or c.net_admin):
-            c.missing.append("sch_netem could not be probed (needs root / CAP_NET_ADMIN)")
-            continue
-        if key == "nfqueue_bind" and not (c.root or c.net_admin):
-            continue  # already said: no CAP_NET_ADMIN
-        if not getattr(c, key):
-            c.missing.append(text)
+
+def _netem(p: Prober, c, f: Feature) -> bool | Unasked:
+    if not _admin(c):
+        return Unasked("sch_netem could not be probed (needs root / CAP_NET_ADMIN)")
+    ok, where, err = p.try_qdisc("netem")
+    if not ok:
+        c.notes.append(f"netem probe ({where}): {err}")
+    return ok
+
+
+def _netns(p: Prober, c, f: Feature) -> bool | Unasked:
+    return p.can_make_netns() if c.root else Unasked()
+
+
+def _tcpdump_nflog(p: Prober, c, f: Feature) -> bool:
+    if not c.tools.get("tcpdump"):
+        return False
+    rc, out, _err = p.run(["tcpdump", "-D"])
+    return rc == 0 and "nflog" in out
+
+
+def _x(name: str, label: str, missing: str, trial: str) -> Feature:
+    return Feature(name, label, missing, _xtables, trial=trial)
+
+
+# Every feature the probe looks for, in the order it is found and printed (a later one may read an
+# earlier: the xtables pieces need iptables, the netlink probes root or CAP_NET_ADMIN).
+FEATURES: dict[str, Feature] = {f.name: f for f in (
+    Feature("root", "root", "not root (faults, namespaces and capture need root or CAP_NET_ADMIN)", _root,
+            for_kinds=False),
+    Feature("net_admin", "CAP_NET_ADMIN", "no CAP_NET_ADMIN in this namespace (iptables, tc and nflog need it)",
+            _net_admin, for_kinds=False),
+    Feature("iptables", "iptables-restore", "iptables-restore is not usable here", _iptables),
+    _x("nflog", "  NFLOG target", "the xtables NFLOG target (xt_NFLOG / nfnetlink_log): dropped packets cannot "
+       "be logged", '-j NFLOG --nflog-group 5 --nflog-threshold 1 --nflog-prefix "ll probe"'),
+    _x("nfqueue", "  NFQUEUE target", "the xtables NFQUEUE target (xt_NFQUEUE): no silent drop, no packet "
+       "handed to a worker", "-j NFQUEUE --queue-num 99"),
+    _x("statistic", "  statistic match", "the xtables statistic match (xt_statistic): no random share of the "
+       "packets", "-m statistic --mode random --probability 0.5 -j RETURN"),
+    _x("reject", "  REJECT target", "the xtables REJECT target (nft_reject / ipt_REJECT): no reset",
+       "-p tcp -j REJECT --reject-with tcp-reset"),
+    _x("conntrack", "  conntrack match", "the xtables conntrack match (xt_conntrack / nft ct): a flow's "
+       "tracking state cannot be matched", "-m conntrack --ctstate INVALID -j RETURN"),
+    _x("length", "  length match", "the xtables length match (xt_length): packets cannot be told apart by size",
+       "-m length --length 1281:65535 -j RETURN"),
+    Feature("nfqueue_bind", "NFQUEUE bind", "nfnetlink_queue: no NFQUEUE queue can be bound here, so no worker "
+            "can hold packets", _nfqueue_bind),
+    # SCHED_FIFO refused is no missing feature: the workers run, their timing as good as the load allows
+    Feature("realtime", "SCHED_FIFO", None, _realtime, for_kinds=False,
+            aside=("  (the delay worker and the relay watcher wake on time under load)",
+                   "  (the delay worker and the relay watcher wait behind other work under load)")),
+    Feature("netem", "tc qdisc netem", "sch_netem: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM)", _netem),
+    Feature("netns", "network namespaces", "network namespaces cannot be created here (the netns topology needs "
+            "root and CAP_SYS_ADMIN)", _netns, for_kinds=False),
+    Feature("tcpdump_nflog", "tcpdump nflog:5", "tcpdump cannot open nflog:5 (libpcap without nflog support, or "
+            "tcpdump missing)", _tcpdump_nflog, for_kinds=False),
+)}
+# the features a fault kind may name in `requires` (netem.fault checks each kind's against these)
+KIND_FEATURES = frozenset(n for n, f in FEATURES.items() if f.for_kinds)
+TOOLS = ("iptables", "iptables-restore", "ip", "tcpdump", "tshark", "editcap", "mergecap")
+
+
+@dataclass
+class _Found:
+    """What the probe found besides the features' yes / no (Capabilities adds one field per feature)."""
+    iptables_version: str | None = None
+    tools: dict[str, bool] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)   # one line per feature absent, or not askable here
+    lacks: list[str] = field(default_factory=list)     # the features behind those lines, in their order
+    notes: list[str] = field(default_factory=list)
+
+    def features(self) -> frozenset[str]:
+        """The features present that fault kinds may require, as they name them in `requires`."""
+        return frozenset(n for n in KIND_FEATURES if getattr(self, n))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self, needed_by: Callable[[str], list[str]] | None = None) -> str:
+        """What `lab netem probe` prints; `needed_by(feature)` (netem.faults.needing) names the fault
+        kinds a missing feature costs."""
+        lines = []
+        for f in FEATURES.values():
+            have = getattr(self, f.name)
+            extra = f"  ({self.iptables_version})" if f.name == "iptables" and self.iptables_version else ""
+            lines.append(f"{f.label:21s}{'yes' if have else 'NO'}{f.aside[0] if have else f.aside[1]}{extra}")
+        lines.append("tools                " + " ".join(f"{k}={'yes' if v else 'NO'}"
+                                                     for k, v in sorted(self.tools.items())))
+        if self.missing:
+            lines.append("missing:")
+            for text, name in zip(self.missing, self.lacks):
+                kinds = needed_by(name) if needed_by is not None and name in KIND_FEATURES else []
+                lines.append(f"  - {text}" + (f" (needed by {', '.join(kinds)})" if kinds else ""))
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+# One bool per feature of the table, so a feature is spelt only there: c.conntrack, Capabilities(netem=True).
+Capabilities = make_dataclass("Capabilities", [(n, bool, field(default=False)) for n in FEATURES], bases=(_Found,))
+Capabilities.__doc__ = "What this kernel and namespace offer: one bool per feature of FEATURES, and what _Found adds."
+Capabilities.__module__ = __name__  # so it pickles (a probe's answer may cross to another process)
+
+
+def probe(prober: Prober | None = None, *, netem: bool = True) -> Capabilities:
+    """Find out what faults and captures this namespace supports. Never raises. `netem=False` does
+    not try the qdisc (it says netem is absent)."""
+    p = prober or Prober()
+    c = Capabilities()
+    for tool in TOOLS:
+        c.tools[tool] = p.which(tool)
+    for f in FEATURES.values():
+        found = f.detect(p, c, f) if netem or f.name != "netem" else False
+        setattr(c, f.name, found is True)
+        why = found.why if isinstance(found, Unasked) else (None if found else f.missing)
+        if why is not None:
+            c.missing.append(why)
+            c.lacks.append(f.name)
+    if c.iptables:
+        _restore(p, [f":{PROBE_CHAIN} - [0:0]", f"-X {PROBE_CHAIN}"])
     return c

@@ -35,7 +35,7 @@ from typing import Callable
 from netem.errors import NetemError, NoPrivilege, RuleError, ToolMissing
 from netem.fault import Fault, InstalledFault, RuleFault
 from netem.kernel import in_netns
-from netem.rules import IN_CHAIN, OUT_CHAIN, is_netem_chain, render_restore
+from netem.iptables import IN_CHAIN, OUT_CHAIN, is_netem_chain, render_restore
 
 HOOKS = (("OUTPUT", OUT_CHAIN), ("INPUT", IN_CHAIN))
 # On a router node the faults act on what it forwards: both chains hang off FORWARD. An out rule

@@ -257,8 +257,8 @@ TOPICS: dict[str, tuple[tuple[str, ...], Entry]] = {
         "read run.end's error in events.jsonl and the client's log in the run folder, and fix the client's "
         "start (its module, its command, its venv) or the scenario.",
         "docs/DESIGN.md (a verdict: no checks is never a pass)")),
-    "loss and detection": (("loss_ms", "loss_kind", "loss_cuts_path", "lost_conn", "lost_conn_server_close_ms",
-                            "detected_ms", "detection_ms"), Entry(
+    "loss and detection": (("loss_ms", "loss_kind", "loss_cuts_path", "loss_shape", "lost_conn",
+                            "lost_conn_server_close_ms", "detected_ms", "detection_ms"), Entry(
         RULE_ADVICE["own_loss_detection"].why, _detection_change,
         "seed 000, What a client must do 3; Results 3")),
     "resume": (("attempts", "refused", "accepted", "no_result", "resumed", "first_accept_latency_ms",

@@ -9,6 +9,8 @@ Definitions (all times in ms on the run's clock):
 
 - loss: the agent's `loss` event, the only loss (lab.anchors: the first fault start or path-cutting
   action; `cuts_path` false when a fault only degraded the path). A record without one has no loss.
+  `loss_shape` is what it did to the path (cut, degrade, zombie, armed), asked of the fault kind's
+  declaration or the action (lab.report.loss_shape), never read from its name.
 - detection latency: the first `loss.detected` at or after the loss, minus the loss.
 - resume attempts: each `resume.attempt` paired with its `resume.result` (same attempt number);
   outcome accepted / refused (ok false) / no_result (the record ends first).
@@ -43,13 +45,14 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 from lab import actions, metric_names
 from lab.conversation import intents
 from lab.conversation.semantics import ActionWords
 from lab.events import Event
-from lab.report import claims, effects, run_tools
+from lab.report import claims, effects, loss_shape, run_tools
 from lab.report.effects import Effects
 from lab.report.tool_results import tool_result_metrics
 from lab.stats.order import percentile
@@ -71,12 +74,6 @@ def _stats(values: Iterable[float | None]) -> dict[str, Any]:
 
 def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 1)
-
-
-def _loss_kind(loss: Event) -> str:
-    """fault:<kind> or action:<name>. Older records wrote `how` as fault:<kind> or a bare action."""
-    how = str(loss.get("how") or "")
-    return how if ":" in how else f"action:{how}"
 
 
 def status_question(meta: dict[str, Any] | None) -> str | None:
@@ -206,195 +203,303 @@ def _truth_at(events: list[Event], ms: float, fx: Effects | None = None) -> str:
     return (fx or effects.from_backend(events)).truth_at(ms)
 
 
-def compute(events: list[Event], meta: dict[str, Any] | None = None,
-            twin: list[Event] | None = None, conversation: dict[str, Any] | None = None) -> dict[str, Any]:
-    """All metrics of one run (see the module docstring); `conversation` is the run folder's
-    conversation.json, when it has one."""
-    meta = meta or {}
+@dataclass
+class _Run:
+    """What several steps of `compute` read, found once: the record sorted, the loss, the connections,
+    the resume attempts, the recovery and the run's effects."""
+    events: list[Event]
+    meta: dict[str, Any]
+    twin: list[Event] | None
+    tools: run_tools.RunTools
+    fx: Effects
+    loss: Event | None
+    conns: list[dict[str, Any]]
+    lost_conn: Any
+    det: Event | None                   # the first loss.detected at or after the loss
+    attempts: list[dict[str, Any]]
+    first_ok: dict[str, Any] | None     # the first accepted resume attempt
+    rec_ms: float | None                # the recovery: resumed or new setupComplete after the loss
+    rec: Event | None
+    audio: Event | None                 # the first model audio after the recovery
+
+    @property
+    def loss_ms(self) -> float | None:
+        return self.loss.ms if self.loss is not None else None
+
+
+def _facts(events: list[Event], meta: dict[str, Any] | None, twin: list[Event] | None,
+           conversation: dict[str, Any] | None) -> _Run:
     events = sorted(events, key=lambda e: e.ms)
-    m: dict[str, Any] = {}
     tools = run_tools.of_run(twin, conversation)
-    fx = effects.of_run(events, twin, tools)
-    m.update(action_metrics(fx))
-
-    start = _first(events, "run.start")
-    end = next((e for e in reversed(events) if e.kind == "run.end"), None)
-    m["complete"] = end is not None
-    m["status"] = end.get("status") if end else None
-    m["error"] = end.get("error") if end else None
-    m["n_events"] = len(events)
-    m["duration_ms"] = _r(events[-1].ms - (start.ms if start else events[0].ms)) if events else None
-
-    # loss and detection
     loss = _first(events, "loss")
     loss_ms = loss.ms if loss else None
-    m["loss_ms"] = _r(loss_ms)
-    m["loss_kind"] = _loss_kind(loss) if loss is not None else None
-    m["loss_cuts_path"] = loss.get("cuts_path") if loss is not None else None
     conns = _connections(events)
-    m["connections"] = conns
     lost_conn = None
     if loss is not None:
         before = [c for c in conns if c["open_ms"] is not None and c["open_ms"] <= loss_ms]
         lost_conn = before[-1]["conn"] if before else None
-    m["lost_conn"] = lost_conn
-    # the server's own close of the lost connection as it reached the client (B3: late, after the path came back)
-    srv_close = next((e for e in events if loss is not None and e.ms >= loss_ms and e.kind == "conn.closed"
-                      and e.get("conn") == lost_conn and e.get("by") == "server"), None)
-    m["lost_conn_server_close_ms"] = _r(srv_close.ms - loss_ms) if srv_close is not None else None
-    det = _first(events, "loss.detected", after=loss_ms) if loss is not None else None
-    m["detected_ms"] = _r(det.ms) if det else None
-    m["detection_ms"] = _r(det.ms - loss_ms) if det else None
-
-    # resume attempts
     attempts = _resume_attempts(events, loss_ms)
-    m["resume_attempts"] = attempts
-    m["attempts"] = len(attempts)
-    m["refused"] = sum(1 for a in attempts if a["outcome"] == "refused")
-    m["accepted"] = sum(1 for a in attempts if a["outcome"] == "accepted")
-    m["no_result"] = sum(1 for a in attempts if a["outcome"] == "no_result")
-    m["refusal_codes"] = {str(k): v for k, v in Counter(a["code"] for a in attempts if a["outcome"] == "refused").items()}
-    m["refusal_latency_ms"] = _stats(a["latency_ms"] for a in attempts if a["outcome"] == "refused")
     first_ok = next((a for a in attempts if a["outcome"] == "accepted"), None)
-    m["resumed"] = first_ok is not None
-    m["first_accept_latency_ms"] = first_ok["latency_ms"] if first_ok else None
-    m["first_accept_after_loss_ms"] = first_ok["after_loss_ms"] if first_ok else None
-    m["refused_before_accept"] = sum(1 for a in attempts if a["outcome"] == "refused"
-                                     and (first_ok is None or a["ms"] < first_ok["ms"]))
-
-    # recovery: resumed or new setupComplete after the loss
-    purpose = {c["conn"]: c["purpose"] for c in conns}
-    accepted_conns = {a["conn"] for a in attempts if a["outcome"] == "accepted"}
-    rec = None
-    if loss is not None:
-        for e in events:
-            if e.kind == "conn.setup_complete" and e.ms >= loss_ms and e.get("conn") != lost_conn and (
-                    purpose.get(e.get("conn")) in ("resume", "new") or e.get("conn") in accepted_conns):
-                rec = e
-                break
+    rec = _recovery_setup(events, conns, attempts, loss, lost_conn)
     rec_ms = rec.ms if rec is not None else (first_ok["result_ms"] if first_ok else None)
-    m["recovered_ms"] = _r(rec_ms)
-    m["recovered_via"] = (purpose.get(rec.get("conn")) or "resume") if rec is not None else ("resume" if first_ok else None)
-    m["loss_to_setup_ms"] = _r(rec_ms - loss_ms) if rec_ms is not None and loss_ms is not None else None
     audio = None
     if rec_ms is not None:
         audio = _first(events, "model.audio", after=rec_ms, first=True) or _first(events, "model.audio", after=rec_ms)
-    m["first_audio_ms"] = _r(audio.ms) if audio else None
-    m["loss_to_first_audio_ms"] = _r(audio.ms - loss_ms) if audio and loss_ms is not None else None
+    return _Run(events=events, meta=meta or {}, twin=twin, tools=tools, fx=effects.of_run(events, twin, tools),
+                loss=loss, conns=conns, lost_conn=lost_conn,
+                det=_first(events, "loss.detected", after=loss_ms) if loss is not None else None,
+                attempts=attempts, first_ok=first_ok, rec_ms=rec_ms, rec=rec, audio=audio)
 
-    # the close that unlocked the session (B2)
-    m["resumed_after_close_ms"] = None
-    m["close_ms"] = None
-    if first_ok is not None and loss_ms is not None:
-        resumed_setup = next((c["setup_ms"] for c in conns if c["conn"] == first_ok["conn"] and c["setup_ms"] is not None),
-                             first_ok["result_ms"])
-        window = [e for e in events if loss_ms <= e.ms <= resumed_setup]
-        # the scripted close is the moment the client closed; the lost connection's close record
-        # stands in when no action was scripted (a client that closes on its own)
-        # The study measured from the close echoed by the server (the moment the server has seen the
-        # old connection end); after a long outage that echo waits behind TCP's retransmission
-        # backoff, seconds after the client started closing. Prefer it; else the scripted close.
-        echoed = [e for e in window if e.kind == "conn.closed" and e.get("conn") == lost_conn
-                  and e.get("code") == 1000]
-        closes = (echoed
-                  or [e for e in window if e.kind == "action" and str(e.get("what", "")).lower() == "close"]
-                  or [e for e in window if e.kind == "conn.closed" and e.get("conn") == lost_conn
-                      and e.get("by") in ("client", "server")])
-        if closes:
-            m["close_ms"] = _r(closes[-1].ms)
-            m["resumed_after_close_ms"] = _r(resumed_setup - closes[-1].ms)
 
-    # fallback (the reference recovery client) and its breakdown
-    fb = _first(events, "fallback.start", after=loss_ms)
-    restored = _first(events, "session.restored", after=fb.ms if fb else None) if fb else None
-    m["fallback"] = fb is not None
-    m["fallback_note"] = (fb.get("note") if fb is not None else None)
-    new_conn = next((c for c in conns if c["purpose"] == "new" and c["open_ms"] is not None
-                     and (loss_ms is None or c["open_ms"] >= loss_ms)), None)
-    after_restore = _first(events, "model.audio", after=restored.ms) if restored else None
-    m["recovery"] = {
-        "detection_ms": m["detection_ms"],
-        "resume_window_ms": _r(fb.ms - det.ms) if fb and det else None,
-        "new_setup_ms": new_conn["setup_took_ms"] if new_conn else None,
-        "restore_to_first_audio_ms": _r(after_restore.ms - restored.ms) if after_restore else None,
-        "loss_to_first_audio_ms": m["loss_to_first_audio_ms"],
+def _recovery_setup(events: list[Event], conns: list[dict[str, Any]], attempts: list[dict[str, Any]],
+                    loss: Event | None, lost_conn: Any) -> Event | None:
+    """The first setupComplete after the loss on another connection opened to resume or as a new
+    session (or on one whose resume was accepted)."""
+    if loss is None:
+        return None
+    purpose = {c["conn"]: c["purpose"] for c in conns}
+    accepted_conns = {a["conn"] for a in attempts if a["outcome"] == "accepted"}
+    for e in events:
+        if e.kind == "conn.setup_complete" and e.ms >= loss.ms and e.get("conn") != lost_conn and (
+                purpose.get(e.get("conn")) in ("resume", "new") or e.get("conn") in accepted_conns):
+            return e
+    return None
+
+
+def compute(events: list[Event], meta: dict[str, Any] | None = None,
+            twin: list[Event] | None = None, conversation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """All metrics of one run (see the module docstring); `conversation` is the run folder's
+    conversation.json, when it has one. Each step below computes one group of names."""
+    r = _facts(events, meta, twin, conversation)
+    m: dict[str, Any] = {}
+    m.update(action_metrics(r.fx))
+    m.update(record_metrics(r.events))
+    m.update(loss_metrics(r))
+    m.update(resume_attempt_metrics(r))
+    m.update(recovery_metrics(r))
+    m.update(close_metrics(r))
+    m.update(fallback_metrics(r))
+    m.update(effect_metrics(r.fx, r.loss_ms))
+    m.update(tool_call_metrics(r))
+    m.update(handle_metrics(r.conns))
+    m.update(status_answer_metrics(r.events, r.meta, r.fx, r.loss_ms))
+    m.update(held_metrics(r.events, r.loss_ms, r.fx))
+    m.update(stop_metrics(r.events, r.fx))
+    m.update(after_resume_metrics(r.events, r.first_ok["conn"] if r.first_ok else None))
+    m.update(first_after_recovery_metrics(r))
+    m.update(protocol_metrics(r))
+    m.update(gap_speech_metrics(r.events, r.twin))
+    m.update(tool_result_metrics(r.events, r.twin))
+    m.update(twin_metrics(r.twin))
+    m.update(replay_metrics(r.twin))
+    return m
+
+
+def record_metrics(events: list[Event]) -> dict[str, Any]:
+    """The record itself: whether it ends with run.end, how, and how long it is."""
+    start = _first(events, "run.start")
+    end = next((e for e in reversed(events) if e.kind == "run.end"), None)
+    return {
+        "complete": end is not None,
+        "status": end.get("status") if end else None,
+        "error": end.get("error") if end else None,
+        "n_events": len(events),
+        "duration_ms": _r(events[-1].ms - (start.ms if start else events[0].ms)) if events else None,
     }
 
-    m.update(effect_metrics(fx, loss_ms))
 
-    # tool calls: issued, re-issued, answered after a resume
+def loss_metrics(r: _Run) -> dict[str, Any]:
+    """The loss, what it did to the path (lab.report.loss_shape), the connections and its detection."""
+    loss, loss_ms = r.loss, r.loss_ms
+    kind = loss_shape.kind_of_loss(loss) if loss is not None else None
+    cuts = loss.get("cuts_path") if loss is not None else None
+    # the server's own close of the lost connection as it reached the client (B3: late, after the path came back)
+    srv_close = next((e for e in r.events if loss is not None and e.ms >= loss_ms and e.kind == "conn.closed"
+                      and e.get("conn") == r.lost_conn and e.get("by") == "server"), None)
+    return {
+        "loss_ms": _r(loss_ms),
+        "loss_kind": kind,
+        "loss_cuts_path": cuts,
+        "loss_shape": loss_shape.shape(kind, cuts) if loss is not None else None,
+        "connections": r.conns,
+        "lost_conn": r.lost_conn,
+        "lost_conn_server_close_ms": _r(srv_close.ms - loss_ms) if srv_close is not None else None,
+        "detected_ms": _r(r.det.ms) if r.det else None,
+        "detection_ms": _r(r.det.ms - loss_ms) if r.det else None,
+    }
+
+
+def resume_attempt_metrics(r: _Run) -> dict[str, Any]:
+    """The resume attempts: how many, refused or accepted, their codes and latencies."""
+    attempts, first_ok = r.attempts, r.first_ok
+    return {
+        "resume_attempts": attempts,
+        "attempts": len(attempts),
+        "refused": sum(1 for a in attempts if a["outcome"] == "refused"),
+        "accepted": sum(1 for a in attempts if a["outcome"] == "accepted"),
+        "no_result": sum(1 for a in attempts if a["outcome"] == "no_result"),
+        "refusal_codes": {str(k): v for k, v in Counter(a["code"] for a in attempts
+                                                        if a["outcome"] == "refused").items()},
+        "refusal_latency_ms": _stats(a["latency_ms"] for a in attempts if a["outcome"] == "refused"),
+        "resumed": first_ok is not None,
+        "first_accept_latency_ms": first_ok["latency_ms"] if first_ok else None,
+        "first_accept_after_loss_ms": first_ok["after_loss_ms"] if first_ok else None,
+        "refused_before_accept": sum(1 for a in attempts if a["outcome"] == "refused"
+                                     and (first_ok is None or a["ms"] < first_ok["ms"])),
+    }
+
+
+def recovery_metrics(r: _Run) -> dict[str, Any]:
+    """The recovery: resumed or new setupComplete after the loss, and the first model audio after it."""
+    purpose = {c["conn"]: c["purpose"] for c in r.conns}
+    loss_ms, rec_ms, audio = r.loss_ms, r.rec_ms, r.audio
+    return {
+        "recovered_ms": _r(rec_ms),
+        "recovered_via": ((purpose.get(r.rec.get("conn")) or "resume") if r.rec is not None
+                          else ("resume" if r.first_ok else None)),
+        "loss_to_setup_ms": _r(rec_ms - loss_ms) if rec_ms is not None and loss_ms is not None else None,
+        "first_audio_ms": _r(audio.ms) if audio else None,
+        "loss_to_first_audio_ms": _r(audio.ms - loss_ms) if audio and loss_ms is not None else None,
+    }
+
+
+def close_metrics(r: _Run) -> dict[str, Any]:
+    """The close that unlocked the session (B2): when, and how long before the accepted resume's setup."""
+    m: dict[str, Any] = {"resumed_after_close_ms": None, "close_ms": None}
+    first_ok, loss_ms, lost_conn = r.first_ok, r.loss_ms, r.lost_conn
+    if first_ok is None or loss_ms is None:
+        return m
+    resumed_setup = next((c["setup_ms"] for c in r.conns
+                          if c["conn"] == first_ok["conn"] and c["setup_ms"] is not None), first_ok["result_ms"])
+    window = [e for e in r.events if loss_ms <= e.ms <= resumed_setup]
+    # the scripted close is the moment the client closed; the lost connection's close record
+    # stands in when no action was scripted (a client that closes on its own)
+    # The study measured from the close echoed by the server (the moment the server has seen the
+    # old connection end); after a long outage that echo waits behind TCP's retransmission
+    # backoff, seconds after the client started closing. Prefer it; else the scripted close.
+    echoed = [e for e in window if e.kind == "conn.closed" and e.get("conn") == lost_conn
+              and e.get("code") == 1000]
+    closes = (echoed
+              or [e for e in window if e.kind == "action" and str(e.get("what", "")).lower() == "close"]
+              or [e for e in window if e.kind == "conn.closed" and e.get("conn") == lost_conn
+                  and e.get("by") in ("client", "server")])
+    if closes:
+        m["close_ms"] = _r(closes[-1].ms)
+        m["resumed_after_close_ms"] = _r(resumed_setup - closes[-1].ms)
+    return m
+
+
+def fallback_metrics(r: _Run) -> dict[str, Any]:
+    """The fallback to a new session (the reference recovery client) and the recovery's breakdown."""
+    events, loss_ms, det = r.events, r.loss_ms, r.det
+    fb = _first(events, "fallback.start", after=loss_ms)
+    restored = _first(events, "session.restored", after=fb.ms if fb else None) if fb else None
+    new_conn = next((c for c in r.conns if c["purpose"] == "new" and c["open_ms"] is not None
+                     and (loss_ms is None or c["open_ms"] >= loss_ms)), None)
+    after_restore = _first(events, "model.audio", after=restored.ms) if restored else None
+    return {
+        "fallback": fb is not None,
+        "fallback_note": (fb.get("note") if fb is not None else None),
+        "recovery": {
+            "detection_ms": _r(det.ms - loss_ms) if det else None,
+            "resume_window_ms": _r(fb.ms - det.ms) if fb and det else None,
+            "new_setup_ms": new_conn["setup_took_ms"] if new_conn else None,
+            "restore_to_first_audio_ms": _r(after_restore.ms - restored.ms) if after_restore else None,
+            "loss_to_first_audio_ms": _r(r.audio.ms - loss_ms) if r.audio and loss_ms is not None else None,
+        },
+    }
+
+
+def tool_call_metrics(r: _Run) -> dict[str, Any]:
+    """Tool calls: issued, re-issued under a new id, deduplicated, and the pending one answered after a resume."""
+    events, first_ok, loss_ms = r.events, r.first_ok, r.loss_ms
     calls = [e for e in events if e.kind == "tool.call"]
     ids: list[Any] = []
     for e in calls:
         if e.get("id") not in ids:
             ids.append(e.get("id"))
-    m["tool_calls"] = len(ids)
     first_call = calls[0] if calls else None
     reissued = [e for e in calls[1:] if first_call and e.get("id") != first_call.get("id")
                 and e.get("name") == first_call.get("name")]
-    m["tool_calls_reissued"] = len({e.get("id") for e in reissued})
-    m["tool_dedups"] = sum(1 for e in events if e.kind == "tool.dedup")
-    m["pending_call_answered_after_resume"] = None
+    m: dict[str, Any] = {"tool_calls": len(ids), "tool_calls_reissued": len({e.get("id") for e in reissued}),
+                         "tool_dedups": sum(1 for e in events if e.kind == "tool.dedup"),
+                         "pending_call_answered_after_resume": None}
     if first_ok is not None and loss_ms is not None:
         pre = {e.get("id") for e in calls if e.ms <= loss_ms}
         resp = [e for e in events if e.kind == "tool.response" and e.get("id") in pre and e.ms >= first_ok["ms"]]
         if resp:
-            r = resp[0]
-            bad = any(e.kind == "conn.closed" and e.get("conn") == r.get("conn") and e.get("code") in ERROR_CLOSE_CODES
-                      and 0 <= e.ms - r.ms <= 5000 for e in events)
-            m["pending_call_answered_after_resume"] = (str(r.get("status", "ok")).lower() not in ("error", "failed")
+            x = resp[0]
+            bad = any(e.kind == "conn.closed" and e.get("conn") == x.get("conn") and e.get("code") in ERROR_CLOSE_CODES
+                      and 0 <= e.ms - x.ms <= 5000 for e in events)
+            m["pending_call_answered_after_resume"] = (str(x.get("status", "ok")).lower() not in ("error", "failed")
                                                        and not bad)
+    return m
 
-    # handle updates per connection
-    m["handle_updates"] = {str(c["conn"]): c["handle_updates"] for c in conns}
-    m["max_handle_updates_per_conn"] = max((c["handle_updates"] for c in conns), default=0)
 
-    m.update(status_answer_metrics(events, meta, fx, loss_ms))
-    m.update(held_metrics(events, loss_ms, fx))
-    m.update(stop_metrics(events, fx))
-    m.update(after_resume_metrics(events, first_ok["conn"] if first_ok else None))
-    first_text = _first(events, "model.text", after=rec_ms) if rec_ms is not None else None
-    m["first_text_after_recovery"] = first_text.get("text") if first_text else None
-    m["first_claim_after_recovery"] = claims.classify(first_text.get("text"), tools.words) if first_text else None
+def handle_metrics(conns: list[dict[str, Any]]) -> dict[str, Any]:
+    """Session handle updates per connection, and the most on one."""
+    return {"handle_updates": {str(c["conn"]): c["handle_updates"] for c in conns},
+            "max_handle_updates_per_conn": max((c["handle_updates"] for c in conns), default=0)}
 
-    # protocol observations for drift
-    m["go_away"] = sum(1 for e in events if "goaway" in e.kind.replace("_", "").replace(".", "").lower())
-    params = meta.get("params") or {}
-    m["transparent_requested"] = bool(params.get("transparent"))
-    m["transparent_refused"] = None
-    if m["transparent_requested"]:
-        m["transparent_refused"] = any((e.kind == "conn.closed" and e.get("code") == 1007)
-                                       or (e.kind == "resume.result" and e.get("code") == 1007) for e in events)
-    m["server_closes"] = {str(k): v for k, v in Counter(
-        c["code"] for c in conns if c["by"] == "server" and c["code"] is not None).items()}
 
-    m.update(gap_speech_metrics(events, twin))
-    m.update(tool_result_metrics(events, twin))
-    if twin:
-        tw = sorted(twin, key=lambda e: e.ms)
-        m["twin"] = {
+def first_after_recovery_metrics(r: _Run) -> dict[str, Any]:
+    """The first model text after the recovery, and what it claims of the action."""
+    first_text = _first(r.events, "model.text", after=r.rec_ms) if r.rec_ms is not None else None
+    if first_text is None:
+        return {"first_text_after_recovery": None, "first_claim_after_recovery": None}
+    return {"first_text_after_recovery": first_text.get("text"),
+            "first_claim_after_recovery": claims.classify(first_text.get("text"), r.tools.words)}
+
+
+def protocol_metrics(r: _Run) -> dict[str, Any]:
+    """Protocol observations for drift: goAways, transparent resumption asked and refused, the server's closes."""
+    events = r.events
+    requested = bool((r.meta.get("params") or {}).get("transparent"))
+    refused = None
+    if requested:
+        refused = any((e.kind == "conn.closed" and e.get("code") == 1007)
+                      or (e.kind == "resume.result" and e.get("code") == 1007) for e in events)
+    return {
+        "go_away": sum(1 for e in events if "goaway" in e.kind.replace("_", "").replace(".", "").lower()),
+        "transparent_requested": requested,
+        "transparent_refused": refused,
+        "server_closes": {str(k): v for k, v in Counter(
+            c["code"] for c in r.conns if c["by"] == "server" and c["code"] is not None).items()},
+    }
+
+
+def twin_metrics(twin: list[Event] | None) -> dict[str, Any]:
+    """What the twin recorded: refusals, accepts, how connections ended, the modalities and A/V resumes."""
+    if not twin:
+        return {"twin": None, "resume_mitigations": None}
+    tw = sorted(twin, key=lambda e: e.ms)
+    av = next((e for e in tw if e.kind == "twin.av_resume"), None)
+    return {
+        "twin": {
             "refusals": sum(1 for e in tw if e.kind == "twin.refuse"),
-            "refusal_codes": {str(k): v for k, v in Counter(e.get("code") for e in tw if e.kind == "twin.refuse").items()},
+            "refusal_codes": {str(k): v for k, v in Counter(e.get("code") for e in tw
+                                                            if e.kind == "twin.refuse").items()},
             "accepts": sum(1 for e in tw if e.kind == "twin.accept"),
             "conn_ends": dict(Counter(str(e.get("how")) for e in tw if e.kind == "twin.conn.end")),
             "modalities": {str(e.get("conn")): e.get("modalities") for e in tw
                            if e.kind == "twin.conn.end" and e.get("modalities") is not None},
             "av_resumes": [{"conn": e.get("conn"), "mitigations": e.get("mitigations"), "helped_by": e.get("helped_by")}
                            for e in tw if e.kind == "twin.av_resume"],
-        }
-        av = next((e for e in tw if e.kind == "twin.av_resume"), None)
-        m["resume_mitigations"] = ",".join(sorted(av.get("mitigations") or [])) if av is not None else None
-    else:
-        m["twin"] = None
-        m["resume_mitigations"] = None
-    # transparent resumption (seed 004), as the twin judged each resume's resend (lab.twin.transparent)
+        },
+        "resume_mitigations": ",".join(sorted(av.get("mitigations") or [])) if av is not None else None,
+    }
+
+
+def replay_metrics(twin: list[Event] | None) -> dict[str, Any]:
+    """Transparent resumption (seed 004), as the twin judged each resume's resend (lab.twin.transparent)."""
     replays = [e for e in (twin or []) if e.kind == "twin.replay"]
-    m["transparent_resumes"] = sum(1 for e in replays if e.get("verdict") == "owed") if twin else None
-    m["replayed_messages"] = sum(int(e.get("owed") or 0) for e in replays if e.get("verdict") == "owed") \
-        if twin else None
-    m["wrong_replays"] = [e.get("verdict") for e in replays if e.get("verdict") not in ("owed", "ok")] \
-        if twin else None
-    return m
+    return {
+        "transparent_resumes": sum(1 for e in replays if e.get("verdict") == "owed") if twin else None,
+        "replayed_messages": sum(int(e.get("owed") or 0) for e in replays if e.get("verdict") == "owed")
+        if twin else None,
+        "wrong_replays": [e.get("verdict") for e in replays if e.get("verdict") not in ("owed", "ok")]
+        if twin else None,
+    }
 
 
 # ---- the run's action and its effects (lab.report.run_tools, lab.report.effects) -------------------

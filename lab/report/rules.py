@@ -31,7 +31,8 @@ from typing import Any, Callable
 from lab import actions
 from lab.events import Event
 from lab.report import effects as effects_mod
-from lab.report import run_tools
+from lab.report import loss_shape, run_tools
+from lab.report.loss_shape import ARMED, CUT, DEGRADE, ZOMBIE
 
 PASS, FAIL, NA = "pass", "fail", "n/a"
 
@@ -57,16 +58,14 @@ IDLE_REFUSAL = "idle_release"
 # 15 minutes of refusals, and room for a 10 s resume schedule's first retry.
 FALLBACK_WITHIN_S = 15.0
 
-# the router's middleboxes (netem/kinds), as the agent's loss event names them. None cuts the path the
-# moment it is applied (their `cuts_path` is false), so the rules that time a cut cannot use it:
+# What the loss did to the path is its shape (lab.report.loss_shape: the fault kind's own declaration,
+# or the action's), never its name. Two shapes cut no path the moment they are applied, so the rules
+# that time a cut cannot use them:
 # - a zombie path: the connection stays open at both ends and the client's small frames still pass,
 #   but the server's large ones (audio) vanish (m4, a VPN's path-MTU black hole); only the client's
 #   own detection can tell, from the moment the fault starts (the server's audio is full-size)
-ZOMBIE_LOSSES = ("fault:mtu_blackhole",)
 # - an armed middlebox: it cuts a flow only later, when the flow has been idle (a NAT's reap, m1) or
 #   reaches an age (a relay, m2); when it did is in the router's capture, not in this record
-ARMED_LOSSES = {"fault:nat_reap": "a NAT that reaps a flow once it is idle",
-                "fault:relay_age": "a relay that cuts a flow at a fixed age"}
 
 
 @dataclass(frozen=True)
@@ -161,6 +160,11 @@ class Record:
         return self.metrics.get("loss_ms")
 
     @property
+    def loss_shape(self) -> str | None:
+        """What the loss did to the path (cut, degrade, zombie, armed); None: no loss, or not known."""
+        return loss_shape.of_metrics(self.metrics)
+
+    @property
     def end_ms(self) -> float:
         last = [e.ms for e in self.events] + [e.ms for e in self.twin or []]
         return max(last, default=0.0)
@@ -191,9 +195,9 @@ def _silent_to_client(m: dict[str, Any]) -> bool:
     """The loss cut the path and the client did not cause it (a fault, a proxy freeze): only its own
     detection can tell it (000 §3). A client action (abort, close) is a loss the client knows of."""
     kind = str(m.get("loss_kind") or "")
-    if not m.get("loss_cuts_path"):
+    if loss_shape.of_metrics(m) != CUT:
         return False
-    if kind.startswith("action:"):
+    if kind.startswith(loss_shape.ACTION):
         a = actions.ACTIONS.get(kind.split(":", 1)[1])
         return a is not None and a.by != actions.CLIENT
     return True
@@ -202,18 +206,17 @@ def _silent_to_client(m: dict[str, Any]) -> bool:
 def _armed(m: dict[str, Any]) -> Outcome | None:
     """NA, saying why, when the loss is an armed middlebox: the agent's loss is when it was armed
     (m2's relay: before the first connection), so what was pending or new "after the loss" is not."""
-    kind = str(m.get("loss_kind") or "")
-    if kind in ARMED_LOSSES:
-        return _na(f"{ARMED_LOSSES[kind]} ({kind}): when it cut the flow, if it did, is in the router's "
-                   "capture, not in this record")
+    if loss_shape.of_metrics(m) == ARMED:
+        kind = m.get("loss_kind")
+        return _na(f"{loss_shape.does(kind) or 'a middlebox that cuts a flow later'} ({kind}): when it cut the "
+                   "flow, if it did, is in the router's capture, not in this record")
     return None
 
 
 def _not_a_cut(m: dict[str, Any]) -> Outcome | None:
     """NA, saying why, when the loss is one of the router's middleboxes that cut no path when applied."""
-    kind = str(m.get("loss_kind") or "")
-    if kind in ZOMBIE_LOSSES:
-        return _na(f"a zombie path ({kind}), not a cut: leaves_zombie_connection judges it")
+    if loss_shape.of_metrics(m) == ZOMBIE:
+        return _na(f"a zombie path ({m.get('loss_kind')}), not a cut: leaves_zombie_connection judges it")
     return _armed(m)
 
 
@@ -305,7 +308,7 @@ def _detection(r: Record) -> Outcome:
 
 @_needs_twin
 def _close(r: Record) -> Outcome:
-    if r.loss_ms is None or not r.metrics.get("loss_cuts_path"):
+    if r.loss_ms is None or r.loss_shape != CUT:
         return _na("no loss that cut the path")
     back = _path_back_ms(r)
     if back is None:
@@ -336,7 +339,7 @@ def _close(r: Record) -> Outcome:
 @_needs_twin
 def _fallback(r: Record) -> Outcome:
     m = r.metrics
-    if r.loss_ms is None or not m.get("loss_cuts_path"):
+    if r.loss_ms is None or r.loss_shape != CUT:
         return (_not_a_cut(m) if r.loss_ms is not None else None) or _na("no loss that cut the path")
     if r.accepted(r.loss_ms, resume=True):
         return _na("a resume was accepted: no fallback needed")
@@ -486,9 +489,8 @@ def _spurious(r: Record) -> Outcome:
 
 @_needs_twin
 def _zombie(r: Record) -> Outcome:
-    kind = str(r.metrics.get("loss_kind") or "")
-    if r.loss_ms is None or kind not in ZOMBIE_LOSSES:
-        return _na(f"no zombie path ({', '.join(ZOMBIE_LOSSES)}) in this run")
+    if r.loss_ms is None or r.loss_shape != ZOMBIE:
+        return _na(f"no zombie path ({', '.join(loss_shape.kinds_of(ZOMBIE))}) in this run")
     lost = r.lost_conn()
     if lost is None:
         return _na("the twin held no connection when the path turned into a zombie")
@@ -510,9 +512,8 @@ def _zombie(r: Record) -> Outcome:
 
 @_needs_twin
 def _false_alarm(r: Record) -> Outcome:
-    m, kind = r.metrics, str(r.metrics.get("loss_kind") or "")
-    # cuts_path False (None: a record older than the flag) and no middlebox: delay, jitter, random loss
-    if r.loss_ms is None or m.get("loss_cuts_path") is not False or kind in ZOMBIE_LOSSES or kind in ARMED_LOSSES:
+    # a fault of shape degrade: delay, jitter, random loss (not a zombie path, not an armed middlebox)
+    if r.loss_ms is None or r.loss_shape != DEGRADE:
         return _na("no fault that only degraded the path (delay, jitter, random loss)")
     lost = r.lost_conn()
     if lost is None:

@@ -9,15 +9,16 @@ eperm:  DROP. On OUTPUT the stack gets EPERM back (a local send failure): no ret
 from __future__ import annotations
 
 from netem import spec as S
-from netem.fault import MatchFault
+from netem.fault import MatchFault, Shape
 
 DEFAULT_QUEUE = 99  # never bind it: a queue with no listener is what makes the drop silent
 
 
 class Blackhole(MatchFault):
     kind = "blackhole"
+    shape = Shape.CUT
+    does = "every packet to and from the target vanishes"
     requires = frozenset({"iptables", "nflog", "nfqueue"})
-    cuts_path = True
     fields = MatchFault.fields | {"mode", "queue"}
 
     @classmethod

@@ -41,12 +41,12 @@ from typing import Callable
 from netem import cleanup
 from netem import spec as S
 from netem.errors import NetemError
-from netem.fault import InstalledFault, MatchFault
+from netem.fault import InstalledFault, MatchFault, Shape
 from netem.holding import Releases, arrival, spin_for, wait_until
 from netem.kernel import in_netns, netns_name
 from netem.nfqueue import NfQueue
 from netem.realtime import become_realtime
-from netem.rules import Rules
+from netem.iptables import Rules
 
 QUEUE_BASE, QUEUE_SPAN = 20000, 10000  # default queues, by name hash: far from blackhole's 99
 READY_TIMEOUT_S = 5.0
@@ -196,6 +196,8 @@ def stop_worker(f) -> None:
 
 class Delay(Held):
     kind = "delay"
+    shape = Shape.DEGRADE
+    does = "the target's packets are held delay_ms (± jitter_ms), in their order"
     fields = MatchFault.fields | {"delay_ms", "jitter_ms", "queue"}
 
     @classmethod

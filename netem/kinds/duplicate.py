@@ -9,12 +9,14 @@ D-SACK; UDP: the datagram twice). The worker and its life cycle are the delay ki
 from __future__ import annotations
 
 from netem import spec as S
-from netem.fault import MatchFault
+from netem.fault import MatchFault, Shape
 from netem.kinds.delay import Held, Plan
 
 
 class Duplicate(Held):
     kind = "duplicate"
+    shape = Shape.DEGRADE
+    does = "a random share of the target's packets is sent twice"
     fields = MatchFault.fields | {"p", "queue"}
 
     @classmethod

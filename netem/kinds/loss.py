@@ -8,13 +8,15 @@ from __future__ import annotations
 import hashlib
 
 from netem import spec as S
-from netem.fault import MatchFault
+from netem.fault import MatchFault, Shape
 from netem.kinds.blackhole import DEFAULT_QUEUE
-from netem.rules import FAULT_CHAIN_PREFIX, Rules
+from netem.iptables import FAULT_CHAIN_PREFIX, Rules
 
 
 class Loss(MatchFault):
     kind = "loss"
+    shape = Shape.DEGRADE   # even p = 1: the kind says what it is for, a lossy path TCP retransmits through
+    does = "a random share of the target's packets vanishes"
     requires = frozenset({"iptables", "nflog", "nfqueue", "statistic"})
     fields = MatchFault.fields | {"p", "queue"}
 

@@ -15,9 +15,9 @@ the one each segment would get.
 from __future__ import annotations
 
 from netem import spec as S
-from netem.fault import MatchFault
+from netem.fault import MatchFault, Shape
 from netem.kinds.blackhole import DEFAULT_QUEUE
-from netem.rules import Rules, nflog
+from netem.iptables import Rules, nflog
 
 MAX_IP_LEN = 65535
 FRAG_NEEDED = "-p icmp --icmp-type fragmentation-needed"
@@ -25,6 +25,8 @@ FRAG_NEEDED = "-p icmp --icmp-type fragmentation-needed"
 
 class MtuBlackhole(MatchFault):
     kind = "mtu_blackhole"
+    shape = Shape.ZOMBIE
+    does = "a path-MTU black hole: packets above mtu vanish, small ones pass"
     requires = frozenset({"iptables", "nflog", "nfqueue", "length"})
     fields = MatchFault.fields | {"mtu", "queue"}
 

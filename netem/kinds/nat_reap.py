@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from netem import spec as S
 from netem.conntrack import ForgottenFlowFault
+from netem.fault import Shape
 
 IDLE_KEY = "nf_conntrack_tcp_timeout_established"
 
 
 class NatReap(ForgottenFlowFault):
     kind = "nat_reap"
+    shape = Shape.ARMED
+    does = "a NAT that reaps a flow once it is idle"
     fields = ForgottenFlowFault.fields | {"idle_s"}
 
     @classmethod

@@ -17,11 +17,11 @@ from typing import Any
 
 from netem import spec as S
 from netem.errors import FaultUnsupported, NetemError, NoPrivilege
-from netem.fault import InstalledFault, RuleFault
+from netem.fault import InstalledFault, RuleFault, Shape
 from netem.kernel import in_netns
 from netem.kinds.delay import DUP_MARK, Held, Plan, default_queue, start_worker, stop_worker
 from netem.qdisc import NETEM_HANDLE, remove_netem
-from netem.rules import Rules
+from netem.iptables import Rules
 
 _RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)$")
 _IFNAME_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")
@@ -29,6 +29,8 @@ _IFNAME_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")
 
 class Netem(RuleFault, InstalledFault):
     kind = "netem"
+    shape = Shape.DEGRADE
+    does = "delay, jitter, random loss, reordering and duplicates on the way out of a device"
     requires = frozenset({"netem"})
     alternatives = (Held.requires,)
     lives_with_owner = True   # on the userspace path its worker ends with its owner

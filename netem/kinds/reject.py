@@ -7,14 +7,15 @@ incoming RSTs themselves are never rejected (that would swallow the reset the ou
 """
 from __future__ import annotations
 
-from netem.fault import MatchFault
-from netem.rules import Rules
+from netem.fault import MatchFault, Shape
+from netem.iptables import Rules
 
 
 class Reject(MatchFault):
     kind = "reject"
+    shape = Shape.CUT
+    does = "every packet to or from the target is answered by a reset"
     requires = frozenset({"iptables", "nflog", "reject"})
-    cuts_path = True
     portless_proto = "tcp"  # a reset fault: tcp unless told otherwise
 
     def verdict(self, direction: str) -> str:

@@ -28,6 +28,7 @@ import time
 from netem import spec as S
 from netem.conntrack import ForgottenFlowFault
 from netem.errors import NetemError
+from netem.fault import Shape
 from netem.kernel import in_netns
 from netem.realtime import thread_realtime
 
@@ -38,6 +39,8 @@ TIMESTAMP_KEY = "nf_conntrack_timestamp"
 
 class RelayAge(ForgottenFlowFault):
     kind = "relay_age"
+    shape = Shape.ARMED
+    does = "a relay that cuts a flow at a fixed age"
     lives_with_owner = True  # the watcher is a thread of the process that applied it
     fields = ForgottenFlowFault.fields | {"age_s"}
 

@@ -8,12 +8,14 @@ life cycle are the delay kind's (netem/kinds/delay.py).
 """
 from __future__ import annotations
 
-from netem.fault import MatchFault
+from netem.fault import MatchFault, Shape
 from netem.kinds.delay import Held, Plan
 
 
 class Reorder(Held):
     kind = "reorder"
+    shape = Shape.DEGRADE
+    does = "a random share of the target's packets overtakes the others"
     fields = MatchFault.fields | {"delay_ms", "p", "queue"}
 
     @classmethod

@@ -8,7 +8,7 @@ from netem.kinds.blackhole import Blackhole
 from netem.kinds.loss import Loss
 from netem.kinds.netem import Netem
 from netem.kinds.reject import Reject
-from netem.rules import render_restore
+from netem.iptables import render_restore
 
 EP = "10.203.7.2"
 FLOW = {"src": "10.203.7.1", "sport": 40000, "dst": EP, "dport": 8443}

@@ -1,5 +1,8 @@
 """Capability detection with a fake Prober: what is missing is named, in one line each."""
-from netem.kernel import Capabilities, Prober, probe
+import pickle
+
+from netem.faults import needing
+from netem.kernel import FEATURES, Capabilities, Prober, probe
 
 
 class FakeProber(Prober):
@@ -51,7 +54,7 @@ class FakeProber(Prober):
 def test_netem_missing_is_one_clear_line_naming_sch_netem():
     c = probe(FakeProber())
     assert isinstance(c, Capabilities)
-    assert c.iptables and c.nflog and c.nfqueue and c.statistic and c.reject and c.faults_ok
+    assert c.iptables and c.nflog and c.nfqueue and c.statistic and c.reject
     assert not c.netem
     assert len(c.missing) == 1
     assert "sch_netem" in c.missing[0] and "\n" not in c.missing[0]
@@ -66,13 +69,13 @@ def test_everything_present_means_nothing_missing():
 
 def test_a_missing_xtables_target_is_named():
     c = probe(FakeProber(restore_fails=("NFQUEUE", "statistic")))
-    assert c.iptables and c.nflog and not c.nfqueue and not c.statistic and not c.faults_ok
+    assert c.iptables and c.nflog and not c.nfqueue and not c.statistic
     assert any("NFQUEUE" in m for m in c.missing) and any("statistic" in m for m in c.missing)
 
 
 def test_unusable_iptables_is_said_once_not_per_target():
     c = probe(FakeProber(restore_broken=True))
-    assert not c.iptables and not c.faults_ok
+    assert not c.iptables and not c.features() & {"nflog", "nfqueue", "statistic", "reject"}
     assert c.missing[0] == "iptables-restore is not usable here"
     assert not any("NFLOG" in m or "NFQUEUE" in m for m in c.missing)
     assert any("Permission denied" in n for n in c.notes)
@@ -117,3 +120,18 @@ def test_the_real_sched_fifo_probe_answers_without_changing_this_process():
     ok, err = Prober().try_realtime()
     assert os.sched_getscheduler(0) == before
     assert ok == (err == "") and (ok or err)
+
+
+def test_a_missing_feature_is_its_tables_line_and_says_which_kinds_it_costs():
+    c = probe(FakeProber(restore_fails=("length",), netem=(True, "namespace ll-probe-1", "")))
+    assert c.missing == [FEATURES["length"].missing] and c.lacks == ["length"]
+    assert f"  - {FEATURES['length'].missing} (needed by mtu_blackhole)" in c.summary(needed_by=needing)
+    assert "  length match       NO" in c.summary()
+
+
+def test_every_feature_of_the_table_is_printed_and_is_a_field():
+    c = probe(FakeProber())
+    text = c.summary()
+    assert all(f.label in text for f in FEATURES.values())
+    assert set(FEATURES) <= set(Capabilities.__dataclass_fields__) and set(FEATURES) <= set(c.as_dict())
+    assert pickle.loads(pickle.dumps(c)) == c

@@ -4,11 +4,12 @@ import pytest
 
 from netem.cli import kinds_summary
 from netem.errors import FaultSpecError
-from netem.fault import InstalledFault, RuleFault
-from netem.faults import PLACEHOLDER_TARGET, REGISTRY, build, check_spec, kinds, unmet
-from netem.kernel import FEATURES, Capabilities
+from netem.cli import kinds_table
+from netem.fault import InstalledFault, MatchFault, RuleFault, Shape
+from netem.faults import PLACEHOLDER_TARGET, REGISTRY, build, check_spec, declared, kinds, needing, unmet
+from netem.kernel import FEATURES, KIND_FEATURES, Capabilities
 from netem.kinds.delay import Delay
-from netem.rules import is_netem_chain, render_restore
+from netem.iptables import is_netem_chain, render_restore
 from netem.table import FaultTable
 
 # the least each kind needs besides kind (and target, for kinds with needs_target)
@@ -21,10 +22,14 @@ def test_every_kind_declares_what_it_needs_and_does():
     assert sorted(MINIMAL) == kinds()
     for name, cls in REGISTRY.items():
         assert cls.kind == name
-        assert isinstance(cls.requires, frozenset) and cls.requires and cls.requires <= set(FEATURES), name
-        assert isinstance(cls.needs_target, bool) and isinstance(cls.cuts_path, bool)
+        assert isinstance(cls.requires, frozenset) and cls.requires and cls.requires <= KIND_FEATURES, name
+        assert isinstance(cls.needs_target, bool) and cls.cuts_path is (cls.shape is Shape.CUT)
+        assert isinstance(cls.shape, Shape) and cls.does, name
         assert issubclass(cls, (RuleFault, InstalledFault)), name
-    assert {k for k, c in REGISTRY.items() if c.cuts_path} == {"blackhole", "reject"}
+    assert {k: str(c.shape) for k, c in REGISTRY.items()} == {
+        "blackhole": "cut", "reject": "cut", "loss": "degrade", "netem": "degrade", "delay": "degrade",
+        "reorder": "degrade", "duplicate": "degrade", "nat_reap": "armed", "relay_age": "armed",
+        "mtu_blackhole": "zombie"}
     assert {k for k, c in REGISTRY.items() if c.needs_target} == {"blackhole", "reject", "loss", "delay", "reorder",
                                                                   "duplicate", "nat_reap", "relay_age", "mtu_blackhole"}
     assert issubclass(Delay, RuleFault) and issubclass(Delay, InstalledFault)
@@ -62,6 +67,24 @@ def test_check_builds_nothing_and_a_class_refuses_another_kind():
         REGISTRY["delay"].check({"kind": "loss", "target": PLACEHOLDER_TARGET, "delay_ms": 5})
 
 
+def test_a_kind_says_what_it_does_or_is_not_registered():
+    class Shapeless(MatchFault):
+        kind = "shapeless"
+    with pytest.raises(TypeError, match="shapeless: declares no shape"):
+        declared(Shapeless)
+    with pytest.raises(TypeError, match=r"requires \['conntrak'\]: not features"):
+        type("Typo", (MatchFault,), {"kind": "typo", "requires": frozenset({"iptables", "conntrak"})})
+
+
+def test_which_kinds_need_a_feature_comes_from_their_requires():
+    assert needing("length") == ["mtu_blackhole"] and needing("reject") == ["nat_reap", "reject", "relay_age"]
+    assert needing("netem") == []      # the netem kind has a userspace path without it
+    assert needing("root") == []
+    lines = kinds_table().splitlines()
+    assert lines[0].split() == ["kind", "shape", "needs", "does"] and len(lines) == 1 + len(REGISTRY)
+    assert any(l.split()[:2] == ["mtu_blackhole", "zombie"] for l in lines)
+
+
 def _caps(**missing) -> Capabilities:
     c = Capabilities(**{f: True for f in FEATURES})
     for f in missing:
@@ -74,17 +97,17 @@ def test_unmet_names_what_each_kind_lacks_from_its_requires():
     assert unmet("blackhole", caps) == [] and unmet("loss", caps) == []
     assert len(unmet("netem", caps)) == 1 and unmet("netem", caps)[0].startswith("netem: sch_netem")
     assert unmet("delay", caps) == ["nfqueue_bind: nfnetlink_queue: no NFQUEUE queue can be bound here, "
-                                    "so no userspace delay"]
+                                    "so no worker can hold packets"]
     assert unmet("reject", _caps(reject=False, nflog=False))[0].startswith("nflog: the xtables NFLOG")
 
 
 def test_probe_summary_lists_every_kind_with_yes_or_what_is_missing():
     lines = kinds_summary(_caps(netem=False)).splitlines()
     assert lines[0] == "fault kinds:" and len(lines) == 1 + len(kinds())
-    assert "  delay      yes" in lines and "  blackhole  yes" in lines
-    assert [l for l in lines if l.startswith("  netem")] == ["  netem      yes (userspace path)"]   # no sch_netem
+    assert "  delay         yes" in lines and "  blackhole     yes" in lines and "  mtu_blackhole yes" in lines
+    assert [l for l in lines if l.startswith("  netem")] == ["  netem         yes (userspace path)"]   # no sch_netem
     lines = kinds_summary(_caps(netem=False, nfqueue_bind=False)).splitlines()
-    assert [l for l in lines if l.startswith("  netem")][0].startswith("  netem      NO   needs netem: sch_netem")
+    assert [l for l in lines if l.startswith("  netem")][0].startswith("  netem         NO   needs netem: sch_netem")
 
 
 def test_only_netems_own_chains_are_netems_to_remove():
@@ -148,3 +171,14 @@ def test_rules_refused_means_the_installed_part_goes_too():
 
 def test_build_gives_the_registered_class():
     assert type(build({"kind": "delay", "delay_ms": 5, "target": PLACEHOLDER_TARGET})) is Delay
+
+
+def test_the_internals_doc_lists_every_kind_with_its_shape():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[2] / "docs" / "internals.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 4:
+            rows.setdefault(cells[0].split()[0].strip("`"), set()).add(cells[1])
+    assert {k: {str(c.shape)} for k, c in REGISTRY.items()} == {k: rows.get(k) for k in REGISTRY}
