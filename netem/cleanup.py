@@ -336,16 +336,12 @@ def _remove_ns(ns: str, report: dict) -> None:
         report["qdiscs"] += [f"{ns}:{q}" for q in remove_netem(None, ns)]
     except Exception as e:
         report["errors"].append(f"{ns}: {e}")
-    try:
-        from pyroute2 import netns as _netns
-        _netns.remove(ns)
+    # namespaces come and go through `ip netns` only (netem.kernel.in_netns says why not pyroute2)
+    rc = subprocess.run(["ip", "netns", "del", ns], capture_output=True, text=True)
+    if rc.returncode == 0:
         report["namespaces"].append(ns)
-    except Exception as e:
-        rc = subprocess.run(["ip", "netns", "del", ns], capture_output=True, text=True)
-        if rc.returncode == 0:
-            report["namespaces"].append(ns)
-        else:
-            report["errors"].append(f"could not delete namespace {ns}: {e}")
+    else:
+        report["errors"].append(f"could not delete namespace {ns}: {rc.stderr.strip() or f'ip exited {rc.returncode}'}")
 
 
 def _clear_current(report: dict) -> None:

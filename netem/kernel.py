@@ -40,7 +40,9 @@ PROBE_QUEUE = 65000  # + pid % 500: a queue bound for a moment by the probe; nev
 _libc = None
 
 
-def _setns(fd: int) -> None:
+def setns_net(fd: int) -> None:
+    """Move the calling thread into the network namespace open at `fd` (setns(2), CLONE_NEWNET):
+    what in_netns and a process started in a namespace (lab/topology/nsenter.py) both stand on."""
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
@@ -74,13 +76,13 @@ def in_netns(name: str | None) -> Iterator[None]:
     here = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         try:
-            _setns(target)
+            setns_net(target)
         except PermissionError:
             raise NoPrivilege(f"cannot enter network namespace {name!r}: needs root (CAP_SYS_ADMIN)") from None
         try:
             yield
         finally:
-            _setns(here)
+            setns_net(here)
     finally:
         os.close(target)
         os.close(here)
@@ -149,48 +151,41 @@ class Prober:
 
         Returns (ok, where, error text). `where` says which throw-away place was used.
         """
-        from pyroute2 import IPRoute, NetNS, netns  # lazy: unit tests never need netlink
+        from pyroute2 import IPRoute  # lazy: unit tests never need netlink
         from pyroute2.netlink.exceptions import NetlinkError
 
+        # a namespace of its own (made with `ip netns`, entered with in_netns: the one way in),
+        # else the current one, where the veth is removed again by name
         name = f"ll-probe-{os.getpid()}"
-        made_ns = False
-        try:
-            netns.create(name)
-            made_ns = True
-        except Exception:
-            pass
+        made_ns = self.run(["ip", "netns", "add", name])[0] == 0
         where = f"namespace {name}" if made_ns else "current namespace"
         peer_a, peer_b = f"llpa{os.getpid() % 100000}", f"llpb{os.getpid() % 100000}"
-        ipr = None
         try:
-            ipr = NetNS(name) if made_ns else IPRoute()
-            ipr.link("add", ifname=peer_a, kind="veth", peer=peer_b)
-            idx = ipr.link_lookup(ifname=peer_a)[0]
-            ipr.link("set", index=idx, state="up")
-            try:
-                ipr.tc("add", kind, idx, handle="1:0", **({"delay": 1000} if kind == "netem" else {}))
-            except NetlinkError as e:
-                return False, where, f"{os.strerror(e.code)} (errno {e.code})"
-            ipr.tc("del", kind, idx, handle="1:0")
-            return True, where, ""
-        except NetlinkError as e:
-            return False, where, f"could not make a throw-away veth: {os.strerror(e.code)} (errno {e.code})"
+            with in_netns(name if made_ns else None), IPRoute() as ipr:
+                try:
+                    ipr.link("add", ifname=peer_a, kind="veth", peer=peer_b)
+                    idx = ipr.link_lookup(ifname=peer_a)[0]
+                    ipr.link("set", index=idx, state="up")
+                    try:
+                        ipr.tc("add", kind, idx, handle="1:0", **({"delay": 1000} if kind == "netem" else {}))
+                    except NetlinkError as e:
+                        return False, where, f"{os.strerror(e.code)} (errno {e.code})"
+                    ipr.tc("del", kind, idx, handle="1:0")
+                    return True, where, ""
+                except NetlinkError as e:
+                    return False, where, f"could not make a throw-away veth: {os.strerror(e.code)} (errno {e.code})"
+                finally:
+                    if not made_ns:
+                        for i in ipr.link_lookup(ifname=peer_a):
+                            try:
+                                ipr.link("del", index=i)
+                            except NetlinkError:
+                                pass
         except Exception as e:  # pragma: no cover - odd platforms
             return False, where, f"{type(e).__name__}: {e}"
         finally:
-            if ipr is not None:
-                try:
-                    if not made_ns:
-                        for i in ipr.link_lookup(ifname=peer_a):
-                            ipr.link("del", index=i)
-                except Exception:
-                    pass
-                ipr.close()
             if made_ns:
-                try:
-                    netns.remove(name)
-                except Exception:
-                    pass
+                self.run(["ip", "netns", "delete", name])
 
     def try_nfqueue_bind(self) -> tuple[bool, str]:
         """Bind a throw-away NFQUEUE queue in this namespace for a moment. (ok, error text)."""
@@ -218,17 +213,10 @@ class Prober:
         return (True, "") if said == "ok" else (False, said or "no answer")
 
     def can_make_netns(self) -> bool:
-        from pyroute2 import netns
-
         name = f"ll-probe-{os.getpid()}-n"
-        try:
-            netns.create(name)
-        except Exception:
+        if self.run(["ip", "netns", "add", name])[0] != 0:
             return False
-        try:
-            netns.remove(name)
-        except Exception:
-            pass
+        self.run(["ip", "netns", "delete", name])
         return True
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from lab.topology.uplink import NETNS_ETC     # per-namespace /etc files, bound over /etc
 # setns on the calling thread, which after a fork is the whole process (netem's in_netns uses it
 # for a block and switches back; here there is no going back)
-from netem.kernel import NETNS_DIR, _setns
+from netem.kernel import NETNS_DIR, setns_net
 
 # <sched.h>, <sys/mount.h>
 CLONE_NEWNS = 0x00020000
@@ -64,7 +64,7 @@ def enter(name: str) -> None:
     view of /sys and /etc. OSError on the first step that fails: the caller must not go on."""
     fd = os.open(os.path.join(NETNS_DIR, name), os.O_RDONLY | os.O_CLOEXEC)
     try:
-        _setns(fd)
+        setns_net(fd)
     finally:
         os.close(fd)
     _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
