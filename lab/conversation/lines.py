@@ -282,6 +282,23 @@ def _properties(decl: Mapping[str, Any]) -> tuple[dict, list]:
     return (dict(props) if isinstance(props, Mapping) else {}), list(schema.get("required") or [])
 
 
+# words of a tool's name that say how it acts, not on what (request_refund: the refund of an order)
+_HOW_WORDS = ("request", "start", "make", "do", "handle", "process", "run", "perform", "initiate", "begin", "new",
+              "try", "submit")
+
+
+def _object_word(name: str, description: str, verb: str) -> str:
+    """What the tool acts on, for its sentences: the first word of its name that is neither its verb
+    nor a word of how it acts, else such a word of its description ("Start a refund for an order":
+    order); '' when there is none."""
+    skip = {_stem(verb)} | {_stem(w) for w in _HOW_WORDS}
+    for words in (_tokens(name), _tokens(description)):
+        w = next((w for w in words if _stem(w) not in skip and w not in _STOPWORDS and len(w) > 2), "")
+        if w:
+            return w
+    return ""
+
+
 def tools_from_declarations(declared: list[dict]) -> tuple[dict[str, Tool], dict[str, str]]:
     """{name: Tool} built from the client's declarations, and {name: why its side effect was guessed}."""
     tools: dict[str, Tool] = {}
@@ -301,7 +318,7 @@ def tools_from_declarations(declared: list[dict]) -> tuple[dict[str, Tool], dict
             args.append(Arg(str(pname), value=declared_value(str(pname), pschema, pname in required),
                             from_line=kind, schema=pschema))
         key_fields = tuple(a.name for a in args if a.name in required) or tuple(a.name for a in args[:1])
-        obj = next((w for w in _tokens(name) if _stem(w) != _stem(verb) and w not in _STOPWORDS), "")
+        obj = _object_word(name, desc, verb)
         doing, done = _inflect(verb)
         words = ActionWords(verb=(verb,), doing=doing, done=done, noun=tuple(w for w in (verb, obj) if w))
         subject = f"{obj} {{{key_fields[0]}}}" if obj and key_fields else (obj or "it")

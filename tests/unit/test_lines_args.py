@@ -98,3 +98,10 @@ def test_every_required_argument_of_every_tool_has_a_value_of_its_type():
 def test_a_quoted_value_still_wins_for_free_text():
     args, why = _call("create_ticket", 'Please create a ticket "VPN down since 9" and make it normal')
     assert args == {"summary": "VPN down since 9", "priority": "normal"}
+
+
+def test_a_tools_sentences_name_what_it_acts_on_not_how():
+    # request_refund acts on an order; "request" says how
+    assert TOOLS["request_refund"].say["done"] == "Order {order_id} is refunded."
+    assert TOOLS["reserve_table"].say["done"] == "Table {time} is reserved."
+    assert TOOLS["look_up_order"].semantics.words.noun == ("look", "order")
