@@ -272,7 +272,7 @@ class Engine:
                 alias = next((n for n in names if any(w in n.lower() for w in tool.asks)), None)
                 if alias and alias not in self.tools:
                     self.tools.pop(name)
-                    self.tools[alias] = L.renamed(tool, alias)
+                    self.tools[alias] = L.renamed(tool, alias, names[alias])
         for d in declared:
             if d.get("behavior") and d["name"] in self.tools:
                 self.behaviors[d["name"]] = str(d["behavior"]).upper()

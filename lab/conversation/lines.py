@@ -309,14 +309,8 @@ def tools_from_declarations(declared: list[dict]) -> tuple[dict[str, Tool], dict
             continue
         desc = str(d.get("description") or "")
         side, verb, reason = side_effect_of(name, desc)
-        props, required = _properties(d)
-        args = []
-        for pname, pschema in props.items():
-            pschema = pschema if isinstance(pschema, Mapping) else {}
-            # an enum's value is one of its own, which from_schema finds in the line, never free text
-            kind = None if isinstance(pschema.get("enum"), list) and pschema["enum"] else _arg_kind(str(pname), pschema)
-            args.append(Arg(str(pname), value=declared_value(str(pname), pschema, pname in required),
-                            from_line=kind, schema=pschema))
+        required = _properties(d)[1]
+        args = list(declared_args(d))
         key_fields = tuple(a.name for a in args if a.name in required) or tuple(a.name for a in args[:1])
         obj = _object_word(name, desc, verb)
         doing, done = _inflect(verb)
@@ -347,9 +341,34 @@ def tools_from_declarations(declared: list[dict]) -> tuple[dict[str, Tool], dict
     return tools, why
 
 
-def renamed(tool: Tool, name: str) -> Tool:
-    """A conversation tool under the name the client declares it by."""
-    return replace(tool, semantics=replace(tool.semantics, name=name))
+def declared_args(decl: Mapping[str, Any]) -> tuple[Arg, ...]:
+    """A declaration's parameters as conversation arguments: each read from the line by its kind
+    and schema, with its declared value (declared_value) when the line gives none."""
+    props, required = _properties(decl)
+    args = []
+    for pname, pschema in props.items():
+        pschema = pschema if isinstance(pschema, Mapping) else {}
+        # an enum's value is one of its own, which from_schema finds in the line, never free text
+        kind = None if isinstance(pschema.get("enum"), list) and pschema["enum"] else _arg_kind(str(pname), pschema)
+        args.append(Arg(str(pname), value=declared_value(str(pname), pschema, pname in required),
+                        from_line=kind, schema=pschema))
+    return tuple(args)
+
+
+def renamed(tool: Tool, name: str, decl: Mapping[str, Any] | None = None) -> Tool:
+    """A conversation tool under the name the client declares it by. Given the declaration, its
+    arguments become the declared ones (an argument of the conversation's own that the declaration
+    names keeps its value and reading), so a framework that checks its tool's arguments accepts
+    the call: the booking story's `slot` is no argument of a `reserve_table(time, party_size, name)`."""
+    tool = replace(tool, semantics=replace(tool.semantics, name=name))
+    if decl is None or not _properties(decl)[0]:
+        return tool
+    own = {a.name: a for a in tool.args}
+    args = tuple(own.get(a.name, a) for a in declared_args(decl))
+    names = {a.name for a in args}
+    key = tuple(k for k in tool.semantics.business_key if k in names) or \
+        tuple(a.name for a in args if a.name in _properties(decl)[1]) or tuple(a.name for a in args[:1])
+    return replace(tool, args=args, semantics=replace(tool.semantics, business_key=key))
 
 
 def best_tool(text: str, tools: Mapping[str, Tool], declared: list[dict]) -> tuple[str | None, dict]:

@@ -105,3 +105,19 @@ def test_a_tools_sentences_name_what_it_acts_on_not_how():
     assert TOOLS["request_refund"].say["done"] == "Order {order_id} is refunded."
     assert TOOLS["reserve_table"].say["done"] == "Table {time} is reserved."
     assert TOOLS["look_up_order"].semantics.words.noun == ("look", "order")
+
+
+def test_the_booking_story_on_an_agents_own_tool_calls_it_with_the_declared_arguments():
+    # a scenario's own conversation (the booking story) on an agent that declares reserve_table: the
+    # call carries reserve_table's parameters, not the story's `slot`, so ADK does not refuse it
+    import random
+
+    from lab.twin import model as M
+
+    m = M.ScriptedModel(M.ModelConfig(), random.Random(1))
+    m.declare([DECLS[-1]])
+    plan = m.user_turn("Book me the 3pm slot tomorrow, please.")
+    call = next(s for s in plan.steps if s.kind == "call")
+    assert call.tool == "reserve_table"
+    assert call.args == {"time": "3pm", "party_size": 1, "name": "name not given"}, call.args
+    assert m.tools["reserve_table"].semantics.business_key == ("time", "party_size", "name")
