@@ -315,7 +315,10 @@ def tools_from_declarations(declared: list[dict]) -> tuple[dict[str, Tool], dict
         obj = _object_word(name, desc, verb)
         doing, done = _inflect(verb)
         words = ActionWords(verb=(verb,), doing=doing, done=done, noun=tuple(w for w in (verb, obj) if w))
-        subject = f"{obj} {{{key_fields[0]}}}" if obj and key_fields else (obj or "it")
+        # a sentence names the thing by a key that identifies it (an order number, a time), never by
+        # a free text or a level ("Ticket My laptop won't connect ... is created", "Ticket urgent")
+        named_by = next((a.name for a in args if a.name in key_fields and a.from_line in ("number", "time", "date")), None)
+        subject = f"{obj} {{{named_by}}}" if obj and named_by else (f"the {obj}" if obj else "it")
         subject_cap = subject[:1].upper() + subject[1:]
         if side:
             say = {"done": f"{subject_cap} is {done[0]}.", "failed": f"{subject_cap} was not {done[0]}.",

@@ -121,3 +121,8 @@ def test_the_booking_story_on_an_agents_own_tool_calls_it_with_the_declared_argu
     assert call.tool == "reserve_table"
     assert call.args == {"time": "3pm", "party_size": 1, "name": "name not given"}, call.args
     assert m.tools["reserve_table"].semantics.business_key == ("time", "party_size", "name")
+
+
+def test_a_sentence_names_the_thing_by_a_short_key_never_by_free_text():
+    assert TOOLS["create_ticket"].say["done"] == "The ticket is created."
+    assert TOOLS["request_refund"].say["pending"] == "I'm refunding order {order_id} now."
