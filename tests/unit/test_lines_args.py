@@ -126,3 +126,10 @@ def test_the_booking_story_on_an_agents_own_tool_calls_it_with_the_declared_argu
 def test_a_sentence_names_the_thing_by_a_short_key_never_by_free_text():
     assert TOOLS["create_ticket"].say["done"] == "The ticket is created."
     assert TOOLS["request_refund"].say["pending"] == "I'm refunding order {order_id} now."
+
+
+def test_a_full_restaurant_is_no_reservation_but_successfully_is_done():
+    from lab.conversation.engine import DONE, FAILED, response_status
+    assert response_status({"result": {"status": "full", "time": "3pm"}}) == FAILED
+    assert response_status({"status": "successfully reserved"}) == DONE
+    assert response_status({"status": "reserved", "reference": "T001"}) == DONE
