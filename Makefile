@@ -119,9 +119,11 @@ EXAMPLE_SCENARIOS ?= b1-silent-loss b2-path-return l1-goaway n1-network-switch
 examples: setup peers-setup ## each example agent (examples/clients.txt) through B1, B2, L1, N1 (DURATION=S caps B1)
 	@rc=0; while read -r dir client; do \
 	  case "$$dir" in ''|'#'*) continue;; esac; \
-	  (cd examples/$$dir && $(CURDIR)/$(LAB) run $(EXAMPLE_SCENARIOS) --client $$client --conversation lines.txt \
-	     --topology $(TOPOLOGY) $(if $(DURATION),--duration $(DURATION)) --out $(CURDIR)/captures/examples-$$dir) \
-	    || rc=1; \
+	  for scn in $(EXAMPLE_SCENARIOS); do \
+	    case "$$scn" in b1-*) cap="$(if $(DURATION),--duration $(DURATION))";; *) cap="";; esac; \
+	    (cd examples/$$dir && $(CURDIR)/$(LAB) run $$scn --client $$client --conversation lines.txt \
+	       --topology $(TOPOLOGY) $$cap --out $(CURDIR)/captures/examples-$$dir/$$scn) || rc=1; \
+	  done; \
 	done < examples/clients.txt; exit $$rc
 
 bench: setup ## benchmarks: twin (streaming audio, idle), fault onset, recovery, run overhead, router (prints figures and ratios)

@@ -62,6 +62,9 @@ EVENT_KINDS: dict[str, EventKind] = {
     # the client under test
     "client.params": _k("client", "client params"),
     "client.error": _k("client", "conn error task"),
+    "client.connected": _k("client", "conn waited_ms",
+                           "an app client's first connection, waited_ms after its launch: the scenario's "
+                           "clock (steps on start, the duration) runs from here (lab/clients/app_start.py)"),
     "conn.open": _k("client", "conn purpose local remote session", "purpose initial | resume | new"),
     "conn.setup_sent": _k("client", "conn",
                           "the setup frame left the client: the server's setup delays count from its arrival"),

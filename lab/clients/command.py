@@ -44,8 +44,12 @@ fallback). A connection the twin never saw (a dial that a fault dropped before t
 handshake) is only in the capture. Scripted client actions (abort, close, resume) cannot be asked of
 it: such a step fails with a step.error and the run goes on.
 
-An app that exits within START_GRACE_S of starting, or later but before the twin saw any
-connection from it, ends the run with one line naming its exit code and its last output line.
+**The scenario's clock starts at the app's first connection** (the twin's first twin.conn.open from
+it, recorded as client.connected with how long the app took): its imports and its framework's
+set-up are not part of the scenario, so a step `{at: start, plus: N}` and the duration count from
+there (lab/clients/app_start.py). An app that exits before that (within START_GRACE_S: "at once"),
+or does not connect within app_start.CONNECT_TIMEOUT_S, ends the run with one line naming its exit
+code or the limit, and its last output line.
 """
 from __future__ import annotations
 
@@ -57,6 +61,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
 
+from lab.clients import app_start
 from lab.clients.backend_api import BackendAPI
 from lab import speech
 from lab.clients.base import Client, ClientContext
@@ -71,7 +76,7 @@ class NotAskable(RuntimeError):
     step.error, and the run goes on (lab.agent)."""
 
 
-START_GRACE_S = 1.5      # an app still running after this long has started
+START_GRACE_S = 1.5      # an app that exits sooner than this "exited at once"
 STOP_GRACE_S = 5.0       # SIGTERM, then this long, then SIGKILL (to its whole process group)
 SPEECH_TAIL_MS = 700     # silence after a spoken line, as the lab's own clients send (lab/clients/sdk.py)
 
@@ -118,7 +123,8 @@ class CommandClient(Client):
     name: ClassVar[str] = "command"
 
     def __init__(self, ctx: ClientContext, command: str, endpoint_ip: str | None, node_owns_files: bool = False,
-                 cwd: str | None = None, proxy: str | None = None):
+                 cwd: str | None = None, proxy: str | None = None,
+                 connect_timeout_s: float = app_start.CONNECT_TIMEOUT_S):
         super().__init__(ctx)
         self.proxy = proxy      # the scenario's CONNECT proxy (endpoint: {via: proxy}), handed to the app
         self.cwd = cwd      # where the user ran `lab run` (in Compose: that folder, mounted in the container)
@@ -137,9 +143,13 @@ class CommandClient(Client):
         self._tasks: list[asyncio.Task] = []
         self._tmp: tempfile.TemporaryDirectory | None = None
         self.mic: MicServer | None = None
+        self._connected = asyncio.Event()      # the twin saw the app's first connection
+        self.connect_timeout_s = connect_timeout_s
 
     # ---- the twin's record, as the lab's events ------------------------------------------------
     def _observe(self, rec: dict[str, Any]) -> None:
+        if rec.get("kind") == "twin.conn.open":
+            self._connected.set()
         for kind, fields in self.observer.feed(rec):
             self.ctx.log.write(kind, src=SRC, **fields)
 
@@ -184,13 +194,16 @@ class CommandClient(Client):
             self._start_failed(f"--client-cmd {self.argv[0]!r} cannot start: {e.strerror or e}")
         finally:
             out.close()
-        try:
-            rc = await asyncio.wait_for(self.proc.wait(), START_GRACE_S)
-        except asyncio.TimeoutError:
-            self._tasks.append(asyncio.create_task(self._watch_exit()))
-            return
-        self._start_failed(f"the client command exited at once (exit {rc}): {self._last_output_line()}"
-                           f" (its output: {self.run_dir / 'client.log'})")
+        # the scenario's clock starts at the app's first connection, not at its launch (lab/clients/app_start.py)
+        started = await app_start.first_connection(self._connected, self.proc.wait(), self.connect_timeout_s)
+        if started.outcome != app_start.CONNECTED:
+            line = started.error_line(self.connect_timeout_s)
+            if started.outcome == app_start.EXITED and started.waited_s < START_GRACE_S:
+                line = f"the client command exited at once (exit {started.rc})"
+            self._start_failed(f"{line}: {self._last_output_line()} (its output: {self.run_dir / 'client.log'})")
+        self.ctx.log.write("client.connected", src="command", conn=self._current_conn(),
+                           waited_ms=round(started.waited_s * 1000.0, 1))
+        self._tasks.append(asyncio.create_task(self._watch_exit()))
 
     def _start_failed(self, line: str) -> None:
         # recorded as client.error with task "start": the orchestrator stops the batch with this line
@@ -208,16 +221,9 @@ class CommandClient(Client):
         rc = await self.proc.wait()
         if self._stop.is_set():
             return
-        await asyncio.sleep(0.2)     # the tail's next read: a connection the twin saw just before
-        if not self.observer.conns:
-            # never reached the twin (a framework that failed to import, a bad config): the run
-            # would judge nothing; task "start" makes the agent stop it with this line
-            self.ctx.log.write("client.error", src="command", conn=None, task="start",
-                               error=f"the client command exited before it ever connected (exit {rc}): "
-                                     f"{self._last_output_line()} (its output: {self.run_dir / 'client.log'})")
-        else:
-            self.ctx.log.write("client.error", src="command", conn=self._current_conn(),
-                               error=f"the app exited (exit {rc}): {self._last_output_line()}", task="app")
+        # watched only once the app connected (start() judges an exit before that)
+        self.ctx.log.write("client.error", src="command", conn=self._current_conn(),
+                           error=f"the app exited (exit {rc}): {self._last_output_line()}", task="app")
 
     async def say(self, text: str, line: int) -> None:
         if self.proc is None or self.proc.returncode is not None or self.proc.stdin is None:

@@ -47,6 +47,8 @@ DONE_WORDS = ("booked", "committed", "confirmed", "done", "ok", "success", "succ
 FAILED_WORDS = ("failed", "cancelled", "canceled", "not_booked", "not booked", "error", "rejected", "denied",
                 "unavailable", "not found")
 PENDING_WORDS = ("pending", "in_progress", "in progress", "processing", "running", "queued")
+# failures said as a whole word only: "full" is no failure inside "successfully"
+_FAILED_WHOLE = re.compile(r"\b(?:full|fully booked|sold out|no availability)\b")
 
 # a conversation turn this much like the user's text is that turn (difflib ratio on folded text);
 # assumption: high enough that "Did you book it?" is not "Book it", low enough for rewordings
@@ -58,7 +60,7 @@ def status_word(value: Any) -> str | None:
     if not isinstance(value, str):
         return None
     v = value.strip().lower()
-    if any(w == v or w in v for w in FAILED_WORDS):
+    if any(w == v or w in v for w in FAILED_WORDS) or _FAILED_WHOLE.search(v):
         return FAILED
     if any(w == v or w in v for w in PENDING_WORDS):
         return PENDING
@@ -272,7 +274,7 @@ class Engine:
                 alias = next((n for n in names if any(w in n.lower() for w in tool.asks)), None)
                 if alias and alias not in self.tools:
                     self.tools.pop(name)
-                    self.tools[alias] = L.renamed(tool, alias)
+                    self.tools[alias] = L.renamed(tool, alias, names[alias])
         for d in declared:
             if d.get("behavior") and d["name"] in self.tools:
                 self.behaviors[d["name"]] = str(d["behavior"]).upper()

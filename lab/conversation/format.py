@@ -75,6 +75,9 @@ class Arg:
     template: str = "{value}"         # how a value read from the line becomes the argument
     each: bool = False                # a line naming two or more values asks one call per value;
                                       # with `each`, a line naming only one keeps `value` (the studies' slot)
+    # lines-only tools: the parameter's JSON schema as the client declared it, which
+    # lab.conversation.lines reads a value from the line by (not compared: a dict has no hash)
+    schema: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True)

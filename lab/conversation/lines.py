@@ -4,7 +4,10 @@ With only the user's lines, the twin knows the agent's tools once the client's s
 (name, description, a JSON schema of parameters). This module makes a conversation tool of each:
 its side effect guessed from the verbs of its name and description (an assumption, recorded as
 one), its action words inflected from its verb, its arguments read from a line by their names and
-types (an order number, a date, a time, a party size, a quoted name). A line is asked of the tool
+types (an order number, a date, a time, a party size, a quoted name) and then by their schemas (an
+enum value the line names, a name after "under", a free-text argument's sentence of the line); a
+required argument the line does not give gets a value of its declared type (declared_value), so a
+framework that checks its tool's arguments gets a call it accepts. A line is asked of the tool
 whose name and description it matches best. Deterministic: scores, then declaration order.
 
 The same extraction fills a conversation file's `from_line` arguments. Pure: no I/O.
@@ -33,8 +36,14 @@ _STOPWORDS = {"a", "an", "the", "of", "to", "for", "by", "and", "or", "in", "on"
 _TIME = re.compile(r"\b(\d{1,2})(?::(\d{2}))?\s?(am|pm)\b", re.I)
 _DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2}|today|tomorrow|tonight|monday|tuesday|wednesday|thursday|friday|saturday|"
                    r"sunday|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.? \d{1,2}(?:st|nd|rd|th)?)\b", re.I)
+_TIME24 = re.compile(r"\b([01]?\d|2[0-3]):([0-5]\d)\b(?!\s?(?:am|pm)\b)", re.I)
 _NUMBER = re.compile(r"(?:#|\b(?:order|number|no\.?|id|ticket|account|invoice)\s*#?\s*)?\b([A-Z]{0,3}-?\d{3,})\b", re.I)
-_PARTY = re.compile(r"\b(?:for|party of|table for)\s+(\d{1,2})\b|\b(\d{1,2})\s+(?:people|persons|guests|of us)\b", re.I)
+# a short number is an identifier only right after a word that says so ("ticket T-1", "#12")
+_KEYED = re.compile(r"(?:#|\b(?:order|number|no\.?|id|ticket|account|invoice|reference|ref)\s*#?\s*)([A-Z]{0,3}-?\d{1,2})\b", re.I)
+_COUNT_WORDS = {w: str(i) for i, w in enumerate(("one", "two", "three", "four", "five", "six", "seven", "eight",
+                                                 "nine", "ten", "eleven", "twelve"), start=1)}
+_COUNT = r"(\d{1,2}|" + "|".join(_COUNT_WORDS) + r")"
+_PARTY = re.compile(rf"\b(?:for|party of|table for)\s+{_COUNT}\b|\b{_COUNT}\s+(?:people|persons|guests|of us)\b", re.I)
 _QUOTED = re.compile(r"\"([^\"]+)\"|\u201c([^\u201d]+)\u201d|(?<!\w)'([^']+)'(?!\w)")
 
 
@@ -42,13 +51,17 @@ def extract(kind: str, text: str) -> list[str]:
     """The values of one kind a line names, in order, each once."""
     t = text or ""
     if kind == "time":
-        vals = [f"{int(h)}{':' + m if m else ''}{half.lower()}" for h, m, half in _TIME.findall(t)]
+        found = [(m.start(), f"{int(m[1])}{':' + m[2] if m[2] else ''}{m[3].lower()}") for m in _TIME.finditer(t)]
+        found += [(m.start(), f"{int(m[1]):02d}:{m[2]}") for m in _TIME24.finditer(t)]
+        vals = [v for _, v in sorted(found)]
     elif kind == "date":
         vals = [d.lower() if not d[0].isdigit() else d for d in _DATE.findall(t)]
     elif kind == "number":
-        vals = [n for n in _NUMBER.findall(_TIME.sub(" ", t))]
+        bare = _TIME24.sub(" ", _TIME.sub(" ", t))
+        vals = [v for _, v in sorted([(m.start(), m[1]) for m in _NUMBER.finditer(bare)] +
+                                     [(m.start(), m[1]) for m in _KEYED.finditer(bare)])]
     elif kind == "party":
-        vals = [a or b for a, b in _PARTY.findall(t)]
+        vals = [_COUNT_WORDS.get((a or b).lower(), a or b) for a, b in _PARTY.findall(t)]
     elif kind == "quoted":
         vals = [next(x for x in g if x) for g in _QUOTED.findall(t)]
     else:
@@ -81,15 +94,130 @@ def fill(tool: Tool, text: str, base: Mapping[str, Any]) -> tuple[list[dict], di
             continue                # one value: the conversation's own (the studies' slot)
         args[a.name] = _typed(a, a.template.replace("{value}", vals[0]))
         why[a.name] = f"{a.from_line} {vals[0]!r} from the line"
+    taken = {str(v).lower() for k, v in args.items() if why.get(k, "").endswith("from the line")}
+    for a in tool.args:
+        if a.schema is not None and not why.get(a.name, "").endswith("from the line"):
+            found = from_schema(a, tool, text, taken)
+            if found is not None:
+                args[a.name], why[a.name] = found
     if many:
         return [{**args, many[0]: v} for v in many[1]], why
     return [args], why
 
 
 def _typed(a: Arg, v: str) -> Any:
-    if isinstance(a.value, int) and not isinstance(a.value, bool) and v.isdigit():
+    typ = schema_type(a.schema or {})
+    if (typ == "integer" or isinstance(a.value, int) and not isinstance(a.value, bool)) and v.isdigit():
         return int(v)
+    if typ == "number" and re.fullmatch(r"\d+(?:\.\d+)?", v):
+        return float(v)
     return v
+
+
+# ---- a declared argument the line does not name by its kind --------------------------------------
+# parameters whose value is the user's own words (assumption: the usual English of parameter names)
+FREE_TEXT = ("reason", "why", "cause", "summary", "description", "describe", "describing", "detail", "details",
+             "message", "note", "notes", "problem", "issue", "comment", "text", "query", "request", "complaint",
+             "feedback", "title", "subject", "explanation", "sentence")
+# a value of a string format a framework may validate
+FORMAT_SAMPLES = {"email": "user@example.com", "date": "2030-01-01", "date-time": "2030-01-01T12:00:00Z",
+                  "time": "12:00", "uri": "https://example.com/", "uuid": "00000000-0000-0000-0000-000000000000"}
+_CLAUSE = re.compile(r"[.!?;,]+(?:\s+|$)|\s+-+\s+")
+_NAMED = re.compile(r"\b(?:name|named|under|called)\s+(?:is\s+|of\s+)?([A-Z][\w'-]*)")
+
+
+def schema_type(schema: Mapping[str, Any]) -> str:
+    """A JSON schema's type, lower case ('STRING' in Gemini's Schema; the first non-null of a list)."""
+    typ = schema.get("type")
+    if isinstance(typ, list):
+        typ = next((t for t in typ if str(t).lower() != "null"), "")
+    return str(typ or "").lower()
+
+
+def placeholder(name: str, schema: Mapping[str, Any]) -> str:
+    """A short stand-in for a string the line does not give, from the parameter's name (else its
+    description): `reason` -> 'reason not given'."""
+    words = _tokens(name) or [w for w in _tokens(str(schema.get("description") or "")) if w not in _STOPWORDS][:3]
+    return f"{' '.join(words) or 'value'} not given"
+
+
+def declared_value(name: str, schema: Mapping[str, Any], required: bool) -> Any:
+    """A parameter's value when the line gives none: its schema's default, else its first enum value;
+    a required one with neither gets a value of its type (the minimum or 1, false, an empty list or
+    object, a sample of its string format, else a placeholder from its name); an optional one none."""
+    if "default" in schema:
+        return schema["default"]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    if not required:
+        return None
+    typ = schema_type(schema)
+    low = schema.get("minimum")
+    if typ == "integer":
+        return int(low) if isinstance(low, (int, float)) else 1
+    if typ == "number":
+        return float(low) if isinstance(low, (int, float)) else 1.0
+    if typ == "boolean":
+        return False
+    if typ == "array":
+        return []
+    if typ == "object":
+        return {}
+    return FORMAT_SAMPLES.get(str(schema.get("format") or ""), placeholder(name, schema))
+
+
+def _content(words: list[str]) -> list[str]:
+    return [w for w in words if w not in _STOPWORDS and len(w) > 2]
+
+
+def is_free_text(name: str, schema: Mapping[str, Any]) -> bool:
+    """A string whose value is the user's own words: its name or description says so (FREE_TEXT)."""
+    words = {_stem(w) for w in _tokens(name) + _tokens(str(schema.get("description") or ""))}
+    return schema_type(schema) in ("string", "") and bool(words & {_stem(w) for w in FREE_TEXT})
+
+
+def sentence_for(a: Arg, tool: Tool, text: str, taken: set[str]) -> str | None:
+    """The part of the line that is a free-text argument's value: of the line's sentences and
+    clauses, leaving out the one that asks for the tool (the tool's own verb) and any that
+    only names another argument's value, the first that uses a word of the parameter's name or
+    description, else the first left; None when none is left."""
+    # the tool's own verbs: "order" in "the frother on order A1002" is a noun, not the ask
+    verbs = {_stem(v) for v in tool.semantics.words.verb} | {
+        _stem(w) for w in _tokens(tool.name) if w in SIDE_VERBS + READ_VERBS or _stem(w) in SIDE_VERBS + READ_VERBS}
+    about = {_stem(w) for w in _content(_tokens(a.name) + _tokens(str((a.schema or {}).get("description") or "")))}
+    left = []
+    for clause in (c.strip() for c in _CLAUSE.split(text or "")):
+        words = _tokens(clause)
+        if not clause or {_stem(w) for w in words} & verbs:
+            continue
+        if len([w for w in _content(words) if w not in taken]) < 2:
+            continue        # a greeting, "it's urgent": no words of the user's own to give
+        left.append(clause)
+    hit = next((c for c in left if {_stem(w) for w in _content(_tokens(c))} & about), None)
+    return hit or (left[0] if left else None)
+
+
+def from_schema(a: Arg, tool: Tool, text: str, taken: set[str]) -> tuple[Any, str] | None:
+    """(value, where it came from) for a declared argument the line gives by its schema: an enum
+    value the line names, a name after "name"/"under"/"called", a free-text argument's sentence;
+    None: the argument keeps its declared value (declared_value)."""
+    schema = a.schema or {}
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        named = next((v for v in enum if isinstance(v, str) and re.search(rf"\b{re.escape(v)}\b", text or "", re.I)), None)
+        return (named, f"enum value {named!r} from the line") if named is not None else None
+    if schema_type(schema) not in ("string", ""):
+        return None
+    if "name" in _tokens(a.name):
+        m = _NAMED.search(text or "")
+        if m:
+            return m[1], f"name {m[1]!r} from the line"
+    if is_free_text(a.name, schema):
+        said = sentence_for(a, tool, text, taken)
+        if said:
+            return said, f"sentence {said!r} from the line"
+    return None
 
 
 # ---- tools from declarations ------------------------------------------------------------------
@@ -154,6 +282,23 @@ def _properties(decl: Mapping[str, Any]) -> tuple[dict, list]:
     return (dict(props) if isinstance(props, Mapping) else {}), list(schema.get("required") or [])
 
 
+# words of a tool's name that say how it acts, not on what (request_refund: the refund of an order)
+_HOW_WORDS = ("request", "start", "make", "do", "handle", "process", "run", "perform", "initiate", "begin", "new",
+              "try", "submit")
+
+
+def _object_word(name: str, description: str, verb: str) -> str:
+    """What the tool acts on, for its sentences: the first word of its name that is neither its verb
+    nor a word of how it acts, else such a word of its description ("Start a refund for an order":
+    order); '' when there is none."""
+    skip = {_stem(verb)} | {_stem(w) for w in _HOW_WORDS}
+    for words in (_tokens(name), _tokens(description)):
+        w = next((w for w in words if _stem(w) not in skip and w not in _STOPWORDS and len(w) > 2), "")
+        if w:
+            return w
+    return ""
+
+
 def tools_from_declarations(declared: list[dict]) -> tuple[dict[str, Tool], dict[str, str]]:
     """{name: Tool} built from the client's declarations, and {name: why its side effect was guessed}."""
     tools: dict[str, Tool] = {}
@@ -164,18 +309,16 @@ def tools_from_declarations(declared: list[dict]) -> tuple[dict[str, Tool], dict
             continue
         desc = str(d.get("description") or "")
         side, verb, reason = side_effect_of(name, desc)
-        props, required = _properties(d)
-        args = []
-        for pname, pschema in props.items():
-            pschema = pschema if isinstance(pschema, Mapping) else {}
-            enum = pschema.get("enum")
-            args.append(Arg(str(pname), value=(enum[0] if isinstance(enum, list) and enum else None),
-                            from_line=_arg_kind(str(pname), pschema)))
+        required = _properties(d)[1]
+        args = list(declared_args(d))
         key_fields = tuple(a.name for a in args if a.name in required) or tuple(a.name for a in args[:1])
-        obj = next((w for w in _tokens(name) if _stem(w) != _stem(verb) and w not in _STOPWORDS), "")
+        obj = _object_word(name, desc, verb)
         doing, done = _inflect(verb)
         words = ActionWords(verb=(verb,), doing=doing, done=done, noun=tuple(w for w in (verb, obj) if w))
-        subject = f"{obj} {{{key_fields[0]}}}" if obj and key_fields else (obj or "it")
+        # a sentence names the thing by a key that identifies it (an order number, a time), never by
+        # a free text or a level ("Ticket My laptop won't connect ... is created", "Ticket urgent")
+        named_by = next((a.name for a in args if a.name in key_fields and a.from_line in ("number", "time", "date")), None)
+        subject = f"{obj} {{{named_by}}}" if obj and named_by else (f"the {obj}" if obj else "it")
         subject_cap = subject[:1].upper() + subject[1:]
         if side:
             say = {"done": f"{subject_cap} is {done[0]}.", "failed": f"{subject_cap} was not {done[0]}.",
@@ -201,9 +344,34 @@ def tools_from_declarations(declared: list[dict]) -> tuple[dict[str, Tool], dict
     return tools, why
 
 
-def renamed(tool: Tool, name: str) -> Tool:
-    """A conversation tool under the name the client declares it by."""
-    return replace(tool, semantics=replace(tool.semantics, name=name))
+def declared_args(decl: Mapping[str, Any]) -> tuple[Arg, ...]:
+    """A declaration's parameters as conversation arguments: each read from the line by its kind
+    and schema, with its declared value (declared_value) when the line gives none."""
+    props, required = _properties(decl)
+    args = []
+    for pname, pschema in props.items():
+        pschema = pschema if isinstance(pschema, Mapping) else {}
+        # an enum's value is one of its own, which from_schema finds in the line, never free text
+        kind = None if isinstance(pschema.get("enum"), list) and pschema["enum"] else _arg_kind(str(pname), pschema)
+        args.append(Arg(str(pname), value=declared_value(str(pname), pschema, pname in required),
+                        from_line=kind, schema=pschema))
+    return tuple(args)
+
+
+def renamed(tool: Tool, name: str, decl: Mapping[str, Any] | None = None) -> Tool:
+    """A conversation tool under the name the client declares it by. Given the declaration, its
+    arguments become the declared ones (an argument of the conversation's own that the declaration
+    names keeps its value and reading), so a framework that checks its tool's arguments accepts
+    the call: the booking story's `slot` is no argument of a `reserve_table(time, party_size, name)`."""
+    tool = replace(tool, semantics=replace(tool.semantics, name=name))
+    if decl is None or not _properties(decl)[0]:
+        return tool
+    own = {a.name: a for a in tool.args}
+    args = tuple(own.get(a.name, a) for a in declared_args(decl))
+    names = {a.name for a in args}
+    key = tuple(k for k in tool.semantics.business_key if k in names) or \
+        tuple(a.name for a in args if a.name in _properties(decl)[1]) or tuple(a.name for a in args[:1])
+    return replace(tool, args=args, semantics=replace(tool.semantics, business_key=key))
 
 
 def best_tool(text: str, tools: Mapping[str, Tool], declared: list[dict]) -> tuple[str | None, dict]:

@@ -100,3 +100,35 @@ def test_an_app_that_listens_to_the_microphone_is_heard_and_judged(tmp_path):
     ends = [r.get("line") for r in twin if r.get("kind") == "twin.vad" and r.get("event") == "end"]
     assert ends == [0, 1], ends          # two utterances heard in the stream, as lines 0 and 1
     _no_leftovers(run)
+
+
+LATE_S = 4.0    # the app's start-up before it dials: longer than the old start grace and the step's plus
+PLUS_S = 2.0
+
+
+def test_the_scenario_clock_starts_at_the_apps_first_connection(tmp_path):
+    # a fault at start + 2 s, for an app that sleeps 4 s before it connects: the fault lands 2 s
+    # after the first connection, not 2 s into the app's start-up (when it had no connection to fault)
+    scn = tmp_path / "late-app.yaml"
+    scn.write_text(
+        "name: late-app\ntitle: an app that connects late\nclient: probe\nduration: 6\nend: duration\n"
+        "script:\n  - \"Book me the 3pm slot tomorrow, please.\"\n"
+        "timeline:\n"
+        f"  - {{at: start, plus: {PLUS_S}, fault: {{kind: delay, target: flow, direction: out, delay_ms: 20}}}}\n"
+        "  - {at: setup_complete, plus: 0.5, say: 0}\n")
+    cmd = f"sh -c 'sleep {LATE_S}; exec {sys.executable} {APP}'"
+    batch, lines = _batch(tmp_path, str(scn), cmd)
+    run = batch / "late-app-cmd-01"
+    events = read_events(run / "events.jsonl")
+    ready = next(e for e in events if e.kind == "client.connected")
+    first = next(e for e in events if e.kind == "conn.open" and e.src == "twin-observed")
+    fault = next(e for e in events if e.kind == "fault.apply")
+    assert not [e for e in events if e.kind == "step.error"], "\n".join(lines[-20:])
+    assert ready.get("waited_ms") >= LATE_S * 1000, ready.get("waited_ms")
+    # on the old clock the fault would have come at ~2 s after launch, before any connection
+    assert fault.ms >= ready.ms + PLUS_S * 1000 - 1, (fault.ms, ready.ms)
+    assert fault.ms >= first.ms + PLUS_S * 1000 - 200, (fault.ms, first.ms)
+    # the duration, too, counts from the connection: the run lasted the app's start-up plus 6 s
+    end = next(e for e in events if e.kind == "run.end")
+    assert end.ms >= ready.ms + 6000 - 1 and end.get("status") == "ok", end.data
+    _no_leftovers(run)

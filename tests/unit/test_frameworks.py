@@ -236,7 +236,7 @@ def test_with_a_conversation_the_user_says_its_lines(tmp_path):
     lines = REPO / "examples" / "order_support" / "lines.txt"
     conv = conversations.load(str(lines))
     said = user_lines(conv, str(lines), [scenario.load("l1-goaway")])
-    assert said[0] == "Hi, where is my order A1001?" and len(said) == 3
+    assert said[0].startswith("The frother on order A1002") and len(said) == 3
     short = tmp_path / "one.txt"
     short.write_text("Hello?\n")
     with pytest.raises(LabError, match=r"says line 1 .* has 1$"):
