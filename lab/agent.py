@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from netem.faults import REGISTRY, build
+from netem.faults import build
 
 from lab import actions, anchors
 from lab import scenario as scenario_mod
@@ -91,23 +91,6 @@ class Agent:
             self._refusal_reason = str(stop)
             self._refusal.set()
 
-    def _fault_spec(self, spec: dict) -> dict:
-        spec = dict(spec)
-        spec.pop("node", None)  # where it runs: _execute() asks the step's own spec
-        target = spec.pop("target", "flow")
-        if not REGISTRY[spec["kind"]].needs_target:
-            return spec
-        if target == "flow":
-            flow = self.client.flow()
-            if not flow:
-                raise LabError("the fault targets the client's open connection, but it has none")
-            src, sport, dst, dport = flow
-            spec["target"] = {"src": src, "sport": sport, "dst": dst, "dport": dport}
-        else:
-            dst, dport = (self.client.flow() or (None, None, self.endpoint_ip, None))[2:]
-            spec["target"] = {"dst": dst, **({"dport": dport} if dport else {})}
-        return spec
-
     def _faults(self, node: str = "client"):
         if node == "router":
             if self.router is None:
@@ -125,7 +108,7 @@ class Agent:
         """Set up, before t0's traffic, each fault table the timeline will use: its chains, its
         long-lived iptables-restore, and in Compose the connection to the router service, so a
         run's first fault costs what every later one does (a rule change) at its anchor."""
-        for node in dict.fromkeys(s.fault.get("node", "client") for s in steps if s.fault is not None):
+        for node in dict.fromkeys(s.fault.node for s in steps if s.fault is not None):
             self._faults(node).setup()
 
     def _proxy(self, verb: str) -> None:
@@ -151,9 +134,9 @@ class Agent:
                 return      # a lines-only conversation with fewer lines than the timeline says: no more to say
             await self.client.say(self.scn.script[step.say], step.say)
         elif step.fault is not None:
-            spec = self._fault_spec(step.fault)
+            spec = step.fault.netem_spec(self.client.flow(), self.endpoint_ip)
             fault = build(spec)
-            node = step.fault.get("node", "client")
+            node = step.fault.node
             self._faults(node).add(fault)
             # a router fault's record says so in its spec, as the scenario wrote it; path: which way a
             # kind with two took effect (netem: kernel qdisc or userspace worker)

@@ -128,7 +128,7 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
             argv, framework=build.name, app_dir=Path.cwd()))
     # every fault kind a scenario uses, asked of netem's registry (what the kernel must offer), as
     # the topology's client node sees it (the host, or the client image for compose)
-    kinds = sorted({st.fault["kind"] for s in scns for st in s.timeline if st.fault})
+    kinds = sorted({st.fault.kind for s in scns for st in s.timeline if st.fault})
     if kinds:
         caps = topo_cls.kernel_caps(**image_kw)
         for kind in kinds:

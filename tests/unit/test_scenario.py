@@ -4,7 +4,7 @@ import sys
 import pytest
 
 from lab import expectations, scenario
-from lab.errors import ScenarioError
+from lab.errors import LabError, ScenarioError
 
 GOOD = """\
 name: t
@@ -168,7 +168,7 @@ def test_faults_that_validate_in_netem_are_accepted(tmp_path):
                            "{at: commit, plus: 1.5, fault: {kind: loss, p: 0.3, target: endpoint}}\n"
                            "  - {at: commit, plus: 2, fault: {kind: netem, dev: eth0, delay_ms: 50}}")
     s = scenario.load(write(tmp_path, text))
-    assert [st.fault["kind"] for st in s.timeline if st.fault] == ["loss", "netem"]
+    assert [st.fault.kind for st in s.timeline if st.fault] == ["loss", "netem"]
 
 
 def test_a_module_client_is_asked_for_its_parameters(tmp_path):
@@ -207,3 +207,19 @@ def test_a_scenario_names_the_twin_it_needs_and_a_bad_one_is_one_line(tmp_path):
         with pytest.raises(ScenarioError) as ei:
             scenario.parse({**base, "twin": bad})
         assert words in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_a_faults_envelope_is_parsed_once_into_where_it_runs_and_what_it_targets(tmp_path):
+    s = scenario.load(write(tmp_path, CONTROL.replace(
+        "{at: commit, plus: 1.5, say: 1}",
+        "{at: commit, plus: 1.5, fault: {kind: reject, target: endpoint}}\n"
+        "  - {at: commit, plus: 2, fault: {kind: blackhole, mode: silent}}")))
+    endpoint, flow = [st.fault for st in s.timeline if st.fault]
+    assert (endpoint.kind, endpoint.node, endpoint.target) == ("reject", "client", "endpoint")
+    assert (flow.target, "target" in flow.spec, "node" in flow.spec) == ("flow", False, False)
+    conn = ("10.203.0.2", 40000, "10.203.0.1", 443)
+    assert flow.netem_spec(conn)["target"] == {"src": "10.203.0.2", "sport": 40000, "dst": "10.203.0.1", "dport": 443}
+    assert endpoint.netem_spec(conn)["target"] == {"dst": "10.203.0.1", "dport": 443}
+    assert endpoint.netem_spec(None, "10.203.0.1")["target"] == {"dst": "10.203.0.1"}   # no connection yet
+    with pytest.raises(LabError, match="has none"):
+        flow.netem_spec(None)
