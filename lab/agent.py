@@ -130,8 +130,6 @@ class Agent:
 
     async def _execute(self, step: scenario_mod.Step) -> None:
         if step.say is not None:
-            if step.say >= len(self.scn.script):
-                return      # a lines-only conversation with fewer lines than the timeline says: no more to say
             await self.client.say(self.scn.script[step.say], step.say)
         elif step.fault is not None:
             spec = step.fault.netem_spec(self.client.flow(), self.endpoint_ip)
@@ -354,8 +352,8 @@ def wait_for_go(path: Path, timeout_s: float = GO_TIMEOUT_S) -> None:
 
 
 def _main(args) -> int:
-    scn = scenario_mod.with_conversation_lines(scenario_mod.load(args.scenario), Path(args.run_dir))
-    if args.script:     # `lab run --conversation`: the user says the conversation's lines (lab.run.user_lines)
+    scn = scenario_mod.load(args.scenario)
+    if args.script:     # the user's lines, as the orchestrator played the scenario (lab.scenario.played)
         scn = dataclasses.replace(scn, script=list(json.loads(args.script)))
     if args.go_file:
         # the orchestrator starts this process while the twin and capture start: pay the imports

@@ -75,9 +75,10 @@ def framework_build(name: str | None, requirements: str | None = None, out=print
 
 def preflight(scenarios: list[str], client: str | None, topology: str, endpoint: str,
               client_cmd: str | None = None, requirements: str | None = None,
-              out=print) -> list[scenario_mod.Scenario]:
-    """Validate everything up front; raise one clear LabError on the first problem."""
-    scns = [scenario_mod.load(s) for s in scenarios]
+              out=print, conversation: str | None = None) -> list[scenario_mod.Scenario]:
+    """Validate everything up front; raise one clear LabError on the first problem. The scenarios
+    come back as played (`conversation`: the user's lines from `lab run --conversation`)."""
+    scns = [scenario_mod.played(scenario_mod.load(s), conversation) for s in scenarios]
     entries_checked: set[str] = set()
     image_frameworks: set[str] = set()      # compose: the framework venvs the client image must hold
     compose_entries: list = []              # compose: users' agents, checked in that image
@@ -167,10 +168,9 @@ class RunSpec:
 
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
                  keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None,
-                 framework=None, app_dir=None, conversation=None, lines=None):
+                 framework=None, app_dir=None, conversation=None):
         # what the twin's model plays: `lab run --conversation`, else the scenario's own
         self.conversation = conversation or scn.conversation
-        self.lines = lines          # what the user says instead of the scenario's script (user_lines)
         self.framework = framework             # a framework client's Build.describe(), for run.json
         self.client_cmd = client_cmd           # a user's app as the client, judged as `client`
         self.app_dir = Path(app_dir or os.getcwd())   # where its command line's relative paths start
@@ -195,7 +195,6 @@ def run_one(spec: RunSpec, out=print) -> dict:
     run_id = run_dir.name
     duration = spec.duration or scn.duration
     conv_copy = _record_conversation(spec.conversation, run_dir)
-    scn = scenario_mod.with_conversation_lines(scn, run_dir)      # a lines file: its lines are the user's
     meta = {"run_id": run_id, "scenario": scn.to_json(), "client": spec.client, "topology": spec.topology,
             "endpoint": spec.endpoint, "duration": duration, "params": scn.params_for(spec.client),
             "expect": scn.expect_for(spec.client), "started": datetime.now(timezone.utc).isoformat()}
@@ -205,8 +204,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
             meta.update(client="command", judged_as=spec.client)
     if spec.framework is not None:      # which release (and build) of the framework ran
         meta["framework"] = spec.framework
-    if spec.lines:                      # the user said the conversation's lines, not the script's
-        meta["user_lines"] = {"from": spec.conversation, "lines": spec.lines}
+    if scn.lines_from:                  # the user said a conversation's lines, not the script's
+        meta["user_lines"] = {"from": scn.lines_from, "lines": scn.script}
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
     # the scenario as run, next to its results: provenance, and a path the agent can read in any
     # topology (a container sees the run folder, not the host's source tree)
@@ -264,7 +263,7 @@ def run_one(spec: RunSpec, out=print) -> dict:
             # the orchestrator (which knows the scenario) tells the twin the lines, never the client
             script: tuple[str, ...] = ()
             if conversations.load(str(conv_copy)).source != conversations.SOURCE_LINES:
-                script = ("--set", "script=" + json.dumps(spec.lines or scn.script))     # a lines file is its own script
+                script = ("--set", "script=" + json.dumps(scn.script))     # a lines file is its own script
             # the twin the scenario asks for (validated with the scenario): its profile and overrides
             script += ("--profile", scn.twin.get("profile", "developer-api"),
                        *(a for k, v in scn.twin.get("set", {}).items() for a in ("--set", f"{k}={json.dumps(v)}")))
@@ -301,8 +300,8 @@ def run_one(spec: RunSpec, out=print) -> dict:
             argv += ["--budget-ledger", str(spec.budget_ledger)]
         if proxy:
             argv += ["--proxy", proxy.url, "--proxy-control", proxy.control_url]
-        if spec.lines:
-            argv += ["--script", json.dumps(spec.lines)]
+        if scn.lines_from:
+            argv += ["--script", json.dumps(scn.script)]
         if spec.client_cmd:
             argv += ["--client-cmd", app_cmd, "--client-cwd", app_cwd]
             if topo.client.own_files:
@@ -433,29 +432,13 @@ def _finish(capture: Capture, raw: list[Path], keylog: Path | None, out) -> None
         out(f"  capture finalize failed: {type(e).__name__}: {e} (raw pcaps kept)")
 
 
-def user_lines(conv, name: str, scns: list[scenario_mod.Scenario]) -> list[str]:
-    """What the user says with `--conversation`: the conversation's own lines, line N at a scenario's
-    `say: N` (a scenario's script is the booking story's; an agent's conversation brings its own
-    user). LabError (one line) when a scenario says a line the conversation does not have."""
-    lines = conv.lines
-    for scn in scns:
-        said = [st.say for st in scn.timeline if st.say is not None]
-        if said and max(said) >= len(lines):
-            raise LabError(f"scenario {scn.name} says line {max(said)} of the user's lines, and the "
-                           f"conversation {name} has {len(lines)}")
-    return lines
-
-
 def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topology: str = "netns",
               endpoint: str = "twin", out_dir: Path | None = None, duration: float | None = None,
               base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", out=print,
               keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
               client_cmd: str | None = None, jobs: int | str = 1, conversation: str | None = None,
               requirements: str | None = None) -> Path:
-    scns = preflight(scenarios, client, topology, endpoint, client_cmd, requirements, out)
-    lines = None
-    if conversation:
-        lines = user_lines(conversations.load(conversation), conversation, scns)   # one line before anything starts
+    scns = preflight(scenarios, client, topology, endpoint, client_cmd, requirements, out, conversation)
     live_key = None
     if endpoint == "live":
         from lab.live.key import load_key     # here: lab.live's soak imports this module
@@ -468,7 +451,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     cells = batch_cells(scns, batch, n=n, client=client, topology=topology, endpoint=endpoint, duration=duration,
                         base_url=base_url, budget=budget, model=model, live_key=live_key, keylog_live=keylog_live,
                         ca=ca, endpoint_hook=endpoint_hook, client_cmd=client_cmd, conversation=conversation,
-                        lines=lines, requirements=requirements, out=out)
+                        requirements=requirements, out=out)
     parallel.run_cells(cells, parallel.resolve_jobs(jobs, cells, out), out=out)
     from lab.report import summarize      # here: matplotlib, as above
     summarize(batch)
@@ -481,7 +464,7 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
                 topology: str = "netns", endpoint: str = "twin", duration: float | None = None,
                 base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", live_key=None,
                 keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
-                client_cmd: str | None = None, conversation: str | None = None, lines: list[str] | None = None,
+                client_cmd: str | None = None, conversation: str | None = None,
                 requirements: str | None = None, out=print) -> list[parallel.Cell]:
     """The batch's runs as cells for lab.parallel (in order: scenario by scenario, run 1..n), each
     into its own folder under `batch`; the scenarios are preflight's."""
@@ -503,7 +486,7 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
             who = f"command, judged as {cl}" if client_cmd else label
             spec = RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key, keylog_live,
                            ca=ca, endpoint_hook=endpoint_hook, client_cmd=cmd,
-                           framework=build.describe() if build else None, conversation=conversation, lines=lines)
+                           framework=build.describe() if build else None, conversation=conversation)
             title = f"{scn.name} ({who}, {topology}, {endpoint}) run {i}/{n}"
             cells.append(parallel.Cell(
                 f"{scn.name} x {who} {i:02d}", functools.partial(_run_cell, spec, title, budget),

@@ -7,7 +7,6 @@ malformed file costs nothing.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -19,7 +18,6 @@ from netem.errors import NetemError
 
 from lab import actions, anchors, expectations, yamlines
 from lab.conversation import format as conversation_format
-from lab.conversation.semantics import JSON_FILE
 from lab import clients as client_registry
 from lab.clients import frameworks
 from lab.errors import LabError, ScenarioError
@@ -127,6 +125,7 @@ class Scenario:
     twin: dict = field(default_factory=dict)     # {profile, set}: the twin this scenario needs
     topology: dict = field(default_factory=dict)   # {} (two nodes, one link) or {router, links}
     conversation: str = conversation_format.DEFAULT   # what the twin's model plays: a name or a path
+    lines_from: str = ""    # the conversation whose lines the user says instead of the script (played)
 
     @property
     def router_links(self) -> list:
@@ -263,17 +262,23 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
         conversation=conversation)
 
 
-def with_conversation_lines(scn: Scenario, run_dir: Path) -> Scenario:
-    """The scenario as a run played it: with a lines-only conversation (`--conversation lines.txt`)
-    its lines are what the user says, in place of the scenario's script (the run folder's
-    conversation.json says which; the timeline's `say: N` says line N, if there is one)."""
-    try:
-        d = json.loads((run_dir / JSON_FILE).read_text())
-    except (OSError, ValueError):
+def played(scn: Scenario, conversation: str | None = None) -> Scenario:
+    """The scenario as a run plays it: the one place a user's lines take the script's place. With
+    `conversation` (`lab run --conversation NAME`) the user says its lines (a scenario's script is
+    the booking story's; an agent's conversation brings its own user), and so with the scenario's
+    own conversation when that is lines only; line N at the timeline's `say: N`. ScenarioError
+    (one line) when the timeline says a line the conversation does not have."""
+    if scn.lines_from:      # already played: its lines stay whoever's they are
         return scn
-    if d.get("source") == conversation_format.SOURCE_LINES and d.get("lines"):
-        return replace(scn, script=[str(x) for x in d["lines"]])
-    return scn
+    name = conversation or scn.conversation
+    conv = conversation_format.load(name)
+    if conversation is None and conv.source != conversation_format.SOURCE_LINES:
+        return scn
+    said = [st.say for st in scn.timeline if st.say is not None]
+    if said and max(said) >= len(conv.lines):
+        raise ScenarioError(f"scenario {scn.name} says line {max(said)} of the user's lines, and the "
+                            f"conversation {name} has {len(conv.lines)}")
+    return replace(scn, script=list(conv.lines), lines_from=name)
 
 
 def _conversation(err, raw: dict, path: str) -> str:

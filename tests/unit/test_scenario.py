@@ -223,3 +223,21 @@ def test_a_faults_envelope_is_parsed_once_into_where_it_runs_and_what_it_targets
     assert endpoint.netem_spec(None, "10.203.0.1")["target"] == {"dst": "10.203.0.1"}   # no connection yet
     with pytest.raises(LabError, match="has none"):
         flow.netem_spec(None)
+
+
+def test_a_run_plays_the_users_lines_from_one_place(tmp_path):
+    own = scenario.load("control")
+    assert scenario.played(own) is own          # a conversation of its own with a script: the script stays
+    (tmp_path / "lines.txt").write_text("Hello there.\nBook the 3pm slot.\nDid it go through?\n")
+    given = scenario.played(own, str(tmp_path / "lines.txt"))    # lab run --conversation lines.txt
+    assert given.script == ["Hello there.", "Book the 3pm slot.", "Did it go through?"]
+    assert given.lines_from == str(tmp_path / "lines.txt") and given.conversation == own.conversation
+    assert scenario.played(given) is given      # played once: its lines stay the conversation's
+    assert scenario.played(own, "support").script == scenario.played(own, "support").script != own.script
+    # the scenario's own conversation is only the user's lines: the same definition applies
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(CONTROL + "\nconversation: lines.txt\n")
+    assert scenario.played(scenario.load(str(mine))).script[0] == "Hello there."
+    (tmp_path / "lines.txt").write_text("Hello there.\n")
+    with pytest.raises(ScenarioError, match=r"says line 1 of the user.s lines, and the conversation \S*lines.txt has 1$"):
+        scenario.played(scenario.load(str(mine)))
