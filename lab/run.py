@@ -347,15 +347,17 @@ def _endpoint_services(run: _Run, t0: float) -> _Reach:
 
 
 def _write_plan(run: _Run, t0: float, reach: _Reach) -> Path:
-    """The agent's settings, once, into the run folder (lab/plan.py); returns the file."""
+    """The agent's settings, once, into the run folder (lab/plan.py); returns the file. Its paths
+    are as the client node sees them (a container mounts the run and secrets folders elsewhere)."""
     spec, topo = run.spec, run.topo
+    at = topo.client.path
     twin = spec.endpoint == "twin"
     return Plan(
-        scenario=str(run.run_dir / "scenario.yaml"), client=spec.client, run_dir=str(run.run_dir),
-        script=tuple(run.scn.script), t0=t0, duration=run.duration, go_file=str(run.go_file), model=spec.model,
-        base_url=reach.base_url or None, ca=str(reach.ca) if reach.ca else None,
-        keylog=str(run.keylog) if run.keylog else None,
-        budget_ledger=str(spec.budget_ledger) if spec.budget_ledger else None,
+        scenario=at(run.run_dir / "scenario.yaml"), client=spec.client, run_dir=at(run.run_dir),
+        script=tuple(run.scn.script), t0=t0, duration=run.duration, go_file=at(run.go_file), model=spec.model,
+        base_url=reach.base_url or None, ca=at(reach.ca) if reach.ca else None,
+        keylog=at(run.keylog) if run.keylog else None,
+        budget_ledger=at(spec.budget_ledger) if spec.budget_ledger else None,
         endpoint_ip=topo.endpoint.ip if twin else None, twin_control=reach.twin_control if twin else None,
         proxy=reach.proxy.url if reach.proxy else None,
         proxy_control=reach.proxy.control_url if reach.proxy else None,
