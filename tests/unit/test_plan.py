@@ -69,3 +69,25 @@ def test_every_setting_is_set_by_the_orchestrator_and_read_by_the_agent():
 def test_the_key_is_never_in_the_plan(tmp_path):
     path = Plan(scenario="s", client="probe", run_dir=str(tmp_path)).write(tmp_path)
     assert not any("key" in k and k != "keylog" for k in json.loads(path.read_text()))
+
+
+def test_the_orchestrators_plan_has_the_paths_the_client_node_sees(tmp_path):
+    # a container mounts the run folder at /captures and the secrets at /secrets (lab/topology/compose.py)
+    from types import SimpleNamespace
+
+    from lab import run as run_mod
+    from lab.scenario import load
+    secrets = tmp_path / "secrets"
+    client = SimpleNamespace(own_files=True, path=lambda p: str(p).replace(str(tmp_path), "/captures"))
+    topo = SimpleNamespace(client=client, endpoint=SimpleNamespace(ip="10.203.0.1"))
+    scn = load("control")
+    spec = run_mod.RunSpec(scn, "probe", "compose", "twin", tmp_path / "r1", None, None, "m")
+    run = SimpleNamespace(spec=spec, scn=scn, topo=topo, run_dir=spec.run_dir, go_file=spec.run_dir / ".agent-go", duration=9.0,
+                          keylog=secrets / "keys.log", app_cmd=None, app_cwd="/app")
+    spec.run_dir.mkdir()
+    reach = run_mod._Reach(base_url="https://10.203.0.1:8443", ca=secrets / "ca.pem", key="k", twin_control="http://c")
+    plan = plan_mod.read(run_mod._write_plan(run, 1.0, reach))
+    assert (plan.scenario, plan.run_dir, plan.go_file) == ("/captures/r1/scenario.yaml", "/captures/r1",
+                                                            "/captures/r1/.agent-go")
+    assert (plan.ca, plan.keylog) == ("/captures/secrets/ca.pem", "/captures/secrets/keys.log")
+    assert plan.script == tuple(scn.script) and plan.endpoint_ip == "10.203.0.1" and plan.client_cmd is None
