@@ -43,7 +43,7 @@ class Agent:
     """One run's play of `scn` (as played: lab.scenario.played) with the settings of `plan`; the
     endpoint and the live budget's `before_connect` are the plan's, made live in this process."""
 
-    def __init__(self, scn: scenario_mod.Scenario, plan: plan_mod.Plan, endpoint: Endpoint, progress=print,
+    def __init__(self, scn: scenario_mod.Scenario, plan: plan_mod.RunPlan, endpoint: Endpoint, progress=print,
                  before_connect=None):
         self.scn = scn
         self.plan = plan

@@ -22,7 +22,7 @@ KEY_ENV = "LAB_API_KEY"     # the agent's key comes in the environment, never in
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class RunPlan:
     """What one run's agent does, and with what. Paths are as the client node sees them."""
     scenario: str                       # the scenario file the agent plays (the run folder's copy)
     client: str                         # the client under test (a user's app: the client it is judged as)
@@ -53,7 +53,7 @@ class Plan:
         return path
 
 
-def read(path: str | Path) -> Plan:
+def read(path: str | Path) -> RunPlan:
     """The plan in `path`; LabError (one line, naming the file) when it is missing, not JSON, or
     has a setting this lab does not know or a value of the wrong shape."""
     try:
@@ -62,8 +62,8 @@ def read(path: str | Path) -> Plan:
         raise LabError(f"{path}: not a run plan ({type(e).__name__}: {e})") from None
     if not isinstance(raw, dict):
         raise LabError(f"{path}: a run plan is a JSON object of settings")
-    hints = typing.get_type_hints(Plan)
-    known = {f.name: f for f in dataclasses.fields(Plan)}
+    hints = typing.get_type_hints(RunPlan)
+    known = {f.name: f for f in dataclasses.fields(RunPlan)}
     for name, value in raw.items():
         if name not in known:
             raise LabError(f"{path}: unknown setting {name!r} in the run plan; known: {', '.join(known)}")
@@ -74,7 +74,7 @@ def read(path: str | Path) -> Plan:
         raise LabError(f"{path}: the run plan lacks {', '.join(missing)}")
     if raw.get("script") is not None:
         raw["script"] = tuple(raw["script"])
-    return Plan(**raw)
+    return RunPlan(**raw)
 
 
 def _fits(value, hint) -> bool:

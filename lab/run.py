@@ -32,7 +32,7 @@ from lab.clients.command import parse_command
 from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
 from lab.clients.frameworks import venvs as framework_venvs
 from lab.events import read_events
-from lab.plan import KEY_ENV, Plan
+from lab.plan import KEY_ENV, RunPlan
 from lab.report.verdict import headline, verdict_passed   # reads old verdicts (`passed`) too; loads no matplotlib
 from lab.errors import CapabilityError, LabError
 from lab.topology import AUTO, TOPOLOGIES
@@ -352,7 +352,7 @@ def _write_plan(run: _Run, t0: float, reach: _Reach) -> Path:
     spec, topo = run.spec, run.topo
     at = topo.client.path
     twin = spec.endpoint == "twin"
-    return Plan(
+    return RunPlan(
         scenario=at(run.run_dir / "scenario.yaml"), client=spec.client, run_dir=at(run.run_dir),
         script=tuple(run.scn.script), t0=t0, duration=run.duration, go_file=at(run.go_file), model=spec.model,
         base_url=reach.base_url or None, ca=at(reach.ca) if reach.ca else None,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lab import scenario
 from lab.events import read_events
-from lab.plan import KEY_ENV, Plan
+from lab.plan import KEY_ENV, RunPlan
 
 SCENARIO = "r1-idle-abort-immediate"
 
@@ -40,7 +40,7 @@ def _serve(argv, cwd):
 def _agent(run_dir: Path, url: str, ca: str):
     env = {**os.environ, KEY_ENV: "k"}
     run_dir.mkdir(parents=True, exist_ok=True)
-    plan = Plan(scenario=SCENARIO, client=scenario.load(SCENARIO).client, run_dir=str(run_dir), base_url=url, ca=ca)
+    plan = RunPlan(scenario=SCENARIO, client=scenario.load(SCENARIO).client, run_dir=str(run_dir), base_url=url, ca=ca)
     out = subprocess.run([sys.executable, "-m", "lab", "agent", str(plan.write(run_dir))],
                          capture_output=True, text=True, env=env, timeout=90)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]

@@ -14,13 +14,13 @@ import pytest
 import lab.agent
 from lab import plan as plan_mod
 from lab.errors import LabError
-from lab.plan import Plan
+from lab.plan import RunPlan
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_plan_round_trips_through_its_file(tmp_path):
-    plan = Plan(scenario="s.yaml", client="probe", run_dir=str(tmp_path), script=("Hi.", "Book it."), t0=12.5,
+    plan = RunPlan(scenario="s.yaml", client="probe", run_dir=str(tmp_path), script=("Hi.", "Book it."), t0=12.5,
                 duration=30, router={"links": ["wifi"]}, client_owns_files=True)
     path = plan.write(tmp_path)
     assert path == tmp_path / "plan.json" and plan_mod.read(path) == plan
@@ -61,13 +61,13 @@ def test_every_setting_is_set_by_the_orchestrator_and_read_by_the_agent():
     run_src = (REPO / "lab" / "run.py").read_text()
     write = run_src[run_src.index("def _write_plan("):run_src.index("def _start_agent(")]
     agent_src = (REPO / "lab" / "agent.py").read_text()
-    for f in dataclasses.fields(Plan):
+    for f in dataclasses.fields(RunPlan):
         assert re.search(rf"\b{f.name}=", write), f"lab/run.py's _write_plan does not set {f.name}"
         assert re.search(rf"\bplan\.{f.name}\b", agent_src), f"lab/agent.py never reads plan.{f.name}"
 
 
 def test_the_key_is_never_in_the_plan(tmp_path):
-    path = Plan(scenario="s", client="probe", run_dir=str(tmp_path)).write(tmp_path)
+    path = RunPlan(scenario="s", client="probe", run_dir=str(tmp_path)).write(tmp_path)
     assert not any("key" in k and k != "keylog" for k in json.loads(path.read_text()))
 
 
