@@ -226,7 +226,7 @@ class _Run:
     capture: Capture
     app_cmd: str | None         # a user's app as it starts on the client node, and where
     app_cwd: str
-    phases: "_Phases"
+    phases: _Phases
     services: list = dataclasses.field(default_factory=list)
     agent: subprocess.Popen | None = None
     relay: threading.Thread | None = None
