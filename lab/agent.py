@@ -338,8 +338,7 @@ def _main(args) -> int:
         os.environ["HTTPS_PROXY"] = plan.proxy
         os.environ.pop("NO_PROXY", None)
         os.environ.pop("no_proxy", None)
-    ep = Endpoint(base_url=plan.base_url, api_key=key, ca_path=plan.ca, keylog_path=plan.keylog,
-                  **({"model": plan.model} if plan.model else {}))
+    ep = Endpoint(base_url=plan.base_url, api_key=key, ca_path=plan.ca, model=plan.model, keylog_path=plan.keylog)
     run_dir = Path(plan.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     agent = Agent(scn, plan, ep, progress=lambda s: print(s, flush=True),

@@ -11,7 +11,7 @@ cells' own times summed (timing.json). Everything is checked before the first ru
 name, each framework's venv, what the topology can do (lab.run.preflight, once per client); a bad
 name is one line and exit 2 with nothing started. The clients' package versions are measured in
 their own venvs before the runs and written to versions.json. After the runs (and after a run
-that stopped the matrix half-way, for what ran) the matrix is written by lab/report/matrix.py.
+that stopped the matrix half-way, for what ran) the matrix is written by lab/report/conformance.py.
 Every cell runs: a framework on a scenario behind the lab's CONNECT proxy (m3) is sent through it
 as any app is ($HTTPS_PROXY; the proxy maps the API's hostnames to the twin).
 
@@ -40,7 +40,7 @@ from lab.clients.frameworks import releases
 from lab.clients.frameworks import resolve as resolve_framework
 from lab.errors import LabError
 from lab.report import board
-from lab.report import matrix as matrix_report
+from lab.report import conformance as matrix_report
 from lab.report.junit import publish
 from lab.report.shards import merge_summary
 from lab.topology import TOPOLOGIES

@@ -16,6 +16,7 @@ import typing
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.model_id import DEFAULT_MODEL
 
 FILE = "plan.json"
 KEY_ENV = "LAB_API_KEY"     # the agent's key comes in the environment, never in the plan (it is a result)
@@ -32,7 +33,7 @@ class RunPlan:
     t0: float | None = None             # the run's clock (epoch s): every service counts from it
     duration: float | None = None       # seconds; None: the scenario's
     go_file: str | None = None          # started early: wait for this file before opening anything
-    model: str | None = None            # the model the client asks for; None: the client's default
+    model: str = DEFAULT_MODEL          # the model the client asks for
     base_url: str | None = None         # the endpoint (https://host:port); None: the SDK's default
     ca: str | None = None               # CA certificate the client trusts (the twin's); None: the system's
     keylog: str | None = None           # TLS secrets go here (twin runs; live only when asked)

@@ -23,6 +23,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab import forkserver  # noqa: F401  (imported, it installs the netns topology's fork server)
 from lab import parallel
 from lab import scenario as scenario_mod
 from lab.conversation import format as conversations
@@ -35,6 +36,7 @@ from lab.events import read_events
 from lab.plan import KEY_ENV, RunPlan
 from lab.report.verdict import headline, verdict_passed   # reads old verdicts (`passed`) too; loads no matplotlib
 from lab.errors import CapabilityError, LabError
+from lab.model_id import DEFAULT_MODEL
 from lab.topology import AUTO, TOPOLOGIES
 from lab.topology import choose as choose_topology
 from lab.topology import get as get_topology
@@ -508,7 +510,7 @@ def _finish(capture: Capture, raw: list[Path], keylog: Path | None, out) -> None
 
 def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topology: str = "netns",
               endpoint: str = "twin", out_dir: Path | None = None, duration: float | None = None,
-              base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", out=print,
+              base_url: str | None = None, budget=None, model: str = DEFAULT_MODEL, out=print,
               keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
               client_cmd: str | None = None, jobs: int | str = 1, conversation: str | None = None,
               requirements: str | None = None) -> Path:
@@ -536,7 +538,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
 
 def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, client: str | None = None,
                 topology: str = "netns", endpoint: str = "twin", duration: float | None = None,
-                base_url: str | None = None, budget=None, model: str = "gemini-3.8-live", live_key=None,
+                base_url: str | None = None, budget=None, model: str = DEFAULT_MODEL, live_key=None,
                 keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
                 client_cmd: str | None = None, conversation: str | None = None,
                 requirements: str | None = None, out=print) -> list[parallel.Cell]:
@@ -625,7 +627,7 @@ def add_parser(sub) -> None:
     p.add_argument("--endpoint", default="twin", choices=["twin", "live"])
     p.add_argument("--base-url", default=None, help="live mode: point at any endpoint (the twin, in tests)")
     p.add_argument("--ca", default=None, help="live mode: CA file the client trusts (default: the system's)")
-    p.add_argument("--model", default="gemini-3.8-live")
+    p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--duration", type=float, default=None, help="override the scenario's duration (s)")
     p.add_argument("--out", default=None, help="batch folder (default captures/<time>-<scenario>)")
     p.add_argument("--budget", type=int, default=None, help="live mode: most sessions this batch may open")

@@ -79,7 +79,19 @@ def _setns(fd: int) -> None:
 
 @contextmanager
 def in_netns(name: str | None) -> Iterator[None]:
-    """Run the block with the calling thread inside network namespace `name` (None: stay put)."""
+    """Run the block with the calling thread inside network namespace `name` (None: stay put).
+
+    The one way the lab enters a namespace for netlink and sockets (a process started in one enters
+    it as `ip netns exec` does: lab/topology/nsenter.py, on the same setns), and the one place that
+    says why not pyroute2's NetNS, netns= arguments or netns.create. Each of those forks a helper
+    process and ends it with SIGTERM. A child forked from an asyncio process shares the parent's
+    signal wake-up pipe (signal.set_wakeup_fd), so the helper's SIGTERM wakes the parent's loop as
+    the parent's own SIGTERM and ends it; a fork of a process with other threads copies their held
+    locks without the threads. NetNS also creates the namespace when it is missing, so a clean-up
+    racing a teardown would bring back the namespace just deleted (and that empty copy blocks a
+    later run with the same id); and a helper per namespace is a cost that grows with the
+    namespaces visited. Here a netlink socket created inside the block stays bound to the namespace
+    for its life; the thread is back where it was when the block ends."""
     if not name:
         yield
         return

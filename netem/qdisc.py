@@ -15,9 +15,7 @@ def remove_netem(dev: str | None, netns: str | None) -> list[str]:
     from pyroute2 import IPRoute  # lazy: building and checking specs needs no netlink
 
     removed = []
-    # in_netns, not pyroute2's NetNS: that forks a helper (whose SIGTERM, from an asyncio process,
-    # reaches the parent's loop) and creates the namespace when it is missing: a clean-up racing a
-    # teardown would bring back the namespace it had just deleted
+    # in_netns, not pyroute2's NetNS (netem.kernel.in_netns says why)
     try:
         with in_netns(netns), IPRoute() as ipr:
             links = {l["index"]: l.get_attr("IFLA_IFNAME") for l in ipr.get_links()}

@@ -136,17 +136,23 @@ case "$which" in
     exit $? ;;
   *) echo "usage: scripts/peers-setup.sh [livekit|pipecat|adk|all|NAME@RELEASE[+BUILD]]" >&2; exit 2 ;;
 esac
+# The named venvs build side by side: each pip spends most of its time downloading and unpacking,
+# and the three share nothing but pip's cache, which is safe to share.
+names=(livekit pipecat adk)
+[ "$which" = all ] || names=("$which")
+pids=()
+for name in "${names[@]}"; do
+  case "$name" in
+    livekit) setup_peer livekit .venv-livekit "$LIVEKIT_CHECK" "" "${LIVEKIT_PKGS[@]}" & ;;
+    pipecat) setup_peer pipecat .venv-pipecat "$PIPECAT_CHECK" "" "${PIPECAT_PKGS[@]}" & ;;
+    adk) setup_peer adk .venv-adk "$ADK_CHECK" "" "${ADK_PKGS[@]}" & ;;
+  esac
+  pids+=($!)
+done
 rc=0
-if [ "$which" = all ] || [ "$which" = livekit ]; then
-  setup_peer livekit .venv-livekit "$LIVEKIT_CHECK" "" "${LIVEKIT_PKGS[@]}" || rc=$?
-fi
-if [ "$which" = all ] || [ "$which" = pipecat ]; then
-  r=0; setup_peer pipecat .venv-pipecat "$PIPECAT_CHECK" "" "${PIPECAT_PKGS[@]}" || r=$?
+for pid in "${pids[@]}"; do
+  r=0; wait "$pid" || r=$?
   # the first failure decides the exit, but a network failure (75) wins so callers can skip
   if [ "$rc" = 0 ] || [ "$r" = 75 ]; then rc=$r; fi
-fi
-if [ "$which" = all ] || [ "$which" = adk ]; then
-  r=0; setup_peer adk .venv-adk "$ADK_CHECK" "" "${ADK_PKGS[@]}" || r=$?
-  if [ "$rc" = 0 ] || [ "$r" = 75 ]; then rc=$r; fi
-fi
+done
 exit "$rc"

@@ -48,8 +48,8 @@ import threading
 import time
 
 from lab.bench import router_faults
-from lab.bench.router_faults import pct
 from lab.errors import LabError
+from lab.stats.order import quantile
 from lab.topology.netns import NetnsTopology
 from lab.topology.uplink import down
 from netem.errors import NetemError
@@ -271,7 +271,7 @@ def accuracy_rows(config: dict) -> dict:
                         held.append(_connect_ms(host, port))
                 finally:
                     table.remove(f)
-                b50 = pct(base, .5)
+                b50 = quantile(base, .5)
                 out[label] = {"asked_ms": delay, "jitter_ms": jitter, "base_ms": base,
                               "added_ms": [h - b50 for h in held]}
     except NetemError as e:
@@ -295,11 +295,11 @@ def accuracy_lines(acc: dict) -> list[str]:
     for label, r in acc.items():
         added, asked, j = r["added_ms"], r["asked_ms"], r["jitter_ms"]
         err = [a - asked for a in added]
-        line = (f"accuracy {label:18s} n={len(added)}: no-fault connect p50 {pct(r['base_ms'], .5):.2f} ms "
-                f"(baseline); added p50 {pct(added, .5):.2f} p99 {pct(added, .99):.2f} ms = "
-                f"{pct(added, .5) / asked:.3f}x asked; error p50 {pct(err, .5):+.2f} p99 {pct(err, .99):+.2f} ms")
+        line = (f"accuracy {label:18s} n={len(added)}: no-fault connect p50 {quantile(r['base_ms'], .5):.2f} ms "
+                f"(baseline); added p50 {quantile(added, .5):.2f} p99 {quantile(added, .99):.2f} ms = "
+                f"{quantile(added, .5) / asked:.3f}x asked; error p50 {quantile(err, .5):+.2f} p99 {quantile(err, .99):+.2f} ms")
         if not j:
-            met = abs(pct(err, .99)) <= ACCURACY_FLOOR_MS
+            met = abs(quantile(err, .99)) <= ACCURACY_FLOOR_MS
             line += f" (floor |p99| <= {ACCURACY_FLOOR_MS:g} ms: {'met' if met else 'NOT met'})"
         else:
             mean = sum(added) / len(added)
@@ -425,10 +425,10 @@ def one_way_lines(sent: dict, got: dict[str, list[float]]) -> list[str]:
         return lines
     for load in sent["loads"]:
         base = got.get(f"base/{load}", [])
-        b50 = pct(base, .5)
+        b50 = quantile(base, .5)
         what = "the machine as it is" if not load else f"+{load} busy processes (one per core)"
         lines.append(f"  {what}, load average {sent['loadavg'].get(str(load), float('nan')):.1f}: "
-                     f"no-fault one-way p50 {b50:.3f} p99 {pct(base, .99):.3f} ms (baseline, n={len(base)})")
+                     f"no-fault one-way p50 {b50:.3f} p99 {quantile(base, .99):.3f} ms (baseline, n={len(base)})")
         p99s = {}
         for realtime in (1, 0):
             for asked in sent["asked_ms"]:
@@ -436,13 +436,13 @@ def one_way_lines(sent: dict, got: dict[str, list[float]]) -> list[str]:
                 if not err:
                     lines.append(f"    {'real-time' if realtime else 'ordinary'} worker {asked:>5g} ms: nothing received")
                     continue
-                p99s[(realtime, asked)] = pct(err, .99)
+                p99s[(realtime, asked)] = quantile(err, .99)
                 line = (f"    {'real-time' if realtime else 'ordinary '} worker {asked:>5g} ms asked, n={len(err)}: "
-                        f"added p50 {pct(err, .5) + asked:.2f} ms = {(pct(err, .5) + asked) / asked:.4f}x asked; "
-                        f"error p50 {pct(err, .5):+.3f} p99 {pct(err, .99):+.3f} max {max(err):+.3f} ms, "
+                        f"added p50 {quantile(err, .5) + asked:.2f} ms = {(quantile(err, .5) + asked) / asked:.4f}x asked; "
+                        f"error p50 {quantile(err, .5):+.3f} p99 {quantile(err, .99):+.3f} max {max(err):+.3f} ms, "
                         f"{sum(e > ACCURACY_FLOOR_MS for e in err)} over +{ACCURACY_FLOOR_MS:g} ms")
                 if asked == 100.0:
-                    met = abs(pct(err, .99)) <= ACCURACY_FLOOR_MS
+                    met = abs(quantile(err, .99)) <= ACCURACY_FLOOR_MS
                     line += f" (floor |p99| <= {ACCURACY_FLOOR_MS:g} ms: {'met' if met else 'NOT met'})"
                 lines.append(line)
         ratios = [f"{a:g} ms {p99s[(0, a)] / p99s[(1, a)]:.1f}x" for a in sent["asked_ms"]
@@ -558,17 +558,17 @@ def _mode_lines(rows: list[dict], baselines: dict[str, list[float]], summary: di
         if mode != B2B:
             all_active += a
         miss = len(r) - len(d)
-        s = {"n": len(r), "active_p50": pct(a, .5), "active_p99": pct(a, .99), "drop_p50": pct(d, .5),
-             "drop_p99": pct(d, .99), "clear_p50": pct(c, .5), "clear_p99": pct(c, .99), "no_drop_seen": miss}
+        s = {"n": len(r), "active_p50": quantile(a, .5), "active_p99": quantile(a, .99), "drop_p50": quantile(d, .5),
+             "drop_p99": quantile(d, .99), "clear_p50": quantile(c, .5), "clear_p99": quantile(c, .99), "no_drop_seen": miss}
         summary["modes"][mode] = s
         w(f"{mode:10} {len(r):>3}  {s['active_p50']:>11.2f} / {s['active_p99']:<10.2f}  "
           f"{s['drop_p50']:>15.2f} / {s['drop_p99']:<14.2f}  {s['clear_p50']:>8.2f} / {s['clear_p99']:<7.2f}"
           + (f"  ({miss} without a drop)" if miss else "") + "\n")
-    in_p50 = pct(all_active, .5)
-    w(f"\nall modes but {B2B}: rule active p50 {in_p50:.2f} ms, p99 {pct(all_active, .99):.2f} ms "
-      f"(floor p99 <= {FLOOR_MS:.0f} ms: {'met' if pct(all_active, .99) <= FLOOR_MS else 'NOT met'})\n")
+    in_p50 = quantile(all_active, .5)
+    w(f"\nall modes but {B2B}: rule active p50 {in_p50:.2f} ms, p99 {quantile(all_active, .99):.2f} ms "
+      f"(floor p99 <= {FLOOR_MS:.0f} ms: {'met' if quantile(all_active, .99) <= FLOOR_MS else 'NOT met'})\n")
     for name, xs in baselines.items():
-        b50, b99 = pct(xs, .5), pct(xs, .99)
+        b50, b99 = quantile(xs, .5), quantile(xs, .99)
         ratio = b50 / in_p50 if in_p50 else float("nan")
         summary["baselines"][name] = {"p50": b50, "p99": b99, "ratio_p50": ratio}
         w(f"baseline {name}: p50 {b50:.2f} ms, p99 {b99:.2f} ms  ->  {ratio:.1f}x the in-namespace p50\n")
@@ -579,9 +579,9 @@ def _delay_lines(delay: dict | None, summary: dict, w) -> None:
         w(f"delay (userspace, NFQUEUE): not measured: {delay['error']}\n")
     elif delay and delay.get("active_ms"):
         a, c, e = delay["active_ms"], delay["clear_ms"], delay["error_ms"]
-        summary["delay"] = {"asked_ms": delay["asked_ms"], "n": len(a), "active_p50": pct(a, .5),
-                            "active_p99": pct(a, .99), "clear_p50": pct(c, .5), "clear_p99": pct(c, .99),
-                            "error_p50": pct(e, .5), "error_p99": pct(e, .99)}
+        summary["delay"] = {"asked_ms": delay["asked_ms"], "n": len(a), "active_p50": quantile(a, .5),
+                            "active_p99": quantile(a, .99), "clear_p50": quantile(c, .5), "clear_p99": quantile(c, .99),
+                            "error_p50": quantile(e, .5), "error_p99": quantile(e, .99)}
         d = summary["delay"]
         w(f"delay (userspace, NFQUEUE) asked {d['asked_ms']:g} ms, n={d['n']}: onset (worker + rule) p50 "
           f"{d['active_p50']:.1f} / p99 {d['active_p99']:.1f} ms, clear p50 {d['clear_p50']:.1f} / p99 "

@@ -27,9 +27,11 @@ from typing import Callable
 import orjson
 from websockets.asyncio.client import connect
 
+from lab.model_id import DEFAULT_MODEL
+
 MODES = ("text", "stream", "idle")
 PATH = "/ws/google.ai.generativelanguage.v1.GenerativeService.BidiGenerateContent"
-SETUP = orjson.dumps({"setup": {"model": "models/gemini-3.8-live", "sessionResumption": {},
+SETUP = orjson.dumps({"setup": {"model": f"models/{DEFAULT_MODEL}", "sessionResumption": {},
                                 "generationConfig": {"responseModalities": ["AUDIO"]}}})
 QUESTION = orjson.dumps({"realtime_input": {"text": "Did you book it?"}}).decode()
 MIC_CHUNK_S = 0.1

@@ -16,7 +16,7 @@ The baseline, measured in the same run: one Python process that imports lab.agen
 Python service a run starts pays at least this), so the overhead also prints as a multiple of it.
 Compose is measured warm: the first run builds or starts what it must and is not counted.
 
-netns runs its processes through the fork server (lab/topology/forkserver.py), which imports the lab
+netns runs its processes through the fork server (lab/forkserver/server.py), which imports the lab
 once per invocation: the first run waits for that and is printed on its own with the server's import
 and ready times, not put in the median. Interleaved with those runs, as many with LAB_FORKSERVER=0
 (`netns-exec`: each process exec'd by `ip netns exec`, as before) under the same load: the fork
@@ -39,9 +39,10 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.events import read_events
+from lab.model_id import DEFAULT_MODEL
 from lab.report.verdict import verdict_passed
 from lab.run import PHASES_FILE, RunSpec, preflight, run_one
-from lab.topology import forked
+from lab.forkserver import client as forked
 
 FLOORS_S = {"netns": 1.0, "compose": 6.0}
 EXEC = "netns-exec"     # netns with the fork server off: the in-run comparison
@@ -86,7 +87,7 @@ def _one(scn, client: str, label: str, out_dir: Path, i: int, duration: float | 
         os.environ[forked.ENV_SWITCH] = "0"
     try:
         verdict = run_one(RunSpec(scn, client or scn.client, topology, "twin", run_dir, duration, None,
-                                  "gemini-3.8-live"), out=lines.append)
+                                  DEFAULT_MODEL), out=lines.append)
     finally:
         if switch is None:
             os.environ.pop(forked.ENV_SWITCH, None)

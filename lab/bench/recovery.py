@@ -35,6 +35,7 @@ from lab.errors import LabError
 from lab.events import read_events
 from lab.report.verdict import verdict_passed
 from lab.run import run_batch
+from lab.stats.order import quantile
 from lab.twin.profile import load_profile
 
 SEQUENTIAL = "recovery-sequential"
@@ -79,7 +80,7 @@ def stage_lines(stages: dict[str, list[dict[str, float]]]) -> list[str]:
     lines = [f"{'where the time goes (p50 ms)':30s} " + " ".join(f"{s:>11s}" for s in STAGES)]
     for client, rows in stages.items():
         if rows:
-            lines.append(f"{client:30s} " + " ".join(f"{pct([r[s] for r in rows], .5):11.0f}" for s in STAGES))
+            lines.append(f"{client:30s} " + " ".join(f"{quantile([r[s] for r in rows], .5):11.0f}" for s in STAGES))
     inputs = twin_inputs_ms()
     lines.append(f"twin inputs: wait holds refuse_close_s (p50 {inputs['refuse_close_s']:.0f} ms) and new_setup_s "
                  f"(p50 {inputs['new_setup_s']:.0f} ms) unless the suspicion started them; first audio is "
@@ -115,18 +116,9 @@ def detection_lines(run_dirs: list[Path]) -> list[str]:
             rows.append((det.ms - loss.ms, float(det["rtt_ms"]), float(det["rto_ms"])))
     if not rows:
         return ["detection against the path: no loss.detected with TCP fields"]
-    det_ms, rtt, rto = (pct([r[i] for r in rows], .5) for i in range(3))
+    det_ms, rtt, rto = (quantile([r[i] for r in rows], .5) for i in range(3))
     return [f"detection p50 {det_ms:.0f} ms: {det_ms / rto:.1f} RTOs (RTO p50 {rto:.0f} ms, the kernel's floor "
             f"is 200 ms) and {det_ms - rtt:.0f} ms above the path's own RTT (smoothed RTT p50 {rtt:.2f} ms)"]
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * p
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 def _verdict_word(run_dir: Path) -> str:
@@ -152,9 +144,9 @@ def summary_lines(figures: dict[str, list[float]], baseline: str) -> list[str]:
         if not vals:
             lines.append(f"{client:22s} {0:4d}  (no run recovered)")
             continue
-        ratios = (f"{pct(vals, .5) / pct(base, .5):7.2f}x {pct(vals, .95) / pct(base, .95):7.2f}x" if base
+        ratios = (f"{quantile(vals, .5) / quantile(base, .5):7.2f}x {quantile(vals, .95) / quantile(base, .95):7.2f}x" if base
                   else f"{'-':>8s} {'-':>8s}")
-        lines.append(f"{client:22s} {len(vals):4d} {pct(vals, .5):8.0f} {pct(vals, .95):8.0f} {min(vals):7.0f} "
+        lines.append(f"{client:22s} {len(vals):4d} {quantile(vals, .5):8.0f} {quantile(vals, .95):8.0f} {min(vals):7.0f} "
                      f"{max(vals):7.0f} {ratios}")
     return lines
 
@@ -202,11 +194,11 @@ def main(argv: list[str]) -> int:
         print(line)
     a, b = figures[SEQUENTIAL], figures[REFERENCE]
     if a and b:
-        print(f"ratio of medians (sequential / reference): {pct(a, .5) / pct(b, .5):.2f}x; the study measured "
+        print(f"ratio of medians (sequential / reference): {quantile(a, .5) / quantile(b, .5):.2f}x; the study measured "
               f"6100-7100 ms for its sequential pattern")
     if b:
         floor = floor_ms(twin_inputs_ms())
-        med = pct(b, .5)
+        med = quantile(b, .5)
         print(f"reference median {med:.0f} ms (goal {GOAL_MS:.0f} ms: {med / GOAL_MS:.2f}x); the twin's inputs set a "
               f"floor of {floor:.0f} ms (new_setup_s + restore_first_audio_s, p50): {med / floor:.2f}x the floor, "
               f"{med - floor:+.0f} ms")

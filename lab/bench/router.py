@@ -19,6 +19,7 @@ import statistics
 import threading
 import time
 
+from lab.stats.order import quantile
 from lab.topology.netns import NetnsTopology
 from lab.topology.uplink import down
 from netem.kernel import in_netns
@@ -71,11 +72,6 @@ class EchoPath:
         down(self.topo.run_id, current_ns=False)
 
 
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="lab bench router", description=__doc__.splitlines()[0])
     p.add_argument("--samples", type=int, default=4000, help="round trips per path (default 4000)")
@@ -96,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             router.round_trips(n)
             done += n
             print(f"  {done}/{a.samples} round trips per path", flush=True)
-        rows = [(path.name, statistics.median(path.rtts), pct(path.rtts, 0.99)) for path in (direct, router)]
+        rows = [(path.name, statistics.median(path.rtts), quantile(path.rtts, 0.99)) for path in (direct, router)]
     print(f"{'path':8} {'median ms':>10} {'p99 ms':>8}   ({a.samples} round trips of {len(MESSAGE)} B each)")
     for name, med, p99 in rows:
         print(f"{name:8} {med:10.4f} {p99:8.4f}")

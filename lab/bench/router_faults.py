@@ -22,20 +22,12 @@ from __future__ import annotations
 import os
 import time
 
+from lab.stats.order import quantile
 from lab.topology.router_service import RemoteTable
 from netem.faults import build
 from netem.table import FaultTable
 
 GOAL_P99_MS = 2.0
-
-
-def pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 def _spec(dst: str, i: int) -> dict:
@@ -92,14 +84,14 @@ def load_average() -> str:
 
 def lines(where: str, res: dict) -> list[str]:
     a, r, s, b = (res[k] for k in ("at_router_ms", "returned_ms", "service_ms", "local_ms"))
-    a99, b99, a50, b50 = pct(a, .99), pct(b, .99), pct(a, .5), pct(b, .5)
+    a99, b99, a50, b50 = quantile(a, .99), quantile(b, .99), quantile(a, .5), quantile(b, .5)
     met = "met" if a99 <= GOAL_P99_MS else "NOT met"
     return [
         f"router faults ({where}), n={len(a)}, {load_average()}:",
         f"  anchor -> rule in force at the router  p50 {a50:.2f} / p99 {a99:.2f} ms   "
         f"(goal p99 <= {GOAL_P99_MS:g} ms on a quiet machine: {met})",
-        f"  anchor -> the agent's add returned     p50 {pct(r, .5):.2f} / p99 {pct(r, .99):.2f} ms",
-        f"  the router's own iptables-restore      p50 {pct(s, .5):.2f} / p99 {pct(s, .99):.2f} ms",
+        f"  anchor -> the agent's add returned     p50 {quantile(r, .5):.2f} / p99 {quantile(r, .99):.2f} ms",
+        f"  the router's own iptables-restore      p50 {quantile(s, .5):.2f} / p99 {quantile(s, .99):.2f} ms",
         f"  a run's first fault (its table set up before the anchor): at the router "
         f"{res['first_ms'][0]:.2f} ms, the agent's own {res['first_ms'][1]:.2f} ms",
         f"  baseline, the agent's own fault (client, same run) p50 {b50:.2f} / p99 {b99:.2f} ms"

@@ -36,6 +36,7 @@ import uvloop
 
 from lab.bench.load import MODES, PATH, Tally, run_level
 from lab.errors import LabError
+from lab.stats.order import percentile
 
 # conversation_scope=session: the bench's sessions all come from one address but stand for different users
 BENCH_SETTINGS = ["reply_delay_s=0", "tool_call_delay_s=0", "speech_ms_per_char=5", "new_setup_s=0.01",
@@ -43,13 +44,6 @@ BENCH_SETTINGS = ["reply_delay_s=0", "tool_call_delay_s=0", "speech_ms_per_char=
 DEFAULT_SESSIONS = {"stream": "1,50,200", "text": "1,50,200", "idle": "1000"}
 STREAM_FLOORS = {"sessions": 200, "cpu_ratio": 1.15, "p99_ratio": 1.2, "kib": 200.0}
 IDLE_FLOORS = {"sessions": 1000, "kib": 64.0}
-
-
-def _pct(xs: list[float], p: float) -> float:
-    if not xs:
-        return math.nan
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, int(round(p / 100 * (len(xs) - 1)))))]
 
 
 def _rss_kib(pid: int) -> int:
@@ -120,11 +114,11 @@ class Row:
 
     @property
     def p50(self) -> float:
-        return _pct(self.tally.lats_ms, 50)
+        return percentile(self.tally.lats_ms, 50, default=math.nan)
 
     @property
     def p99(self) -> float:
-        return _pct(self.tally.lats_ms, 99)
+        return percentile(self.tally.lats_ms, 99, default=math.nan)
 
 
 def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, cpus: list[int]) -> Row:

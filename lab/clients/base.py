@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from lab.events import EventLog
+from lab.model_id import DEFAULT_MODEL
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Endpoint:
     base_url: str | None            # None = the SDK's default (the real endpoint; live mode only)
     api_key: str
     ca_path: str | None = None
-    model: str = "gemini-3.8-live"
+    model: str = DEFAULT_MODEL
     api_version: str | None = None
     keylog_path: str | None = None  # TLS secrets for Wireshark (twin runs; live only behind a flag)
 

@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping
 from lab.conversation import intents
 from lab.conversation import lines as L
 from lab.conversation.format import SOURCE_LINES, Conversation, Tool
-from lab.twin.params import draw
+from lab.stats.distributions import draw
 
 # A call's state, spelled as every record of the lab already spells it (the studies' booking words)
 DONE, FAILED, PENDING = "booked", "not_booked", "pending"

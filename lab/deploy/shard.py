@@ -21,6 +21,7 @@ from pathlib import Path
 from lab import run as run_mod
 from lab.deploy.shards import DONE_MARKER
 from lab.errors import LabError
+from lab.model_id import DEFAULT_MODEL
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -30,7 +31,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--client", default=None)
     p.add_argument("--endpoint", default="twin", choices=["twin", "live"])
     p.add_argument("--duration", type=float, default=None)
-    p.add_argument("--model", default="gemini-3.8-live")
+    p.add_argument("--model", default=DEFAULT_MODEL)
     return p.parse_args(argv)
 
 

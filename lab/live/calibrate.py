@@ -28,7 +28,7 @@ from lab.live.samples import MEASURES, Measure, Record, Sample, read_record
 from lab.report.summary import runs_under
 from lab.twin.params import DECLARED, Number
 from lab.twin.profile import Profile, load_profile
-from lab.twin.quantiles import Quantiles
+from lab.stats.quantiles import Quantiles
 
 MIN_RECORDS = 5
 # the twin's and the client's timers land a few ms late on a loaded machine (docs/calibration.md has

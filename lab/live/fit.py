@@ -30,7 +30,8 @@ import random
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from lab.twin.quantiles import Quantiles
+from lab.stats.order import quantile
+from lab.stats.quantiles import Quantiles
 
 # the tables of the records: min, p10, p25, p50, p75, p90, p95, max (shared/fidelity.md section 2)
 RECORD_PROBABILITIES = (0.0, 0.10, 0.25, 0.50, 0.75, 0.90, 0.95, 1.0)
@@ -40,16 +41,6 @@ EXACT_CRIT = {0.05: {1: 0.975, 2: 0.842, 3: 0.708, 4: 0.624, 5: 0.565},
               0.01: {1: 0.995, 2: 0.929, 3: 0.829, 4: 0.734, 5: 0.669}}
 STEPHENS = {0.05: 1.358, 0.01: 1.628}
 BOOTSTRAP_ROUNDS = 400
-
-
-def quantile(sorted_vals: Sequence[float], p: float) -> float:
-    """The p-quantile of a sorted sample, linear between order statistics (numpy's default rule)."""
-    if not sorted_vals:
-        raise ValueError("no values")
-    pos = p * (len(sorted_vals) - 1)
-    i = int(math.floor(pos))
-    j = min(i + 1, len(sorted_vals) - 1)
-    return sorted_vals[i] + (sorted_vals[j] - sorted_vals[i]) * (pos - i)
 
 
 def probabilities_of(value: Any) -> tuple[float, ...]:

@@ -2,9 +2,9 @@
 client, the verdict and each rule as columns, every cell coloured and linking to its run's report.html.
 
     write_batch(batch_dir, runs)     -> batch_dir/report.html   (runs: [(run id, folder, verdict)])
-    write_matrix(matrix, out_dir)    -> out_dir/matrix.html     (matrix: lab.report.matrix.build's dict)
+    write_matrix(matrix, out_dir)    -> out_dir/matrix.html     (matrix: lab.report.conformance.build's dict)
 
-Both grids are the matrix's cells (lab/report/matrix.py: one cell per scenario and client, a rule
+Both grids are the matrix's cells (lab/report/conformance.py: one cell per scenario and client, a rule
 FAIL in a cell when any of its runs failed it); the batch page builds them from the verdicts, which
 carry the rules' outcomes. Under the grid, what to change for each failed rule and expectation
 (lab.report.advice, as the verdicts hold it), and the per-scenario figures of summary.md with the
@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from lab.report import matrix as matrix_mod
+from lab.report import conformance
 from lab.report import rules as rules_mod
 from lab.report import summary
 from lab.report.page import RUN_PAGE, esc, outcome_class, shell, table, write as write_page
@@ -42,7 +42,7 @@ def cells_from_verdicts(runs: list[tuple[str, Path, dict[str, Any]]], page_dir: 
     for (scenario, client), rs in sorted(groups.items()):
         cells.append({"scenario": scenario, "client": client, "runs": len(rs),
                       "verdict": {"pass": sum(1 for r in rs if r["verdict_pass"]), "runs": len(rs)},
-                      "rules": {n: matrix_mod.aggregate([rules_mod.Outcome(**_outcome_row(r, n)) if n in r["rules"]
+                      "rules": {n: conformance.aggregate([rules_mod.Outcome(**_outcome_row(r, n)) if n in r["rules"]
                                                          else rules_mod.Outcome(rules_mod.NA, "not judged")
                                                          for r in rs]) for n in rules_mod.RULES},
                       "per_run": rs})

@@ -1,6 +1,6 @@
 """The release board: per framework, the conformance rules x its releases, and where an outcome changed.
 
-    board = build(matrix)            # from a matrix.json (lab/report/matrix.py): a JSON-ready dict
+    board = build(matrix)            # from a matrix.json (lab/report/conformance.py): a JSON-ready dict
     md = render(board)               # board.md
     write(batch)                     # board.md and board.json beside the batch's matrix.json
     compare(old, new)                # the regressions of `new` against `old` (the previous night's)

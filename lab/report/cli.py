@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # lazy: `lab` loads every room's parser; the report's modules (matplotlib) load only for `lab report`
-    from lab.report import advice, junit, matrix, shards, stop
+    from lab.report import advice, conformance, junit, shards, stop
     from lab.report.summary import summarize
     from lab.report.verdict import build_run, verdict_passed
 
@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"    {what}: {text}")
     if len(roots) > 1:
         print(f"summary: {shards.merge_summary(roots, args.out)}")
-        if any(matrix.is_matrix_batch(r) for r in roots):
-            print(f"matrix: {matrix.write(roots, args.out)[0]}")
+        if any(conformance.is_matrix_batch(r) for r in roots):
+            print(f"matrix: {conformance.write(roots, args.out)[0]}")
         if args.junit_xml:
             print(f"junit: {junit.write(args.out, args.junit_xml, runs=runs)}")
         return 0
@@ -61,8 +61,8 @@ def run(args: argparse.Namespace) -> int:
     stop_table = stop.write(d)
     if stop_table is not None:
         print(f"stop table: {stop_table}")
-    if matrix.is_matrix_batch(d):
-        print(f"matrix: {matrix.write([d], d)[0]}")
+    if conformance.is_matrix_batch(d):
+        print(f"matrix: {conformance.write([d], d)[0]}")
     if args.junit_xml:
         print(f"junit: {junit.write(d, args.junit_xml)}")
     return 0

@@ -52,6 +52,7 @@ from lab.events import Event
 from lab.report import claims, effects, run_tools
 from lab.report.effects import Effects
 from lab.report.tool_results import tool_result_metrics
+from lab.stats.order import percentile
 
 # The metric names, each with its description and origin, are defined in lab.metric_names (below
 # this module and lab.expectations alike); compute() returns exactly those names.
@@ -66,15 +67,6 @@ def _stats(values: Iterable[float | None]) -> dict[str, Any]:
     if not vals:
         return {"n": 0, "min": None, "max": None, "p50": None}
     return {"n": len(vals), "min": vals[0], "max": vals[-1], "p50": percentile(vals, 50)}
-
-
-def percentile(sorted_vals: list[float], p: float) -> float:
-    """Linear-interpolated percentile of already sorted values."""
-    if len(sorted_vals) == 1:
-        return sorted_vals[0]
-    k = (len(sorted_vals) - 1) * p / 100.0
-    lo, hi = math.floor(k), math.ceil(k)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
 
 
 def _r(v: float | None) -> float | None:

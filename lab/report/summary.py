@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 from lab import metric_names
 from lab.errors import LabError
-from lab.report.metrics import percentile
+from lab.stats.order import percentile
 from lab.report.verdict import VERDICT_FORMAT, build_run, is_run_dir, outcome, verdict_passed
 
 
@@ -305,7 +305,7 @@ def summarize(batch_dir: Path | str, rebuild: bool = False, timeline: bool = Fal
     title = f"livelab summary: {batch_dir.name}"
     out.write_text(render_summary(verdicts, title))
     if runs != [batch_dir]:     # a run folder alone keeps its own report.html (lab/report/run_page.py)
-        # here, not at the top: the batch page builds on the matrix's cells, and lab.report.matrix
+        # here, not at the top: the batch page builds on the matrix's cells, and lab.report.conformance
         # reads the verdicts through this module
         from lab.report import batch_page
         batch_page.write_batch(batch_dir, [(v["run_id"], r, v) for r, v in zip(runs, verdicts)], title)

@@ -38,9 +38,9 @@ from pathlib import Path
 
 from lab.errors import CapabilityError, LabError
 from lab.topology.base import Node, Topology, require_tools
-from lab.topology import forked
+from lab.topology import starter
 from lab.topology import uplink as uplinks  # the module; `uplink` is the flag below
-from lab.topology.router import Router, parse_links
+from lab.topology.router import Router, make_netns, netlink, parse_links
 from netem import cleanup
 from netem.kernel import in_netns, list_netns, write_sysctl
 
@@ -59,11 +59,8 @@ def _lab_addresses(root: bool = False) -> list[ipaddress.IPv4Address]:
     from pyroute2 import IPRoute
 
     found: list[ipaddress.IPv4Address] = []
-    # in_netns opens a namespace, never creates it (pyroute2's NetNS would re-create one another
-    # run's teardown just deleted, and that empty copy then blocks any later run with the same id);
-    # a netlink socket opened in it is bound to it. Not NetNS: it forks a helper per namespace, and
-    # this scan visits every lab namespace on the machine, so that cost grows with the runs about.
-    # In a thread of its own, never the caller's: a teardown finds what still runs in a namespace
+    # in_netns, not pyroute2's NetNS (netem.kernel.in_netns says why; this scan visits every lab
+    # namespace on the machine, another run's being torn down among them). In a thread of its own, never the caller's: a teardown finds what still runs in a namespace
     # with `ip netns pids` (netem.cleanup), which reads each process's main thread, so a main thread
     # visiting another run's namespace as that run goes down would be taken for a leftover and killed.
     names = ([None] if root else []) + [ns for ns in list_netns() if ns.startswith("ll-")]
@@ -145,9 +142,9 @@ class NetnsTopology(Topology):
         self._claimed_subnet: int | None = None     # picked by this topology: released by down()
         self._claimed_uplink: int | None = None
         self.pid_dir = pid_dir
-        self._procs: list[tuple[subprocess.Popen | forked.ForkedProcess, Path]] = []
+        self._procs: list[tuple[subprocess.Popen, Path]] = []    # or the starter's Popen-likes
         self.log = log
-        self._forks: forked.ForkServer | None = None   # the invocation's fork server, from up() on
+        self._forks = None   # the invocation's process starter (lab.topology.starter), from up() on
         self.uplink = bool(uplink)
         self.uplink_ifname = uplinks.uplink_ifname(run_id)  # root-namespace end of the uplink veth
         self.uplink_dev = UPLINK_DEV                          # client-namespace end
@@ -271,7 +268,6 @@ class NetnsTopology(Topology):
             return
         if os.geteuid() != 0:
             raise CapabilityError("the netns topology needs root (network namespaces, veth, iptables)")
-        from pyroute2 import netns
         from pyroute2.netlink.exceptions import NetlinkError
 
         for ns in (self.ns_client, self.ns_endpoint) + ((self.router_part.ns,) if self.router_part else ()):
@@ -288,11 +284,11 @@ class NetnsTopology(Topology):
         if self._subnet is None:
             self._subnet = self._pick_subnet()
         # started now, its imports run while the namespaces are made (a second run finds it ready)
-        self._forks = forked.shared(self.log)
+        self._forks = starter.current(self.log)
         self._up = True  # from here on, down() has something to remove
         try:
-            netns.create(self.ns_client)
-            netns.create(self.ns_endpoint)
+            make_netns(self.ns_client)
+            make_netns(self.ns_endpoint)
             if self.router_part:
                 self.router_part.up()
             else:
@@ -313,10 +309,8 @@ class NetnsTopology(Topology):
 
     def _direct_link_up(self) -> None:
         """The one veth between client and endpoint (no router)."""
-        from pyroute2 import NetNS
-
         tmp = f"llp{os.getpid() % 10**8}"
-        with NetNS(self.ns_client) as c:
+        with netlink(self.ns_client) as c:
             c.link("add", ifname=DEV, kind="veth", peer=tmp)
             peer = c.link_lookup(ifname=tmp)[0]
             c.link("set", index=peer, net_ns_fd=self.ns_endpoint)
@@ -324,7 +318,7 @@ class NetnsTopology(Topology):
             c.addr("add", index=idx, address=self.client_host, prefixlen=24)
             c.link("set", index=idx, state="up")
             c.link("set", index=c.link_lookup(ifname="lo")[0], state="up")
-        with NetNS(self.ns_endpoint) as e:
+        with netlink(self.ns_endpoint) as e:
             idx = e.link_lookup(ifname=tmp)[0]
             e.link("set", index=idx, ifname=DEV)
             e.addr("add", index=idx, address=self.endpoint_host, prefixlen=24)
@@ -333,20 +327,18 @@ class NetnsTopology(Topology):
 
     def _uplink_up(self) -> None:
         """The veth to the root namespace, its addresses and route, NAT/forwarding, resolv.conf."""
-        from pyroute2 import IPRoute, NetNS
-
         host = self.uplink_ifname
         with uplinks.uplink_lock():  # the /30 pick, the shared chains and ip_forward, one run at a time
             if host in uplinks.uplink_links():
                 raise LabError(f"uplink {host} already exists: run id {self.run_id!r} is in use (or run `lab down`)")
             self._uplink = self._pick_uplink()
             net = self.uplink_subnet
-            with IPRoute() as ipr:
+            with netlink(None) as ipr:
                 ipr.link("add", ifname=host, kind="veth", peer={"ifname": UPLINK_DEV, "net_ns_fd": self.ns_client})
                 idx = ipr.link_lookup(ifname=host)[0]
                 ipr.addr("add", index=idx, address=self.uplink_host_ip, prefixlen=30)
                 ipr.link("set", index=idx, state="up")
-            with NetNS(self.ns_client) as c:
+            with netlink(self.ns_client) as c:
                 idx = c.link_lookup(ifname=UPLINK_DEV)[0]
                 c.addr("add", index=idx, address=self.uplink_client_ip, prefixlen=30)
                 c.link("set", index=idx, state="up")
@@ -427,9 +419,10 @@ class NetnsTopology(Topology):
         self._release_claims()     # the addresses went with the namespaces
 
     # --------------------------------------------------------------------------- processes
-    def _exec(self, ns: str, role: str, argv: list[str], **popen_kw) -> subprocess.Popen | forked.ForkedProcess:
-        """The lab's own Python processes forked, pre-imported, by the fork server (lab/topology/
-        forkserver.py); anything else (tcpdump, another venv's app) exec'd with `ip netns exec`.
+    def _exec(self, ns: str, role: str, argv: list[str], **popen_kw) -> subprocess.Popen:
+        """The lab's own Python processes started by the installed starter (lab.topology.starter: the
+        fork server, lab/forkserver/, forks them pre-imported); anything else (tcpdump, another venv's
+        app), or everything when none is installed, exec'd with `ip netns exec`.
         Either way the same namespace, /sys and /etc view, stdio, pidfile."""
         if not self._up:
             raise LabError("the topology is not up")

@@ -8,7 +8,7 @@
     umount2("/sys", MNT_DETACH); mount sysfs      a /sys that describes the namespace's devices
     mount --bind /etc/netns/NAME/F /etc/F         per-namespace files (the live uplink's resolv.conf)
 
-`enter(name)` does the same steps, so a process forked by the fork server (lab/topology/forkserver.py)
+`enter(name)` does the same steps, so a process forked by the fork server (lab/forkserver/server.py)
 sees the same network, /sys and /etc as one started with `ip netns exec`. Python 3.11 has no
 os.setns (3.12+), hence ctypes on libc. Call it only in a process with one thread: a mount namespace
 is per process, and the caller is a child just forked.

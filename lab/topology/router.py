@@ -35,13 +35,16 @@ the client's addresses, rules and routes; the router's ends of the links stay up
 from __future__ import annotations
 
 import ipaddress
+import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from lab.errors import LabError
+from lab.errors import CapabilityError, LabError
 from lab.topology.router_service import RemoteTable, forwarding_table
 from netem import faults as fault_registry
+from netem.kernel import in_netns
 from netem.table import FaultTable
 
 CORE_DEV = "eth0"         # the router's and the endpoint's ends of the core link
@@ -157,32 +160,40 @@ class Assigned:
         return cls(d["routed"], {k: tuple(v) for k, v in d["client"].items()}, dict(d["router"]))
 
 
+@contextmanager
+def netlink(ns: str | None):
+    """A netlink socket (pyroute2's IPRoute) in namespace `ns` (None: the caller's own; the agent's, in
+    a container), the calling thread inside the namespace for the block: netem.kernel.in_netns, the
+    lab's one way into a namespace for netlink, never pyroute2's NetNS (in_netns says why)."""
+    from pyroute2 import IPRoute  # pyroute2 is slow to import; only building or switching a topology needs it
+
+    with in_netns(ns), IPRoute() as ipr:
+        yield ipr
+
+
+def make_netns(name: str) -> None:
+    """Create network namespace `name` with `ip netns add` (pyroute2's netns.create forks a helper:
+    netem.kernel.in_netns says why the lab uses none)."""
+    p = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise CapabilityError(f"could not create namespace {name}: {p.stderr.strip() or f'ip exited {p.returncode}'}")
+
+
 def _veth(ns_a: str, dev_a: str, ns_b: str, dev_b: str, tmp: str) -> None:
     """A veth pair with end `dev_a` in `ns_a` and `dev_b` in `ns_b`, both down, no address."""
-    from pyroute2 import NetNS  # pyroute2 is slow to import; only building a topology needs it
-
-    with NetNS(ns_a) as a:
+    with netlink(ns_a) as a:
         a.link("add", ifname=dev_a, kind="veth", peer=tmp)
         a.link("set", index=a.link_lookup(ifname=tmp)[0], net_ns_fd=ns_b)
-    with NetNS(ns_b) as b:
+    with netlink(ns_b) as b:
         b.link("set", index=b.link_lookup(ifname=tmp)[0], ifname=dev_b)
 
 
 def _addr_up(ns: str, dev: str, address: str, prefixlen: int) -> None:
-    from pyroute2 import NetNS  # see _veth
-
-    with NetNS(ns) as n:
+    with netlink(ns) as n:
         idx = n.link_lookup(ifname=dev)[0]
         n.addr("add", index=idx, address=address, prefixlen=prefixlen)
         n.link("set", index=idx, state="up")
         n.link("set", index=n.link_lookup(ifname="lo")[0], state="up")
-
-
-def _iproute(ns: str | None):
-    """A netlink socket in namespace `ns`, or in this one (None: the agent's own, in a container)."""
-    from pyroute2 import IPRoute, NetNS  # see _veth
-
-    return NetNS(ns) if ns else IPRoute()
 
 
 @dataclass(frozen=True)
@@ -244,21 +255,19 @@ class Router:
     # ---- up ----------------------------------------------------------------------------------
     def up(self) -> None:
         """Called by NetnsTopology.up() with the client and endpoint namespaces made, no links yet."""
-        from pyroute2 import NetNS, netns  # see _veth
-
         a, t = self.addresses, self.topo
-        netns.create(self.ns)
+        make_netns(self.ns)
         tmp = f"llr{t.run_id[:8]}"[:15]
         _veth(self.ns, CORE_DEV, t.ns_endpoint, CORE_DEV, tmp)
         _addr_up(self.ns, CORE_DEV, a.router_core, 28)
         _addr_up(t.ns_endpoint, CORE_DEV, a.endpoint, 28)
-        with NetNS(t.ns_endpoint) as e:
+        with netlink(t.ns_endpoint) as e:
             e.route("add", dst=str(a.subnet), gateway=a.router_core)
         self._table = forwarding_table(self.ns, t.run_id)   # what the router service makes in Compose
         for link in self.links:
             _veth(self.ns, link.name, t.ns_client, link.name, tmp)
             _addr_up(self.ns, link.name, a.router_on(link), 28)
-            with NetNS(t.ns_client) as c:
+            with netlink(t.ns_client) as c:
                 c.link("set", index=c.link_lookup(ifname="lo")[0], state="up")
         self._attach(self.active, main=True)
         for link in self.links:
@@ -300,7 +309,7 @@ class Router:
         `main`, new connections to the endpoint leave by it."""
         a = self.addresses
         table = TABLE_BASE + link.slot
-        with _iproute(self.topo.ns_client) as c:
+        with netlink(self.topo.ns_client) as c:
             idx = c.link_lookup(ifname=link.name)[0]
             c.addr("add", index=idx, address=a.client_on(link), prefixlen=a.prefixlen(link))
             c.link("set", index=idx, state="up")
@@ -318,7 +327,7 @@ class Router:
         leaves Wi-Fi): nothing of the old flow leaves by it any more."""
         a = self.addresses
         table = TABLE_BASE + link.slot
-        with _iproute(self.topo.ns_client) as c:
+        with netlink(self.topo.ns_client) as c:
             idx = c.link_lookup(ifname=link.name)[0]
             try:
                 c.rule("del", src=a.client_on(link), src_len=32, table=table, priority=table)
@@ -366,9 +375,9 @@ def _main(argv: list[str] | None = None) -> int:
     """`python -m lab.topology.router switch DESCRIPTION TO OVERLAP_S`: one switch, its record as JSON;
     `python -m lab.topology.router settle DESCRIPTION`: the client's start state (Compose, Router.settle).
 
-    The agent switches through this process rather than in its own: pyroute2 reaches another
-    namespace through a forked helper that it ends with SIGTERM, and a fork of an asyncio process
-    shares the loop's signal wake-up pipe, so the agent would take that SIGTERM as its own."""
+    The agent switches through this process rather than in its own: a switch is blocking netlink
+    work and a sleep for the overlap, with a thread inside the client's namespace (netlink()), all
+    kept off the agent's event loop and its main thread."""
     import argparse
     import json
 

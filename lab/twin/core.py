@@ -11,13 +11,13 @@ The shell feeds it events with an explicit `now` (seconds, monotonic):
     core.go_away(now, time_left_s=None)          -> [actions]   (goAway on every live connection now)
     core.pong_delay()                            -> seconds to hold a pong (0 at once, inf never)
 
-and performs the actions it returns, in order (lab.twin.actions: Send, Close, Timer, Log).
+and performs the actions it returns, in order (lab.twin.io_actions: Send, Close, Timer, Log).
 
 The rooms: lab.twin.wire (routes, auth, parsing, frames, close reasons), lab.twin.session (handles,
 locks, release rules, the connection's Phase), lab.twin.turns (playback, barge-in, VAD), over a
 profile validated as it loads (lab.twin.profile, lab.twin.params). This module only wires them:
 it routes a parsed message through the session rules to the turns, and each timer to the room that
-armed it. An id or timer no room issued raises (lab.twin.actions.TwinBug). Knows nothing of
+armed it. An id or timer no room issued raises (lab.twin.io_actions.TwinBug). Knows nothing of
 sockets, asyncio or the clock.
 """
 from __future__ import annotations
@@ -29,11 +29,11 @@ from typing import Any
 from lab.conversation.format import Conversation
 from lab.conversation.format import load as load_conversation
 from lab.errors import LabError
+from lab.stats.distributions import draw
 from lab.twin import model as M
 from lab.twin import session as S
 from lab.twin import wire
-from lab.twin.actions import Action, Log, Send, TimerKey, UnknownTimer
-from lab.twin.params import draw
+from lab.twin.io_actions import Action, Log, Send, TimerKey, UnknownTimer
 from lab.twin.profile import Profile, load_profile
 from lab.twin.session import Conn, Phase, SessionParams, Sessions, SetupDone
 from lab.twin.turns import SessionTimer, TurnParams, Turns

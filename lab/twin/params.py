@@ -8,20 +8,20 @@ raises UnknownParameter then, never later inside a timer.
 
 Shapes: Number (optionally integer, bounded, nullable), Delay (seconds: a number, a [lo, hi]
 range drawn uniformly per event, or a quantile table {min, pNN.., max} sampled by inverse CDF, see
-lab.twin.quantiles), Flag (true/false), Text (optionally matching a pattern), Choice (one of a
+lab.stats.quantiles), Flag (true/false), Text (optionally matching a pattern), Choice (one of a
 few words, case-insensitive), Lines (a list of strings; `--set a | b` on the command line).
 
 Knows nothing of files, YAML, sockets, clocks or what the parameters mean to a session.
 """
 from __future__ import annotations
 
-import random
 import re
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Mapping, TypeVar
 
 from lab.errors import LabError
-from lab.twin.quantiles import BadTable, Quantiles
+from lab.stats.distributions import is_number, is_range
+from lab.stats.quantiles import BadTable, Quantiles
 
 
 class UnknownParameter(LabError, KeyError):
@@ -32,37 +32,6 @@ class UnknownParameter(LabError, KeyError):
 
 class BadParameter(LabError):
     """A parameter value of the wrong shape."""
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def is_range(v: Any) -> bool:
-    """A [lo, hi] pair of numbers."""
-    return isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_num(x) for x in v)
-
-
-def draw(v: Any, rng: random.Random) -> float:
-    """A Delay's value for one event: a quantile table sampled by inverse CDF, a range [lo, hi]
-    drawn uniformly, a number is itself."""
-    if isinstance(v, Quantiles):
-        return v.sample(rng)
-    if is_range(v):
-        lo, hi = float(v[0]), float(v[1])
-        return lo if hi <= lo else rng.uniform(lo, hi)
-    return float(v)
-
-
-def bounds(v: Any) -> tuple[float, float] | None:
-    """A Delay value's smallest and largest outcome (a number is both); None for any other value."""
-    if isinstance(v, Quantiles):
-        return v.lo, v.hi
-    if is_range(v):
-        return float(v[0]), float(v[1])
-    if _is_num(v):
-        return float(v), float(v)
-    return None
 
 
 def _number_from_text(v: Any) -> Any:
@@ -124,7 +93,7 @@ class Number(Spec):
 
     def _check(self, value: Any) -> Any:
         value = _number_from_text(value)
-        if not _is_num(value):
+        if not is_number(value):
             return _BAD
         if self.integer:
             if value != int(value):
@@ -143,7 +112,7 @@ class Delay(Spec):
 
     def _check(self, value: Any) -> Any:
         value = _number_from_text(value)
-        if _is_num(value):
+        if is_number(value):
             return value if value >= 0 else _BAD
         if is_range(value) and 0 <= value[0] <= value[1]:
             return list(value)

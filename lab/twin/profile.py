@@ -3,7 +3,7 @@
 A profile is a YAML file in lab/twin/profiles/ (or any path). Each parameter is
 `name: {value: ..., source: "..."}`; `extends: other` inherits another profile's parameters.
 A delay's value [lo, hi] (two numbers) is a range, drawn uniformly per event with `draw()`; a
-mapping {min: .., pNN: .., max: ..} is a recorded distribution (lab.twin.quantiles), sampled per
+mapping {min: .., pNN: .., max: ..} is a recorded distribution (lab.stats.quantiles), sampled per
 event by inverse CDF.
 
 Every name and value is checked against the twin's declarations (lab.twin.params) as the profile
@@ -23,7 +23,8 @@ from typing import Any, Iterable, Mapping, TypeVar
 import yaml
 
 from lab.errors import LabError
-from lab.twin.params import DECLARED, UnknownParameter, bounds, draw, is_range, read_view, spec_of
+from lab.stats.distributions import bounds, draw, is_range
+from lab.twin.params import DECLARED, UnknownParameter, read_view, spec_of
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 
@@ -62,7 +63,7 @@ class Profile:
 
     def draw(self, name: str, rng: random.Random) -> float:
         """A number from the parameter: a quantile table is sampled, a range [lo, hi] is drawn
-        uniformly, a number is itself (lab.twin.params.draw)."""
+        uniformly, a number is itself (lab.stats.distributions.draw)."""
         v = self[name]
         if v is None:
             raise KeyError(f"parameter {name!r} is null")

@@ -42,7 +42,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import Opcode
 
 from lab.events import EventLog
-from lab.twin.actions import Close, Log, Send, Timer
+from lab.twin.io_actions import Close, Log, Send, Timer
 from lab.twin.control import ControlServer
 from lab.twin.core import TwinCore
 

@@ -22,10 +22,10 @@ from enum import Enum
 from typing import Any, Callable, Protocol
 
 from lab.events import redact_handle
+from lab.stats.distributions import bounds, draw
 from lab.twin import wire
-from lab.twin.actions import Log, Send, Timer, TimerKey, TwinBug, UnknownConnection, UnknownSession, UnknownTimer
+from lab.twin.io_actions import Log, Send, Timer, TimerKey, TwinBug, UnknownConnection, UnknownSession, UnknownTimer
 from lab.twin.modalities import Carried, media_of
-from lab.twin.params import bounds, draw
 from lab.twin.transparent import WRONG_REPLAYS, Replays
 
 

@@ -29,11 +29,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from lab.stats.distributions import draw
 from lab.twin import model as M
 from lab.twin import pieces, wire
-from lab.twin.actions import Log, Timer, TimerKey, UnknownSession, UnknownTimer
+from lab.twin.io_actions import Log, Timer, TimerKey, UnknownSession, UnknownTimer
 from lab.twin.activity import ActivityConfig, activity_config
-from lab.twin.params import draw
 from lab.twin.usage import Usage
 
 

@@ -25,7 +25,7 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from lab.twin.actions import Close, Send
+from lab.twin.io_actions import Close, Send
 
 INVALID_ARGUMENT = "Request contains an invalid argument."
 # RFC 6455 5.5: a control frame's payload is at most 125 bytes, two of them the close code

@@ -113,7 +113,7 @@ class Netem(RuleFault, InstalledFault):
         from pyroute2 import IPRoute  # lazy: building and checking specs needs no netlink
         from pyroute2.netlink.exceptions import NetlinkError
 
-        # in_netns, not pyroute2's NetNS (netem.qdisc.remove_netem says why)
+        # in_netns, not pyroute2's NetNS (netem.kernel.in_netns says why)
         with in_netns(netns), IPRoute() as ipr:
             idx = ipr.link_lookup(ifname=self.spec["dev"])
             if not idx:

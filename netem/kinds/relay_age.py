@@ -97,11 +97,9 @@ class RelayAge(ForgottenFlowFault):
             yield key, (stamp.get_attr("CTA_TIMESTAMP_START") if stamp else None)
 
     def _watch_in(self, netns: str | None, opened: threading.Event) -> None:
-        """The watcher's thread, inside the namespace for its life. Not pyroute2's netns=: that
-        forks a helper and SIGTERMs it when done, and a child forked from an asyncio process shares
-        its signal wake-up pipe, so the helper's SIGTERM reached the agent's loop as the agent's own
-        and cancelled the run ("interrupted" 0.1 s after the fault, 3 of 7 m2 runs). pyroute2 makes
-        its socket on first use, so the first dump is made here too, inside the namespace."""
+        """The watcher's thread, inside the namespace for its life (in_netns, not pyroute2's netns=:
+        netem.kernel.in_netns says why). pyroute2 makes its socket on first use, so the first dump
+        is made here too, inside the namespace."""
         from pyroute2 import NFCTSocket  # pyroute2 is slow to import; only this kind needs conntrack's netlink
 
         try:

@@ -12,7 +12,7 @@ test (tests/unit/test_twin_params_quantiles.py, no clock); how fast the twin ans
 from __future__ import annotations
 
 from lab.twin.profile import load_profile
-from lab.twin.quantiles import Quantiles
+from lab.stats.quantiles import Quantiles
 
 PROFILE = "developer-api"
 # what a loaded 2-core test machine may add to a delay the twin kept (scheduling, the SDK's task

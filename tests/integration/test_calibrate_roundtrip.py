@@ -18,7 +18,7 @@ import yaml
 
 from lab.live.fit import fit
 from lab.twin.profile import load_profile
-from lab.twin.quantiles import Quantiles
+from lab.stats.quantiles import Quantiles
 from tests.integration.test_live_path import live_env  # noqa: F401  (the fixture: a twin on the uplink)
 
 pytestmark = pytest.mark.netns

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.topology import forked
+from lab.forkserver import client as forked
 from lab.topology.netns import NetnsTopology
 from lab.topology.services import Proxy
 from netem import cleanup
@@ -67,7 +67,7 @@ def test_kill_9_of_the_orchestrator_ends_the_fork_server_and_down_ends_its_child
     piddir = tmp_path / "pids"
     p, info = killable.start(f"""
         import json, pathlib, time
-        from lab.topology import forked
+        from lab.forkserver import client as forked
         from lab.topology.netns import NetnsTopology
         from lab.topology.services import Proxy
         topo = NetnsTopology({run_id!r}, pid_dir=pathlib.Path({str(piddir)!r}))
@@ -107,7 +107,7 @@ def _wait_gone(pid: int, timeout: float = 10.0) -> None:
 def test_a_fork_server_whose_orchestrator_died_before_it_was_ready_leaves_nothing():
     p, info = killable.start("""
         import json, time
-        from lab.topology import forked
+        from lab.forkserver import client as forked
         server = forked.shared()          # started, still importing
         print(json.dumps({"server": server._proc.pid, "socket": server.socket_path}), flush=True)
         time.sleep(60)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from lab.capture import dropped
+from lab.stats.order import quantile
 from lab.topology.netns import NetnsTopology
 from lab.topology.services import Capture
 from netem import cleanup
@@ -352,11 +353,6 @@ class UdpEcho:
         self.c.close()
 
 
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
-
-
 def rtts_around(topo, table, check, spec_for, port: int = 9788):
     """UDP round trips (ms) before, with and after the fault `spec_for(echo)`; `check(fault)` runs
     while it is in place."""
@@ -389,13 +385,13 @@ def test_userspace_delay_adds_what_was_asked_and_clear_goes_back_to_baseline(top
         "kind": "delay", "name": "d40", "delay_ms": asked, "direction": "out",
         "target": {"dst": topo.endpoint_host, "dport": echo.addr[1], "proto": "udp"}})
     worker = seen["worker"]
-    added = [h - pct(base, 0.5) for h in held]
+    added = [h - quantile(base, 0.5) for h in held]
     err = sorted(a - asked for a in added)
-    print(f"\ndelay asked {asked:.0f} ms: baseline rtt p50 {pct(base, .5):.2f} ms; added p50 {pct(added, .5):.2f} "
-          f"ms; error p50 {pct(err, .5):+.2f} ms, p99 {pct(err, .99):+.2f} ms; after clear p50 {pct(after, .5):.2f} ms")
-    assert pct(added, 0.5) >= 0.8 * asked and min(added) >= 0.8 * asked     # never early
-    assert pct(added, 0.5) < asked + 50                                      # loose: the machine is shared
-    assert pct(after, 0.5) < pct(base, 0.5) + 0.5 * asked                    # back to baseline, not held
+    print(f"\ndelay asked {asked:.0f} ms: baseline rtt p50 {quantile(base, .5):.2f} ms; added p50 {quantile(added, .5):.2f} "
+          f"ms; error p50 {quantile(err, .5):+.2f} ms, p99 {quantile(err, .99):+.2f} ms; after clear p50 {quantile(after, .5):.2f} ms")
+    assert quantile(added, 0.5) >= 0.8 * asked and min(added) >= 0.8 * asked     # never early
+    assert quantile(added, 0.5) < asked + 50                                      # loose: the machine is shared
+    assert quantile(after, 0.5) < quantile(base, 0.5) + 0.5 * asked                    # back to baseline, not held
     assert worker not in delay_workers() and "NFQUEUE" not in iptables_s(topo.ns_client)
 
 
@@ -629,7 +625,7 @@ def test_netem_without_sch_netem_takes_the_userspace_path_and_adds_its_delay(top
         assert f"-o {topo.client.dev}" in iptables_s(topo.ns_client)
     base, held, after = rtts_around(topo, table, check, lambda echo: {
         "kind": "netem", "name": "ns40", "dev": topo.client.dev, "delay_ms": 40}, port=9793)
-    added = [h - pct(base, 0.5) for h in held]
-    print(f"\nnetem (userspace path) delay 40 ms: added p50 {pct(added, .5):.2f} ms, p99 {pct(added, .99):.2f} ms")
-    assert min(added) >= 0.8 * 40 and pct(after, 0.5) < pct(base, 0.5) + 20
+    added = [h - quantile(base, 0.5) for h in held]
+    print(f"\nnetem (userspace path) delay 40 ms: added p50 {quantile(added, .5):.2f} ms, p99 {quantile(added, .99):.2f} ms")
+    assert min(added) >= 0.8 * 40 and quantile(after, 0.5) < quantile(base, 0.5) + 20
     assert "NFQUEUE" not in iptables_s(topo.ns_client)

@@ -30,7 +30,7 @@ import pytest
 
 from lab import cli
 from lab.report import plotly_js, run_page
-from lab.report.matrix import write as write_matrix
+from lab.report.conformance import write as write_matrix
 from lab.report.summary import summarize
 from lab.report.verdict import build_run
 

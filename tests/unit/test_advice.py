@@ -11,7 +11,7 @@ import yaml
 
 from lab import expectations, metric_names
 from lab.report import advice, rules
-from lab.report.matrix import write as write_matrix
+from lab.report.conformance import write as write_matrix
 from lab.report.summary import summarize
 from lab.report.verdict import build_run
 

@@ -124,7 +124,7 @@ def test_a_missing_or_foreign_board_is_one_line(tmp_path, capsys):
 
 
 def test_a_release_run_is_its_own_matrix_client_the_pinned_one_keeps_the_plain_name():
-    from lab.report.matrix import client_label
+    from lab.report.conformance import client_label
     v = {"client": "livekit"}
     assert client_label(v, {"framework": {"framework": "livekit", "version": "1.8.8", "build": None,
                                           "venv": ".venv-livekit-1.8.8"}}) == "livekit@1.8.8"

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from lab.topology import forked
-from lab.topology.forkproto import ProtocolError, Request, decode, encode, interpreter_env, servable
+from lab.forkserver import client as forked
+from lab.forkserver.protocol import ProtocolError, Request, decode, encode, interpreter_env, servable
 from lab.topology.nsenter import etc_binds
 
 PY = sys.executable

@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from lab.deploy import fan_in, matrix, shard
+from lab.deploy import ci_matrix as matrix, fan_in, shard
 from lab.deploy import kubernetes as k8s
 from lab.deploy.compose_file import nodes, resolve
 from lab.deploy.shards import DONE_MARKER, split_budget
@@ -346,7 +346,7 @@ def test_fanout_inputs_matrix_and_fan_in(wf):
     assert set(on["workflow_dispatch"]["inputs"]) >= {"scenarios", "runs", "endpoint"}
     assert on["workflow_dispatch"]["inputs"]["endpoint"]["options"] == ["twin", "live"]
     jobs = wf["jobs"]
-    assert "lab.deploy.matrix" in jobs["plan"]["steps"][-1]["run"]
+    assert "lab.deploy.ci_matrix" in jobs["plan"]["steps"][-1]["run"]
     assert jobs["shard"]["strategy"]["matrix"]["include"] == "${{ fromJSON(needs.plan.outputs.shards) }}"
     runs = " ".join(s.get("run", "") for s in jobs["shard"]["steps"])
     makefile = (ROOT / "Makefile").read_text()

@@ -1,4 +1,4 @@
-"""The matrix (lab/report/matrix.py), its runner's inputs (lab/matrix.py) and shard merging
+"""The matrix (lab/report/conformance.py), its runner's inputs (lab/matrix.py) and shard merging
 (lab/report/shards.py), on small run folders written by hand: no namespace, no run."""
 import json
 from pathlib import Path
@@ -9,7 +9,7 @@ from lab import cli
 from lab import matrix as runner
 from lab import scenario as scenario_mod
 from lab.clients.frameworks import FRAMEWORKS
-from lab.report import matrix as matrix_report
+from lab.report import conformance as matrix_report
 from lab.report import rules, shards
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from lab.events import read_events
 from lab.report import plotly_js, rules, run_page, timeline
-from lab.report.matrix import write as write_matrix
+from lab.report.conformance import write as write_matrix
 from lab.report.summary import summarize
 from lab.report.verdict import build_run
 

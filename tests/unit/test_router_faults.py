@@ -67,8 +67,7 @@ def test_relay_watcher_wakes_at_the_next_deadline_or_scan_and_cuts_due_flows_old
 
 
 def test_relay_watcher_opens_conntrack_inside_its_thread_never_through_pyroute2s_forking_netns(monkeypatch):
-    # pyroute2's netns= forks a helper and SIGTERMs it; forked from the agent's asyncio process the
-    # helper shares the loop's signal wake-up pipe, and its SIGTERM cancelled the run
+    # never pyroute2's netns= in the agent's process (netem.kernel.in_netns says why)
     import threading
     import pyroute2
     from netem.conntrack import ForgottenFlowFault

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from lab.twin import actions as A
+from lab.twin import io_actions as A
 from lab.twin import wire as W
 from lab.twin import model as M
 from lab.twin.core import TwinCore
 from lab.twin.model import tone
-from lab.twin.params import bounds
+from lab.stats.distributions import bounds
 
 SERVER_KEYS = {"setupComplete", "serverContent", "toolCall", "toolCallCancellation", "usageMetadata", "goAway",
                "sessionResumptionUpdate", "voiceActivityDetectionSignal", "voiceActivity"}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab.twin import actions as A
+from lab.twin import io_actions as A
 from lab.twin import wire as W
 from lab.twin.core import TwinCore
 from lab.twin.model import tone

@@ -10,11 +10,12 @@ import re
 import pytest
 
 from lab.errors import LabError
-from lab.twin.actions import Close
+from lab.twin.io_actions import Close
 from lab.twin.core import TwinCore
-from lab.twin.params import BadParameter, Delay, bounds, draw
+from lab.stats.distributions import bounds, draw
+from lab.twin.params import BadParameter, Delay
 from lab.twin.profile import load_profile
-from lab.twin.quantiles import BadTable, Quantiles
+from lab.stats.quantiles import BadTable, Quantiles
 
 # the refusal delay as the profile holds it: a peaked body and a thin far tail
 REFUSAL = {"min": 0.427, "p10": 0.472, "p25": 0.4985, "p50": 0.526, "p75": 0.552, "p90": 0.572,

@@ -9,7 +9,7 @@ import pytest
 from lab.cli import main
 from lab.errors import LabError
 from lab.twin.profile import available_profiles, bounds, is_range, load_profile
-from lab.twin.quantiles import Quantiles
+from lab.stats.quantiles import Quantiles
 
 
 def test_both_profiles_load_and_every_parameter_has_a_source():

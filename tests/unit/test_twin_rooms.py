@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lab.errors import LabError
-from lab.twin import actions as A
+from lab.twin import io_actions as A
 from lab.twin import params as P
 from lab.twin import session as S
 from lab.twin import turns as T

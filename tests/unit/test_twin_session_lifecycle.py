@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from lab.twin import actions as A
+from lab.twin import io_actions as A
 from lab.twin import control
 from lab.twin import session as S
 from lab.twin.core import TwinCore, UnknownFault

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from lab.live import errors as live_errors
-from lab.twin import actions as A
+from lab.twin import io_actions as A
 from lab.twin import wire
 from lab.twin.core import TwinCore
 

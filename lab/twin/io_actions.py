@@ -1,4 +1,5 @@
-"""What the twin's sans-I/O rooms hand the asyncio shell: the actions, and the base of timer keys.
+"""What the twin's sans-I/O rooms hand the asyncio shell: the I/O actions to perform (Send, Close, Timer, Log; their base
+class is Action), and the base of timer keys.
 
     Send(conn, data, frame, at)     send one frame (data: bytes for binary, str for text) at `at`
     Close(conn, code, reason, at)   close that connection with a close frame at `at`

@@ -1,4 +1,4 @@
-"""The orchestrator's side of the fork server (lab/topology/forkserver.py): start it, ask it for a
+"""The orchestrator's side of the fork server (lab/forkserver/server.py): start it, ask it for a
 child, and hold the child as a Popen would.
 
     server = shared(log)                      the process's one server (None: LAB_FORKSERVER=0)
@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from lab.topology.forkproto import MAX_MESSAGE, ProtocolError, Request, decode, servable
+from lab.forkserver.protocol import MAX_MESSAGE, ProtocolError, Request, decode, servable
 
 ENV_SWITCH = "LAB_FORKSERVER"      # "0": never fork; exec every process as before
 READY_TIMEOUT = 60.0               # its imports, on a loaded machine (seconds; then: exec, one line)
@@ -51,7 +51,7 @@ class ForkServer:
         self.env = dict(os.environ)
         # its own session: a Ctrl-C to the lab is the orchestrator's to handle; stdin is our pipe,
         # whose end tells it to go
-        self._proc = subprocess.Popen([sys.executable, "-m", "lab.topology.forkserver", self.socket_path],
+        self._proc = subprocess.Popen([sys.executable, "-m", "lab", "fork-server", self.socket_path],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
 
     def ready(self, timeout: float = READY_TIMEOUT) -> bool:

@@ -8,14 +8,15 @@ then forks a child per request. The child enters the node's namespace as `ip net
 (lab/topology/nsenter.py), takes the stdio, cwd, environment and session it was sent, and runs the
 same entry point with the same argv (runpy, as `python -m lab` does), ending as that process would.
 
-    python -m lab.topology.forkserver SOCKET      prints "ready <import seconds>" once it listens;
+    python -m lab fork-server SOCKET              prints "ready <import seconds>" once it listens;
                                                   ends when its stdin (the orchestrator's pipe) closes
 
 The server never runs a thread or an event loop (it checks before it says ready): a fork copies only
 the calling thread, so a lock held by another thread would stay held forever in the child. It is a
 select loop over the listening socket, the connections, its stdin and a SIGCHLD wake-up pipe; it
 reaps its children and sends each exit code on the connection that asked for the child.
-The client side is lab/topology/forked.py; the messages are lab/topology/forkproto.py.
+The client side is lab/forkserver/client.py; the messages are lab/forkserver/protocol.py. It sits with
+the orchestration, at its top: what it pre-imports and runs is the orchestration's own entry point.
 """
 from __future__ import annotations
 
@@ -31,13 +32,9 @@ import sys
 import threading
 import time
 
+from lab.forkserver.protocol import FDS, MAX_MESSAGE, ProtocolError, Request, encode
 from lab.topology import nsenter
-from lab.topology.forkproto import FDS, MAX_MESSAGE, ProtocolError, Request, encode
 
-# What the children run, imported once here. By name: these are the modules above the topology room
-# (the CLI, the agent, the clients, the twin), which a topology module must not import as a
-# dependency; the server only warms the interpreter its children inherit.
-PRELOAD = ("lab.cli", "lab.agent", "lab.twin.server", "lab.twin.cli", "lab.proxy")
 # What the children still imported after the fork, by a module list taken at their exit (a control
 # run): the twin's certificate maker and event loop, the SDK's connection stack (it
 # imports it when it first connects). Each is optional: one a build lacks is simply not warmed.
@@ -46,14 +43,20 @@ PRELOAD_LAZY = ("trustme", "cryptography.x509", "uvloop", "httpcore2", "h11", "a
 
 
 def preload() -> None:
-    for name in PRELOAD:
-        importlib.import_module(name)
-    # the CLI imports every subcommand's module when it builds its parser; the clients import their
-    # SDK only when asked for by name (lab.clients.get), which the agent does before its go
-    importlib.import_module("lab.cli").build_parser()
-    clients = importlib.import_module("lab.clients")
-    for name in clients.names():
-        clients.get(name)
+    """What the children run, imported once here: the CLI with every subcommand's module (it imports
+    them when it builds its parser), the agent, the twin, the proxy, and every client's SDK (a client
+    imports its SDK only when asked for by name, which the agent does before its go)."""
+    # here, not at the top: the server times its own pre-import (`ready <seconds>`) from its start
+    import lab.agent        # `lab agent`, in the client's namespace
+    import lab.cli          # the entry point every child runs
+    import lab.clients      # the clients' registry, below
+    import lab.proxy        # `lab proxy serve`
+    import lab.twin.cli     # `lab twin serve`
+    import lab.twin.server  # noqa: F401  (the twin's shell, warmed, not called)
+
+    lab.cli.build_parser()
+    for name in lab.clients.names():
+        lab.clients.get(name)
     for name in PRELOAD_LAZY:
         try:
             importlib.import_module(name)
@@ -196,7 +199,7 @@ def _remove_socket(sock_path: str) -> None:
 
 def main(argv: list[str]) -> None:
     if len(argv) != 1:
-        sys.exit("usage: python -m lab.topology.forkserver SOCKET")
+        sys.exit("usage: python -m lab fork-server SOCKET")
     server = os.getpid()
     try:
         preload()
@@ -224,11 +227,9 @@ def main(argv: list[str]) -> None:
         os.write(2, f"lab: cannot enter {req.netns}: {e}\n".encode())
         os._exit(126)
     sys.argv = req.module_argv()
-    # what `python -m lab` does; its SystemExit ends this child as it would end that process
+    # what `python -m lab` does (lab/__main__.py); its SystemExit ends this child as it would end that
+    # process (the request was checked to be that command line: lab.forkserver.protocol.ENTRY)
     runpy.run_module("lab", run_name="__main__", alter_sys=True)
 
 
-_T0 = time.monotonic()
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
+_T0 = time.monotonic()      # imported by lab/__main__.py at the server's start: its pre-import is timed from here

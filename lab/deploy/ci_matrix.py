@@ -1,6 +1,6 @@
 """The GitHub Actions matrix of a fan-out: one entry per shard (scenario x run), its live budget share.
 
-    python -m lab.deploy.matrix --scenarios "b1-silent-loss b2-path-return" --runs 2 [--budget 100]
+    python -m lab.deploy.ci_matrix --scenarios "b1-silent-loss b2-path-return" --runs 2 [--budget 100]
 
 prints `shards=<JSON list>` for $GITHUB_OUTPUT; .github/workflows/fanout.yml feeds it to its matrix.
 Each entry: index, scenario, budget (its share of the batch's sessions, lab.deploy.shards.split_budget;
@@ -35,7 +35,7 @@ def shards(scenarios: list[str], runs: int, budget: int | None = None) -> list[d
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lab.deploy.matrix", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m lab.deploy.ci_matrix", description=__doc__.splitlines()[0])
     p.add_argument("--scenarios", required=True, help="space-separated scenario names")
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--budget", type=int, default=None, help="live sessions for the whole fan-out")
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = shards(args.scenarios.split(), args.runs, args.budget)
     except LabError as e:
-        print(f"lab.deploy.matrix: {e}", file=sys.stderr)
+        print(f"lab.deploy.ci_matrix: {e}", file=sys.stderr)
         return 2
     print(f"shards={json.dumps(out, separators=(',', ':'))}")
     return 0
