@@ -6,8 +6,8 @@ events.jsonl as things happen and prints one progress line per step and every fe
 the orchestrator relays to the user. It always heals (clears every fault) on the way out, even on
 an exception, SIGINT or SIGTERM.
 
-Invoked by the orchestrator as `lab agent --scenario NAME --run-dir DIR --base-url URL ...` inside
-the client's namespace (ip netns exec, or docker compose exec).
+Invoked by the orchestrator as `lab agent RUN_DIR/plan.json` inside the client's namespace (ip netns
+exec, or docker compose exec): the plan (lab/plan.py) holds every setting of the run.
 """
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from netem.faults import REGISTRY, build
+from netem.faults import build
 
 from lab import actions, anchors
+from lab import plan as plan_mod
 from lab import scenario as scenario_mod
 from lab.backend import Backend
 from lab.clients import get as get_client
@@ -34,34 +35,27 @@ from lab.errors import ONE_LINE_ERRORS, LabError
 from lab.events import Event, EventLog
 from lab.live import errors as live_errors
 from lab.live.budget import ConnectionCharger
-from lab.model_id import DEFAULT_MODEL
 from lab.topology.router import Router
 
 
 
 class Agent:
-    def __init__(self, scn: scenario_mod.Scenario, client_name: str, run_dir: Path, endpoint,
-                 t0: float | None = None, duration: float | None = None, proxy_control: str | None = None,
-                 endpoint_ip: str | None = None, progress=print, before_connect=None, twin_control: str | None = None,
-                 client_cmd: str | None = None, client_owns_files: bool = False, client_cwd: str | None = None,
-                 router: dict | None = None, proxy: str | None = None):
+    """One run's play of `scn` (as played: lab.scenario.played) with the settings of `plan`; the
+    endpoint and the live budget's `before_connect` are the plan's, made live in this process."""
+
+    def __init__(self, scn: scenario_mod.Scenario, plan: plan_mod.RunPlan, endpoint: Endpoint, progress=print,
+                 before_connect=None):
         self.scn = scn
-        self.proxy = proxy      # the scenario's CONNECT proxy URL, for a --client-cmd app (the SDK clients read $HTTPS_PROXY)
-        self.client_cwd = client_cwd
-        # a router scenario: lab.topology.router's description of the run's router (its faults, the switch)
-        self.router = Router.from_description(router) if router else None
-        self.client_cmd = client_cmd    # a user's own app (lab/clients/command.py), judged as client_name
-        self.client_owns_files = client_owns_files
-        self.client_name = client_name
-        self.run_dir = run_dir
+        self.plan = plan
+        self.client_name = plan.client      # a user's app (plan.client_cmd) is judged as this client
+        self.run_dir = Path(plan.run_dir)
         self.endpoint = endpoint
-        self.duration = float(duration or scn.duration)
-        self.proxy_control = proxy_control
-        self.twin_control = twin_control
-        self.endpoint_ip = endpoint_ip
+        self.duration = float(plan.duration or scn.duration)
+        # a router scenario: lab.topology.router's description of the run's router (its faults, the switch)
+        self.router = Router.from_description(plan.router) if plan.router else None
         self.progress = progress
         self.before_connect = before_connect   # live runs: one session charged per connection opened
-        self.log = EventLog(run_dir / "events.jsonl", t0=t0)
+        self.log = EventLog(self.run_dir / "events.jsonl", t0=plan.t0)
         self.table = None       # netem.table.FaultTable, created lazily: a run with no fault needs no root
         self.client = None
         self.loss_ms: float | None = None
@@ -92,23 +86,6 @@ class Agent:
             self._refusal_reason = str(stop)
             self._refusal.set()
 
-    def _fault_spec(self, spec: dict) -> dict:
-        spec = dict(spec)
-        spec.pop("node", None)  # where it runs: _execute() asks the step's own spec
-        target = spec.pop("target", "flow")
-        if not REGISTRY[spec["kind"]].needs_target:
-            return spec
-        if target == "flow":
-            flow = self.client.flow()
-            if not flow:
-                raise LabError("the fault targets the client's open connection, but it has none")
-            src, sport, dst, dport = flow
-            spec["target"] = {"src": src, "sport": sport, "dst": dst, "dport": dport}
-        else:
-            dst, dport = (self.client.flow() or (None, None, self.endpoint_ip, None))[2:]
-            spec["target"] = {"dst": dst, **({"dport": dport} if dport else {})}
-        return spec
-
     def _faults(self, node: str = "client"):
         if node == "router":
             if self.router is None:
@@ -126,20 +103,20 @@ class Agent:
         """Set up, before t0's traffic, each fault table the timeline will use: its chains, its
         long-lived iptables-restore, and in Compose the connection to the router service, so a
         run's first fault costs what every later one does (a rule change) at its anchor."""
-        for node in dict.fromkeys(s.fault.get("node", "client") for s in steps if s.fault is not None):
+        for node in dict.fromkeys(s.fault.node for s in steps if s.fault is not None):
             self._faults(node).setup()
 
     def _proxy(self, verb: str) -> None:
-        if not self.proxy_control:
+        if not self.plan.proxy_control:
             raise LabError(f"action {verb!r} needs the freeze proxy (endpoint: {{via: proxy}})")
-        req = urllib.request.Request(f"{self.proxy_control.rstrip('/')}/{verb}", data=b"", method="POST")
+        req = urllib.request.Request(f"{self.plan.proxy_control.rstrip('/')}/{verb}", data=b"", method="POST")
         with urllib.request.urlopen(req, timeout=5) as resp:
             resp.read()
 
     def _twin(self, action: actions.Action) -> None:
-        if not self.twin_control:
+        if not self.plan.twin_control:
             raise LabError(f"action {action.name!r} needs the twin's control channel (endpoint: twin)")
-        req = urllib.request.Request(f"{self.twin_control.rstrip('/')}/{action.verb}", method="POST",
+        req = urllib.request.Request(f"{self.plan.twin_control.rstrip('/')}/{action.verb}", method="POST",
                                      data=json.dumps(action.request_body()).encode(),
                                      headers={"Content-Type": "application/json"})
         # reached directly, whatever HTTP(S)_PROXY says
@@ -148,13 +125,11 @@ class Agent:
 
     async def _execute(self, step: scenario_mod.Step) -> None:
         if step.say is not None:
-            if step.say >= len(self.scn.script):
-                return      # a lines-only conversation with fewer lines than the timeline says: no more to say
             await self.client.say(self.scn.script[step.say], step.say)
         elif step.fault is not None:
-            spec = self._fault_spec(step.fault)
+            spec = step.fault.netem_spec(self.client.flow(), self.plan.endpoint_ip)
             fault = build(spec)
-            node = step.fault.get("node", "client")
+            node = step.fault.node
             self._faults(node).add(fault)
             # a router fault's record says so in its spec, as the scenario wrote it; path: which way a
             # kind with two took effect (netem: kernel qdisc or userspace worker)
@@ -262,13 +237,14 @@ class Agent:
         ctx = ClientContext(endpoint=self.endpoint, log=self.log, backend=backend,
                             params=self.scn.params_for(self.client_name), speech=self.scn.input == "speech",
                             before_connect=self.before_connect)
-        self.client = (CommandClient(ctx, self.client_cmd, self.endpoint_ip, self.client_owns_files, self.client_cwd,
-                                     proxy=self.proxy) if self.client_cmd
+        plan = self.plan
+        self.client = (CommandClient(ctx, plan.client_cmd, plan.endpoint_ip, plan.client_owns_files, plan.client_cwd,
+                                     proxy=plan.proxy) if plan.client_cmd
                        else get_client(self.client_name)(ctx))
         steps = [s for s in self.scn.timeline if s.applies_to(self.client_name)]
         says_expected = sum(1 for s in steps if s.say is not None)
         self.log.write("run.start", src="agent", scenario=self.scn.name, client=self.client_name,
-                       **({"client_cmd": self.client_cmd} if self.client_cmd else {}),
+                       **({"client_cmd": plan.client_cmd} if plan.client_cmd else {}),
                        duration=self.duration, endpoint=self.endpoint.base_url, speech=ctx.speech)
         self.progress(f"[    0.0s] {self.scn.name}: {self.scn.title} (client {self.client_name}, "
                       f"up to {self.duration:.0f}s)")
@@ -327,34 +303,7 @@ class Agent:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("agent", help="(internal) play a scenario inside the client's namespace")
-    p.add_argument("--scenario", required=True)
-    p.add_argument("--client", default=None)
-    p.add_argument("--run-dir", required=True)
-    p.add_argument("--base-url", default=None, help="endpoint base URL (https://host:port); none = the SDK default")
-    p.add_argument("--ca", default=None, help="CA certificate the client trusts (the twin's)")
-    p.add_argument("--api-key-env", default="LAB_API_KEY", help="environment variable holding the key")
-    p.add_argument("--model", default=DEFAULT_MODEL)
-    p.add_argument("--budget-ledger", default=None,
-                   help="live mode: the batch's session ledger; each connection is charged before it opens")
-    p.add_argument("--keylog", default=None, help="write TLS secrets here (twin runs; live only when asked)")
-    p.add_argument("--t0", type=float, default=None)
-    p.add_argument("--go-file", default=None,
-                   help="start early: import and load everything, then wait until this file exists (the "
-                        "orchestrator writes it once the twin and capture are ready) before the run begins")
-    p.add_argument("--duration", type=float, default=None)
-    p.add_argument("--proxy", default=None, help="HTTP CONNECT proxy URL the client goes through")
-    p.add_argument("--proxy-control", default=None)
-    p.add_argument("--twin-control", default=None, help="the twin's control channel URL (twin actions)")
-    p.add_argument("--endpoint-ip", default=None)
-    p.add_argument("--router", default=None, help="(router scenarios) the run's router, as JSON from "
-                   "lab.topology.router.Router.describe()")
-    p.add_argument("--client-cmd", default=None,
-                   help="run this app as the client (lab/clients/command.py), judged as --client")
-    p.add_argument("--script", default=None, help="the user's lines as a JSON list, instead of the scenario's")
-    p.add_argument("--client-cwd", default=None, help="the directory the --client-cmd app starts in")
-    p.add_argument("--client-node-files", choices=("shared", "own"), default="shared",
-                   help="own: the node is the run's container, its /etc/hosts and CA store may be extended; "
-                        "shared (a namespace): the app gets a private /etc/hosts instead")
+    p.add_argument("plan", help=f"the run's plan (lab/plan.py), {plan_mod.FILE} in its run folder")
     p.set_defaults(func=_main)
 
 
@@ -372,33 +321,29 @@ def wait_for_go(path: Path, timeout_s: float = GO_TIMEOUT_S) -> None:
 
 
 def _main(args) -> int:
-    scn = scenario_mod.with_conversation_lines(scenario_mod.load(args.scenario), Path(args.run_dir))
-    if args.script:     # `lab run --conversation`: the user says the conversation's lines (lab.run.user_lines)
-        scn = dataclasses.replace(scn, script=list(json.loads(args.script)))
-    if args.go_file:
+    plan = plan_mod.read(args.plan)
+    scn = scenario_mod.load(plan.scenario)
+    if plan.script is not None:     # the user's lines, as the orchestrator played the scenario
+        scn = dataclasses.replace(scn, script=list(plan.script))
+    if plan.go_file:
         # the orchestrator starts this process while the twin and capture start: pay the imports
         # (the client's SDK is most of them) now, and open nothing until the go
-        if not args.client_cmd:
-            get_client(args.client or scn.client)
-        wait_for_go(Path(args.go_file))
-    key = os.environ.get(args.api_key_env)
+        if not plan.client_cmd:
+            get_client(plan.client)
+        wait_for_go(Path(plan.go_file))
+    key = os.environ.get(plan_mod.KEY_ENV)
     if not key:
-        raise LabError(f"no API key in ${args.api_key_env} for the agent")
-    if args.proxy:
-        os.environ["HTTPS_PROXY"] = args.proxy
+        raise LabError(f"no API key in ${plan_mod.KEY_ENV} for the agent")
+    if plan.proxy:
+        os.environ["HTTPS_PROXY"] = plan.proxy
         os.environ.pop("NO_PROXY", None)
         os.environ.pop("no_proxy", None)
-    ep = Endpoint(base_url=args.base_url, api_key=key, ca_path=args.ca, model=args.model, keylog_path=args.keylog)
-    run_dir = Path(args.run_dir)
+    ep = Endpoint(base_url=plan.base_url, api_key=key, ca_path=plan.ca, model=plan.model, keylog_path=plan.keylog)
+    run_dir = Path(plan.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    agent = Agent(scn, args.client or scn.client, run_dir, ep, t0=args.t0, duration=args.duration,
-                  proxy_control=args.proxy_control, endpoint_ip=args.endpoint_ip, twin_control=args.twin_control,
-                  progress=lambda s: print(s, flush=True),
-                  before_connect=(ConnectionCharger.from_ledger(args.budget_ledger, run_dir.name)
-                                  if args.budget_ledger else None),
-                  client_cmd=args.client_cmd, client_owns_files=args.client_node_files == "own",
-                  client_cwd=args.client_cwd, router=json.loads(args.router) if args.router else None,
-                  proxy=args.proxy)
+    agent = Agent(scn, plan, ep, progress=lambda s: print(s, flush=True),
+                  before_connect=(ConnectionCharger.from_ledger(plan.budget_ledger, run_dir.name)
+                                  if plan.budget_ledger else None))
 
     async def main() -> int:
         loop = asyncio.get_running_loop()

@@ -9,6 +9,7 @@ always taken down.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -32,6 +33,7 @@ from lab.clients.command import parse_command
 from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
 from lab.clients.frameworks import venvs as framework_venvs
 from lab.events import read_events
+from lab.plan import KEY_ENV, RunPlan
 from lab.report.verdict import headline, verdict_passed   # reads old verdicts (`passed`) too; loads no matplotlib
 from lab.errors import CapabilityError, LabError
 from lab.model_id import DEFAULT_MODEL
@@ -77,9 +79,10 @@ def framework_build(name: str | None, requirements: str | None = None, out=print
 
 def preflight(scenarios: list[str], client: str | None, topology: str, endpoint: str,
               client_cmd: str | None = None, requirements: str | None = None,
-              out=print) -> list[scenario_mod.Scenario]:
-    """Validate everything up front; raise one clear LabError on the first problem."""
-    scns = [scenario_mod.load(s) for s in scenarios]
+              out=print, conversation: str | None = None) -> list[scenario_mod.Scenario]:
+    """Validate everything up front; raise one clear LabError on the first problem. The scenarios
+    come back as played (`conversation`: the user's lines from `lab run --conversation`)."""
+    scns = [scenario_mod.played(scenario_mod.load(s), conversation) for s in scenarios]
     entries_checked: set[str] = set()
     image_frameworks: set[str] = set()      # compose: the framework venvs the client image must hold
     compose_entries: list = []              # compose: users' agents, checked in that image
@@ -130,7 +133,7 @@ def preflight(scenarios: list[str], client: str | None, topology: str, endpoint:
             argv, framework=build.name, app_dir=Path.cwd()))
     # every fault kind a scenario uses, asked of netem's registry (what the kernel must offer), as
     # the topology's client node sees it (the host, or the client image for compose)
-    kinds = sorted({st.fault["kind"] for s in scns for st in s.timeline if st.fault})
+    kinds = sorted({st.fault.kind for s in scns for st in s.timeline if st.fault})
     if kinds:
         caps = topo_cls.kernel_caps(**image_kw)
         for kind in kinds:
@@ -169,10 +172,9 @@ class RunSpec:
 
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
                  keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None,
-                 framework=None, app_dir=None, conversation=None, lines=None):
+                 framework=None, app_dir=None, conversation=None):
         # what the twin's model plays: `lab run --conversation`, else the scenario's own
         self.conversation = conversation or scn.conversation
-        self.lines = lines          # what the user says instead of the scenario's script (user_lines)
         self.framework = framework             # a framework client's Build.describe(), for run.json
         self.client_cmd = client_cmd           # a user's app as the client, judged as `client`
         self.app_dir = Path(app_dir or os.getcwd())   # where its command line's relative paths start
@@ -192,12 +194,73 @@ def topology_id(run_dir: Path) -> str:
 
 def run_one(spec: RunSpec, out=print) -> dict:
     """One run, start to finish; returns the verdict (or a dict with the error)."""
+    run = _prepare_folder(spec, out)
+    try:
+        run.topo.up()
+        run.phases.mark("topology_up")
+        # the run's clock starts once the lab is up (a Compose build must not eat the scenario's
+        # duration); every service that keeps time gets it
+        t0 = time.time()
+        reach = _endpoint_services(run, t0)
+        plan = _write_plan(run, t0, reach)
+        _start_agent(run, plan, reach.key, out)
+        _start_services(run, t0)
+        status = _await_agent(run)
+    except KeyboardInterrupt:
+        if run.agent is not None:
+            run.agent.terminate()
+        raise
+    finally:
+        _tear_down(run, out)
+    return _judge(run, status)
+
+
+@dataclasses.dataclass
+class _Run:
+    """One run's state, handed from each step of run_one to the next."""
+    spec: RunSpec
+    scn: scenario_mod.Scenario
+    duration: float
+    conversation: Path          # the run folder's copy of what the twin's model plays
+    secrets: Path               # CA key, TLS keylog: never in results
+    keylog: Path | None
+    topo: object
+    capture: Capture
+    app_cmd: str | None         # a user's app as it starts on the client node, and where
+    app_cwd: str
+    phases: _Phases
+    services: list = dataclasses.field(default_factory=list)
+    agent: subprocess.Popen | None = None
+    relay: threading.Thread | None = None
+
+    @property
+    def run_dir(self) -> Path:
+        return self.spec.run_dir
+
+    @property
+    def go_file(self) -> Path:
+        return self.spec.run_dir / GO_FILE
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reach:
+    """How the client reaches its endpoint: the URL, the CA, the key; the twin's control channel and
+    the proxy when the run has them."""
+    base_url: str | None
+    ca: str | Path | None
+    key: str
+    twin_control: str | None = None
+    proxy: Proxy | None = None
+
+
+def _prepare_folder(spec: RunSpec, out) -> _Run:
+    """The run folder (run.json, the scenario and conversation as run), its secrets' folder outside
+    the results, and the topology, not yet up."""
     scn, run_dir = spec.scn, spec.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
     duration = spec.duration or scn.duration
     conv_copy = _record_conversation(spec.conversation, run_dir)
-    scn = scenario_mod.with_conversation_lines(scn, run_dir)      # a lines file: its lines are the user's
     meta = {"run_id": run_id, "scenario": scn.to_json(), "client": spec.client, "topology": spec.topology,
             "endpoint": spec.endpoint, "duration": duration, "params": scn.params_for(spec.client),
             "expect": scn.expect_for(spec.client), "started": datetime.now(timezone.utc).isoformat()}
@@ -207,13 +270,13 @@ def run_one(spec: RunSpec, out=print) -> dict:
             meta.update(client="command", judged_as=spec.client)
     if spec.framework is not None:      # which release (and build) of the framework ran
         meta["framework"] = spec.framework
-    if spec.lines:                      # the user said the conversation's lines, not the script's
-        meta["user_lines"] = {"from": spec.conversation, "lines": spec.lines}
+    if scn.lines_from:                  # the user said a conversation's lines, not the script's
+        meta["user_lines"] = {"from": scn.lines_from, "lines": scn.script}
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
     # the scenario as run, next to its results: provenance, and a path the agent can read in any
     # topology (a container sees the run folder, not the host's source tree)
     shutil.copyfile(scn.path, run_dir / "scenario.yaml")
-    secrets = Path(tempfile.mkdtemp(prefix=f"livelab-{run_id}-"))   # CA key, TLS keylog: never in results
+    secrets = Path(tempfile.mkdtemp(prefix=f"livelab-{run_id}-"))
     # TLS secrets: a twin run's go into its pcapng (throw-away CA, nothing to protect); a live run's
     # only with --keylog-live, and then to a private file outside the results, never into the pcapng
     keylog = None
@@ -224,10 +287,6 @@ def run_one(spec: RunSpec, out=print) -> dict:
         keydir.mkdir(parents=True, exist_ok=True, mode=0o700)
         keylog = keydir / f"{run_id}.keys.log"
         out(f"  live TLS key log (kept out of the results): {keylog}")
-    via_proxy = scn.endpoint.get("via") == "proxy"
-    # live mode: the client's node gets an uplink through the host (NAT) to reach the endpoint
-    # The seed and the records keep the plain run id, so a run id still replays the same draws.
-    topo_id = topology_id(run_dir)
     # a user's app starts where they ran `lab run`; in Compose that folder is mounted in the client
     app_cmd, app_cwd, topo_kw = spec.client_cmd, str(spec.app_dir), {}
     if spec.client_cmd and spec.topology == "compose":
@@ -240,122 +299,136 @@ def run_one(spec: RunSpec, out=print) -> dict:
     # a router scenario (topology: {router: true, links}) puts a router between the nodes
     if scn.router_links:
         topo_kw["links"] = scn.router_links
-    topo = get_topology(spec.topology)(run_id=topo_id, run_dir=run_dir, secrets_dir=secrets,
+    # live mode: the client's node gets an uplink through the host (NAT) to reach the endpoint.
+    # The seed and the records keep the plain run id, so a run id still replays the same draws.
+    topo = get_topology(spec.topology)(run_id=topology_id(run_dir), run_dir=run_dir, secrets_dir=secrets,
                                        uplink=spec.endpoint == "live", log=out, **topo_kw)
-    services: list = []
-    capture = Capture.of(topo, run_dir)
-    agent = None
-    go_file = run_dir / GO_FILE
-    go_file.unlink(missing_ok=True)     # a stale go (a re-used folder) must not start the agent early
-    status = "error"
-    phases = _Phases()
-    try:
-        topo.up()
-        phases.mark("topology_up")
-        # the run's clock starts once the lab is up (a Compose build must not eat the scenario's
-        # duration); every service that keeps time gets it
-        t0 = time.time()
-        if spec.endpoint == "twin":
-            # a seed per run: the twin's drawn delays differ between runs but replay the same for a run id
-            seed = int(hashlib.sha1(run_id.encode()).hexdigest(), 16) % 100000
-            # an unmodified app dials the real names on 443: the twin answers there, with a
-            # certificate naming them (lab/topology/hostnames.py)
-            port = ENDPOINT_PORT if spec.client_cmd else topo.endpoint_port
-            sans = tuple(a for n in ENDPOINT_NAMES for a in ("--san", n)) if spec.client_cmd else ()
-            # the twin does not transcribe speech: the Nth utterance stands for line N of the script, and
-            # the orchestrator (which knows the scenario) tells the twin the lines, never the client
-            script: tuple[str, ...] = ()
-            if conversations.load(str(conv_copy)).source != conversations.SOURCE_LINES:
-                script = ("--set", "script=" + json.dumps(spec.lines or scn.script))     # a lines file is its own script
-            # the twin the scenario asks for (validated with the scenario): its profile and overrides
-            script += ("--profile", scn.twin.get("profile", "developer-api"),
-                       *(a for k, v in scn.twin.get("set", {}).items() for a in ("--set", f"{k}={json.dumps(v)}")))
-            twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key=TWIN_KEY, log_path=run_dir / "twin.jsonl",
-                        t0=t0, seed=seed, port=port, extra=sans + script, conversation=conv_copy)
-            services.append(twin)
-            base_url, ca, key = twin.base_url, topo.ca_path, TWIN_KEY
-            twin_control = twin.control_url
-        else:
-            base_url, ca = spec.base_url, spec.ca
-            if spec.endpoint_hook is not None:
-                base_url, ca = spec.endpoint_hook(topo)
-            key = spec.live_key
+    run = _Run(spec=spec, scn=scn, duration=duration, conversation=conv_copy, secrets=secrets, keylog=keylog,
+               topo=topo, capture=Capture.of(topo, run_dir), app_cmd=app_cmd, app_cwd=app_cwd, phases=_Phases())
+    run.go_file.unlink(missing_ok=True)     # a stale go (a re-used folder) must not start the agent early
+    return run
+
+
+def _endpoint_services(run: _Run, t0: float) -> _Reach:
+    """What the client dials, made ready to start: the twin (its seed, names, script and profile) or
+    the live endpoint, and the freeze proxy in front of it when the scenario asks for one."""
+    spec, scn, topo = run.spec, run.scn, run.topo
+    twin_control = None
+    if spec.endpoint == "twin":
+        # a seed per run: the twin's drawn delays differ between runs but replay the same for a run id
+        seed = int(hashlib.sha1(run.run_dir.name.encode()).hexdigest(), 16) % 100000
+        # an unmodified app dials the real names on 443: the twin answers there, with a
+        # certificate naming them (lab/topology/hostnames.py)
+        port = ENDPOINT_PORT if spec.client_cmd else topo.endpoint_port
+        sans = tuple(a for n in ENDPOINT_NAMES for a in ("--san", n)) if spec.client_cmd else ()
+        # the twin does not transcribe speech: the Nth utterance stands for line N of the script, and
+        # the orchestrator (which knows the scenario) tells the twin the lines, never the client
+        script: tuple[str, ...] = ()
+        if conversations.load(str(run.conversation)).source != conversations.SOURCE_LINES:
+            script = ("--set", "script=" + json.dumps(scn.script))     # a lines file is its own script
+        # the twin the scenario asks for (validated with the scenario): its profile and overrides
+        script += ("--profile", scn.twin.get("profile", "developer-api"),
+                   *(a for k, v in scn.twin.get("set", {}).items() for a in ("--set", f"{k}={json.dumps(v)}")))
+        twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key=TWIN_KEY, log_path=run.run_dir / "twin.jsonl",
+                    t0=t0, seed=seed, port=port, extra=sans + script, conversation=run.conversation)
+        run.services.append(twin)
+        base_url, ca, key = twin.base_url, topo.ca_path, TWIN_KEY
+        twin_control = twin.control_url
+    else:
+        base_url, ca = spec.base_url, spec.ca
+        if spec.endpoint_hook is not None:
+            base_url, ca = spec.endpoint_hook(topo)
+        key = spec.live_key
+    proxy = None
+    if scn.endpoint.get("via") == "proxy":
         # an app dials the API by its real names: through the proxy they must reach the twin
         names = {n: topo.endpoint.ip for n in ENDPOINT_NAMES} if spec.client_cmd and spec.endpoint == "twin" else None
-        proxy = Proxy(topo.endpoint, idle_timeout_s=scn.endpoint.get("idle_timeout_s"), resolve=names) \
-            if via_proxy else None
-        if proxy:
-            services.append(proxy)
-        argv = [_python(), "-m", "lab", "agent", "--scenario", str(run_dir / "scenario.yaml"), "--client", spec.client,
-                "--run-dir", str(run_dir), "--t0", repr(t0), "--duration", str(duration), "--model", spec.model,
-                "--go-file", str(go_file)]
-        if base_url:
-            argv += ["--base-url", base_url]
-        if ca:
-            argv += ["--ca", str(ca)]
-        if spec.endpoint == "twin":
-            argv += ["--endpoint-ip", topo.endpoint.ip, "--twin-control", twin_control]
-        if scn.router_links:
-            argv += ["--router", json.dumps(topo.router_part.describe())]
-        if keylog:
-            argv += ["--keylog", str(keylog)]
-        if spec.budget_ledger:
-            argv += ["--budget-ledger", str(spec.budget_ledger)]
-        if proxy:
-            argv += ["--proxy", proxy.url, "--proxy-control", proxy.control_url]
-        if spec.lines:
-            argv += ["--script", json.dumps(spec.lines)]
-        if spec.client_cmd:
-            argv += ["--client-cmd", app_cmd, "--client-cwd", app_cwd]
-            if topo.client.own_files:
-                argv += ["--client-node-files", "own"]
-        env = {**os.environ, "LAB_API_KEY": key, "PYTHONUNBUFFERED": "1"}
-        # the agent starts now, while the services start (its imports are most of a run's start-up),
-        # and waits for the go file: it opens nothing before the twin and capture are ready
-        agent = topo.client.popen(argv, role="agent", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True)
-        relay = _relay(agent, "  ", out)
-        _start_together([svc.start for svc in services] + [capture.start])
-        phases.mark("services_ready")
-        go_file.write_text(repr(t0) + "\n")
-        _preload_report()
+        proxy = Proxy(topo.endpoint, idle_timeout_s=scn.endpoint.get("idle_timeout_s"), resolve=names)
+        run.services.append(proxy)
+    return _Reach(base_url=base_url, ca=ca, key=key, twin_control=twin_control, proxy=proxy)
+
+
+def _write_plan(run: _Run, t0: float, reach: _Reach) -> Path:
+    """The agent's settings, once, into the run folder (lab/plan.py); returns the file. Its paths
+    are as the client node sees them (a container mounts the run and secrets folders elsewhere)."""
+    spec, topo = run.spec, run.topo
+    at = topo.client.path
+    twin = spec.endpoint == "twin"
+    return RunPlan(
+        scenario=at(run.run_dir / "scenario.yaml"), client=spec.client, run_dir=at(run.run_dir),
+        script=tuple(run.scn.script), t0=t0, duration=run.duration, go_file=at(run.go_file), model=spec.model,
+        base_url=reach.base_url or None, ca=at(reach.ca) if reach.ca else None,
+        keylog=at(run.keylog) if run.keylog else None,
+        budget_ledger=at(spec.budget_ledger) if spec.budget_ledger else None,
+        endpoint_ip=topo.endpoint.ip if twin else None, twin_control=reach.twin_control if twin else None,
+        proxy=reach.proxy.url if reach.proxy else None,
+        proxy_control=reach.proxy.control_url if reach.proxy else None,
+        router=topo.router_part.describe() if run.scn.router_links else None,
+        client_cmd=run.app_cmd if spec.client_cmd else None, client_cwd=run.app_cwd if spec.client_cmd else None,
+        client_owns_files=bool(spec.client_cmd and topo.client.own_files),
+    ).write(run.run_dir)
+
+
+def _start_agent(run: _Run, plan: Path, key: str, out) -> None:
+    """Start the agent now, while the services start (its imports are most of a run's start-up); it
+    waits for the go file and opens nothing before the twin and capture are ready."""
+    env = {**os.environ, KEY_ENV: key, "PYTHONUNBUFFERED": "1"}
+    run.agent = run.topo.client.popen([_python(), "-m", "lab", "agent", str(plan)], role="agent", env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run.relay = _relay(run.agent, "  ", out)
+
+
+def _start_services(run: _Run, t0: float) -> None:
+    """The endpoint's services and the capture, all at once; then the agent's go."""
+    _start_together([svc.start for svc in run.services] + [run.capture.start])
+    run.phases.mark("services_ready")
+    run.go_file.write_text(repr(t0) + "\n")
+    _preload_report()
+
+
+def _await_agent(run: _Run) -> str:
+    """The agent's run, to its end (or a timeout past the scenario's duration); the run's status."""
+    try:
+        rc = run.agent.wait(timeout=run.duration + 120)
+    except subprocess.TimeoutExpired:
+        run.agent.terminate()
+        rc = run.agent.wait(timeout=15)
+    run.relay.join(timeout=5)
+    run.phases.mark("agent")
+    return "ok" if rc == 0 else f"agent exit {rc}"
+
+
+def _tear_down(run: _Run, out) -> None:
+    """Whatever happened: the agent stopped, the capture collected and merged, the services and the
+    topology down, the secrets gone."""
+    agent = run.agent
+    if agent is not None and agent.poll() is None:   # a service failed: the agent never got its go
+        agent.terminate()
         try:
-            rc = agent.wait(timeout=duration + 120)
+            agent.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            agent.terminate()
-            rc = agent.wait(timeout=15)
-        relay.join(timeout=5)
-        status = "ok" if rc == 0 else f"agent exit {rc}"
-        phases.mark("agent")
-    except KeyboardInterrupt:
-        status = "interrupted"
-        if agent is not None:
-            agent.terminate()
-        raise
-    finally:
-        if agent is not None and agent.poll() is None:   # a service failed: the agent never got its go
-            agent.terminate()
-            try:
-                agent.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-        go_file.unlink(missing_ok=True)     # a handshake, not a result
-        raw = []
-        try:
-            raw = capture.stop()
-        except Exception as e:
-            out(f"  capture stop failed: {e}")
-        for svc in reversed(services):
-            svc.stop()
-        topo.down()
-        _finish(capture, raw, keylog if spec.endpoint == "twin" else None, out)
-        shutil.rmtree(secrets, ignore_errors=True)
-        phases.mark("teardown")
+            agent.kill()
+    run.go_file.unlink(missing_ok=True)     # a handshake, not a result
+    raw = []
+    try:
+        raw = run.capture.stop()
+    except Exception as e:
+        out(f"  capture stop failed: {e}")
+    for svc in reversed(run.services):
+        svc.stop()
+    run.topo.down()
+    _finish(run.capture, raw, run.keylog if run.spec.endpoint == "twin" else None, out)
+    shutil.rmtree(run.secrets, ignore_errors=True)
+    run.phases.mark("teardown")
+
+
+def _judge(run: _Run, status: str) -> dict:
+    """The run's verdict from its folder (lab.report), with how the run itself ended."""
     from lab.report import build_run      # here, not at the top: the report loads matplotlib
-    verdict = build_run(run_dir, batch=run_dir.parent)     # a run's folder is in its batch's
+    verdict = build_run(run.run_dir, batch=run.run_dir.parent)     # a run's folder is in its batch's
     verdict["run_status"] = status
-    phases.mark("report")
-    phases.write(run_dir / PHASES_FILE)
+    run.phases.mark("report")
+    run.phases.write(run.run_dir / PHASES_FILE)
     return verdict
 
 
@@ -435,29 +508,13 @@ def _finish(capture: Capture, raw: list[Path], keylog: Path | None, out) -> None
         out(f"  capture finalize failed: {type(e).__name__}: {e} (raw pcaps kept)")
 
 
-def user_lines(conv, name: str, scns: list[scenario_mod.Scenario]) -> list[str]:
-    """What the user says with `--conversation`: the conversation's own lines, line N at a scenario's
-    `say: N` (a scenario's script is the booking story's; an agent's conversation brings its own
-    user). LabError (one line) when a scenario says a line the conversation does not have."""
-    lines = conv.lines
-    for scn in scns:
-        said = [st.say for st in scn.timeline if st.say is not None]
-        if said and max(said) >= len(lines):
-            raise LabError(f"scenario {scn.name} says line {max(said)} of the user's lines, and the "
-                           f"conversation {name} has {len(lines)}")
-    return lines
-
-
 def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topology: str = "netns",
               endpoint: str = "twin", out_dir: Path | None = None, duration: float | None = None,
               base_url: str | None = None, budget=None, model: str = DEFAULT_MODEL, out=print,
               keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
               client_cmd: str | None = None, jobs: int | str = 1, conversation: str | None = None,
               requirements: str | None = None) -> Path:
-    scns = preflight(scenarios, client, topology, endpoint, client_cmd, requirements, out)
-    lines = None
-    if conversation:
-        lines = user_lines(conversations.load(conversation), conversation, scns)   # one line before anything starts
+    scns = preflight(scenarios, client, topology, endpoint, client_cmd, requirements, out, conversation)
     live_key = None
     if endpoint == "live":
         from lab.live.key import load_key     # here: lab.live's soak imports this module
@@ -470,7 +527,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     cells = batch_cells(scns, batch, n=n, client=client, topology=topology, endpoint=endpoint, duration=duration,
                         base_url=base_url, budget=budget, model=model, live_key=live_key, keylog_live=keylog_live,
                         ca=ca, endpoint_hook=endpoint_hook, client_cmd=client_cmd, conversation=conversation,
-                        lines=lines, requirements=requirements, out=out)
+                        requirements=requirements, out=out)
     parallel.run_cells(cells, parallel.resolve_jobs(jobs, cells, out), out=out)
     from lab.report import summarize      # here: matplotlib, as above
     summarize(batch)
@@ -483,7 +540,7 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
                 topology: str = "netns", endpoint: str = "twin", duration: float | None = None,
                 base_url: str | None = None, budget=None, model: str = DEFAULT_MODEL, live_key=None,
                 keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
-                client_cmd: str | None = None, conversation: str | None = None, lines: list[str] | None = None,
+                client_cmd: str | None = None, conversation: str | None = None,
                 requirements: str | None = None, out=print) -> list[parallel.Cell]:
     """The batch's runs as cells for lab.parallel (in order: scenario by scenario, run 1..n), each
     into its own folder under `batch`; the scenarios are preflight's."""
@@ -505,7 +562,7 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
             who = f"command, judged as {cl}" if client_cmd else label
             spec = RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key, keylog_live,
                            ca=ca, endpoint_hook=endpoint_hook, client_cmd=cmd,
-                           framework=build.describe() if build else None, conversation=conversation, lines=lines)
+                           framework=build.describe() if build else None, conversation=conversation)
             title = f"{scn.name} ({who}, {topology}, {endpoint}) run {i}/{n}"
             cells.append(parallel.Cell(
                 f"{scn.name} x {who} {i:02d}", functools.partial(_run_cell, spec, title, budget),

@@ -7,7 +7,6 @@ malformed file costs nothing.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -19,7 +18,6 @@ from netem.errors import NetemError
 
 from lab import actions, anchors, expectations, yamlines
 from lab.conversation import format as conversation_format
-from lab.conversation.semantics import JSON_FILE
 from lab import clients as client_registry
 from lab.clients import frameworks
 from lab.errors import LabError, ScenarioError
@@ -35,16 +33,44 @@ ENDPOINT_KEYS = {"via", "idle_timeout_s"}  # idle_timeout_s: the proxy closes an
 TWIN_KEYS = {"profile", "set"}      # the twin's profile (lab/twin/profiles) and parameter overrides
 TOPOLOGY_KEYS = {"router", "links"}   # topology: {router: true, links: [wifi, cell]} (lab/topology/router.py)
 FAULT_NODES = ("client", "router")    # a fault's `node` (YAML reads a bare `on:` as true): the client's namespace (default) or the router's
+FAULT_TARGETS = ("flow", "endpoint")  # a fault's `target`: the client's open connection, or the whole endpoint
 ALL_CLIENTS = "all"     # client_params / expect for every client
-# A fault's `target` is the lab's concept (the client's open connection, or the whole endpoint); the
-# agent turns it into addresses. Validation hands the fault a placeholder of the same shape.
-# What `target:` names in a scenario (the agent resolves it to addresses at run time); validation
-# hands netem its documentation-range placeholder so the spec is checked without a real flow.
-FAULT_TARGETS = {"flow": fault_registry.PLACEHOLDER_TARGET,
-                 "endpoint": {"dst": fault_registry.PLACEHOLDER_TARGET["dst"]}}
 
 
 _Lined, _Loader = yamlines.Lined, yamlines.Loader
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A timeline step's fault: netem's spec (its kind and parameters) in the lab's envelope, where
+    it runs (`node`) and what it targets (`target`, the lab's concept; addresses only at run time)."""
+    spec: dict                # netem's spec without the envelope: {"kind": ..., its parameters}
+    node: str = "client"
+    target: str = "flow"
+
+    @property
+    def kind(self) -> str:
+        return self.spec["kind"]
+
+    def netem_spec(self, flow: tuple | None, endpoint_ip: str | None = None) -> dict:
+        """The spec netem builds, `target` made addresses: `flow` is the client's open connection
+        (src, sport, dst, dport; None: it has none), `endpoint_ip` the endpoint's address when it has
+        none. Validation asks this too, with netem's documentation-range placeholder."""
+        spec = dict(self.spec)
+        if not fault_registry.REGISTRY[self.kind].needs_target:
+            return spec
+        if self.target == "flow":
+            if not flow:
+                raise LabError("the fault targets the client's open connection, but it has none")
+            src, sport, dst, dport = flow
+            spec["target"] = {"src": src, "sport": sport, "dst": dst, "dport": dport}
+        else:
+            dst, dport = (flow or (None, None, endpoint_ip, None))[2:]
+            spec["target"] = {"dst": dst, **({"dport": dport} if dport else {})}
+        return spec
+
+
+_PLACEHOLDER_FLOW = tuple(fault_registry.PLACEHOLDER_TARGET[k] for k in ("src", "sport", "dst", "dport"))
 
 
 @dataclass
@@ -53,7 +79,7 @@ class Step:
     plus: float = 0.0
     id: str | None = None
     say: int | None = None
-    fault: dict | None = None
+    fault: Fault | None = None
     heal: bool = False
     action: str | None = None
     note: str | None = None
@@ -74,7 +100,7 @@ class Step:
         return True
 
     def describe(self) -> str:
-        what = (f"say line {self.say}" if self.say is not None else f"fault {self.fault.get('kind')}"
+        what = (f"say line {self.say}" if self.say is not None else f"fault {self.fault.kind}"
                 if self.fault else "heal" if self.heal else f"action {self.action}")
         return f"{what} at {self.at}+{self.plus:g}s"
 
@@ -99,6 +125,7 @@ class Scenario:
     twin: dict = field(default_factory=dict)     # {profile, set}: the twin this scenario needs
     topology: dict = field(default_factory=dict)   # {} (two nodes, one link) or {router, links}
     conversation: str = conversation_format.DEFAULT   # what the twin's model plays: a name or a path
+    lines_from: str = ""    # the conversation whose lines the user says instead of the script (played)
 
     @property
     def router_links(self) -> list:
@@ -172,13 +199,14 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
     if inp not in ("text", "speech"):
         raise err(raw, "input", f"input must be 'text' or 'speech', got {inp!r}")
 
+    topology = _topology(err, raw)
     timeline = raw["timeline"]
     if not isinstance(timeline, list) or not timeline:
         raise err(raw, "timeline", "timeline must be a non-empty list of steps")
     steps: list[Step] = []
     ids: set[str] = set()
     for node in timeline:
-        step = _step(err, raw, node, script, ids)
+        step = _step(err, raw, node, script, ids, topology)
         if step.id:
             ids.add(step.id)
         steps.append(step)
@@ -219,15 +247,8 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
     if idle is not None and (endpoint.get("via") != "proxy" or isinstance(idle, bool)
                              or not isinstance(idle, (int, float)) or idle <= 0):
         raise err(endpoint, "idle_timeout_s", "endpoint.idle_timeout_s is seconds > 0 and needs via: proxy")
-    topology = _topology(err, raw)
     conversation = _conversation(err, raw, path)
     for step in steps:
-        if step.fault and step.fault.get("node", "client") == "router" and not topology:
-            raise err(step.fault, "node", "a fault on the router needs topology: {router: true, links: [...]}")
-        if step.fault and step.fault.get("node") == "router" and any(isinstance(l, dict) for l in topology["links"]):
-            # the links' delay/loss live in the orchestrator's table of the router's chains, the
-            # step's fault in the agent's: two owners of one chain set would overwrite each other
-            raise err(step.fault, "node", "a fault on the router cannot yet go with links that have rtt_ms/loss")
         if step.action and actions.ACTIONS[step.action].by == actions.NETWORK and not topology:
             raise err(raw, "timeline", f"action {step.action} moves the client between access links: "
                                        "it needs topology: {router: true, links: [wifi, cell]}")
@@ -241,17 +262,23 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
         conversation=conversation)
 
 
-def with_conversation_lines(scn: Scenario, run_dir: Path) -> Scenario:
-    """The scenario as a run played it: with a lines-only conversation (`--conversation lines.txt`)
-    its lines are what the user says, in place of the scenario's script (the run folder's
-    conversation.json says which; the timeline's `say: N` says line N, if there is one)."""
-    try:
-        d = json.loads((run_dir / JSON_FILE).read_text())
-    except (OSError, ValueError):
+def played(scn: Scenario, conversation: str | None = None) -> Scenario:
+    """The scenario as a run plays it: the one place a user's lines take the script's place. With
+    `conversation` (`lab run --conversation NAME`) the user says its lines (a scenario's script is
+    the booking story's; an agent's conversation brings its own user), and so with the scenario's
+    own conversation when that is lines only; line N at the timeline's `say: N`. ScenarioError
+    (one line) when the timeline says a line the conversation does not have."""
+    if scn.lines_from:      # already played: its lines stay whoever's they are
         return scn
-    if d.get("source") == conversation_format.SOURCE_LINES and d.get("lines"):
-        return replace(scn, script=[str(x) for x in d["lines"]])
-    return scn
+    name = conversation or scn.conversation
+    conv = conversation_format.load(name)
+    if conversation is None and conv.source != conversation_format.SOURCE_LINES:
+        return scn
+    said = [st.say for st in scn.timeline if st.say is not None]
+    if said and max(said) >= len(conv.lines):
+        raise ScenarioError(f"scenario {scn.name} says line {max(said)} of the user's lines, and the "
+                            f"conversation {name} has {len(conv.lines)}")
+    return replace(scn, script=list(conv.lines), lines_from=name)
 
 
 def _conversation(err, raw: dict, path: str) -> str:
@@ -301,7 +328,7 @@ def _topology(err, raw: dict) -> dict:
     return {"router": True, "links": list(topo.get("links", ["wifi"]))}
 
 
-def _step(err, raw: dict, node: Any, script: list[str], ids: set[str]) -> Step:
+def _step(err, raw: dict, node: Any, script: list[str], ids: set[str], topology: dict) -> Step:
     """One timeline step, validated against the anchors, actions and fault kinds defined elsewhere."""
     if not isinstance(node, dict):
         raise err(raw, "timeline", f"each timeline step is a mapping, got {node!r}")
@@ -332,7 +359,7 @@ def _step(err, raw: dict, node: Any, script: list[str], ids: set[str]) -> Step:
             raise err(node, "say", f"say must be a line index 0..{len(script) - 1} of the script, got {n!r}")
         step.say = n
     elif "fault" in node:
-        step.fault = _fault(err, node, node["fault"])
+        step.fault = _fault(err, node, node["fault"], topology)
     elif "heal" in node:
         if node["heal"] is not True:
             raise err(node, "heal", "heal takes true")
@@ -357,24 +384,28 @@ def _step(err, raw: dict, node: Any, script: list[str], ids: set[str]) -> Step:
     return step
 
 
-def _fault(err, node: dict, f: Any) -> dict:
-    """A fault step's spec: its kind from netem's registry, checked by netem itself."""
+def _fault(err, node: dict, f: Any, topology: dict) -> Fault:
+    """A fault step's envelope, parsed once, and its spec, checked by netem itself."""
     if not isinstance(f, dict) or f.get("kind") not in fault_registry.REGISTRY:
         raise err(node, "fault", f"fault needs a kind, one of {sorted(fault_registry.REGISTRY)}")
-    cls = fault_registry.REGISTRY[f["kind"]]
     target = f.get("target", "flow")
     if target not in FAULT_TARGETS:
         raise err(f, "target", f"target must be flow (the open connection) or endpoint, got {target!r}")
-    if f.get("node", "client") not in FAULT_NODES:
+    where = f.get("node", "client")
+    if where not in FAULT_NODES:
         raise err(f, "node", f"node must be one of {list(FAULT_NODES)} (where the fault runs), got {f.get('node')!r}")
-    spec = {k: v for k, v in f.items() if k not in ("target", "node")}
-    if cls.needs_target:
-        spec["target"] = dict(FAULT_TARGETS[target])
+    if where == "router" and not topology:
+        raise err(f, "node", "a fault on the router needs topology: {router: true, links: [...]}")
+    if where == "router" and any(isinstance(link, dict) for link in topology["links"]):
+        # the links' delay/loss live in the orchestrator's table of the router's chains, the
+        # step's fault in the agent's: two owners of one chain set would overwrite each other
+        raise err(f, "node", "a fault on the router cannot yet go with links that have rtt_ms/loss")
+    fault = Fault(spec={k: v for k, v in f.items() if k not in ("target", "node")}, node=where, target=target)
     try:
-        fault_registry.check_spec(spec)
+        fault_registry.check_spec(fault.netem_spec(_PLACEHOLDER_FLOW))
     except (NetemError, LabError) as e:
         raise err(node, "fault", str(e)) from None
-    return dict(f)
+    return fault
 
 
 def _known_clients() -> str:

@@ -46,6 +46,11 @@ class Node(abc.ABC):
     def popen(self, argv: list[str], role: str = "proc", **popen_kw) -> subprocess.Popen:
         """Start `argv` inside this node; the Popen's signals reach the process inside."""
 
+    def path(self, host_path: str | Path) -> str:
+        """A host path (under the run folder or the secrets folder) as this node's processes see it:
+        the same path, unless the node is a container that mounts those folders elsewhere."""
+        return str(host_path)
+
     @property
     def capture_node(self) -> "Node":
         """Where this node's traffic is captured: a node on the same network namespace. Itself, unless

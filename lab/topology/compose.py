@@ -292,6 +292,9 @@ class ComposeNode(Node):
         return [*self.topo.exec_prefix(self.service, *extra), "sh", "-c", self.WRAP, pidfile,
                 *self.topo.container_argv(argv)], pidfile
 
+    def path(self, host_path: str | Path) -> str:
+        return self.topo.container_path(str(host_path))
+
     def popen(self, argv: list[str], role: str = "proc", env: dict[str, str] | None = None,
               **popen_kw) -> subprocess.Popen:
         host_argv, pidfile = self.exec_argv(argv, role, env)

@@ -12,7 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+from lab import scenario
 from lab.events import read_events
+from lab.plan import KEY_ENV, RunPlan
 
 SCENARIO = "r1-idle-abort-immediate"
 
@@ -36,9 +38,11 @@ def _serve(argv, cwd):
 
 
 def _agent(run_dir: Path, url: str, ca: str):
-    env = {**os.environ, "LAB_API_KEY": "k"}
-    out = subprocess.run([sys.executable, "-m", "lab", "agent", "--scenario", SCENARIO, "--run-dir", str(run_dir),
-                          "--base-url", url, "--ca", ca], capture_output=True, text=True, env=env, timeout=90)
+    env = {**os.environ, KEY_ENV: "k"}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    plan = RunPlan(scenario=SCENARIO, client=scenario.load(SCENARIO).client, run_dir=str(run_dir), base_url=url, ca=ca)
+    out = subprocess.run([sys.executable, "-m", "lab", "agent", str(plan.write(run_dir))],
+                         capture_output=True, text=True, env=env, timeout=90)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     return read_events(run_dir / "events.jsonl")
 

@@ -16,6 +16,7 @@ from lab import scenario
 from lab.agent import Agent
 from lab.clients.base import Client, Endpoint
 from lab.events import read_events
+from lab.plan import RunPlan
 
 SCRIPT = '''
 name: t
@@ -84,8 +85,8 @@ def play(tmp_path, monkeypatch):
         scn = scenario.parse(yaml.safe_load(SCRIPT + steps), "t.yaml")
         run_dir = tmp_path / f"run{next(runs)}"
         run_dir.mkdir()
-        agent = Agent(scn, "fake", run_dir, Endpoint(base_url="https://twin", api_key="k"), duration=duration,
-                      progress=lambda s: None)
+        plan = RunPlan(scenario="t.yaml", client="fake", run_dir=str(run_dir), duration=duration)
+        agent = Agent(scn, plan, Endpoint(base_url="https://twin", api_key="k"), progress=lambda s: None)
         agent.table = run.table = FakeTable()
         t = time.monotonic()
         rc = asyncio.run(agent.run())

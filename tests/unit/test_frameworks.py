@@ -231,13 +231,10 @@ def test_a_framework_command_in_compose_is_the_images_own(tmp_path):
 
 
 def test_with_a_conversation_the_user_says_its_lines(tmp_path):
-    from lab.conversation import format as conversations
-    from lab.run import user_lines
     lines = REPO / "examples" / "order_support" / "lines.txt"
-    conv = conversations.load(str(lines))
-    said = user_lines(conv, str(lines), [scenario.load("l1-goaway")])
-    assert said[0].startswith("The frother on order A1002") and len(said) == 3
+    said = scenario.played(scenario.load("l1-goaway"), str(lines))
+    assert said.script[0].startswith("The frother on order A1002") and len(said.script) == 3
     short = tmp_path / "one.txt"
     short.write_text("Hello?\n")
     with pytest.raises(LabError, match=r"says line 1 .* has 1$"):
-        user_lines(conversations.load(str(short)), str(short), [scenario.load("l1-goaway")])
+        scenario.played(scenario.load("l1-goaway"), str(short))

@@ -30,7 +30,7 @@ timeline:
   - {at: tool_call, plus: 1, action: switch_to_cell}
 """)
     assert s.router_links == ["wifi", "cell"]
-    assert s.timeline[0].fault["node"] == "router"
+    assert s.timeline[0].fault.node == "router"
     s = parse("""
 topology: {router: true, links: [wifi, {cell: {rtt_ms: 80, loss: 0.01}}]}
 timeline:

@@ -4,7 +4,7 @@ import sys
 import pytest
 
 from lab import expectations, scenario
-from lab.errors import ScenarioError
+from lab.errors import LabError, ScenarioError
 
 GOOD = """\
 name: t
@@ -168,7 +168,7 @@ def test_faults_that_validate_in_netem_are_accepted(tmp_path):
                            "{at: commit, plus: 1.5, fault: {kind: loss, p: 0.3, target: endpoint}}\n"
                            "  - {at: commit, plus: 2, fault: {kind: netem, dev: eth0, delay_ms: 50}}")
     s = scenario.load(write(tmp_path, text))
-    assert [st.fault["kind"] for st in s.timeline if st.fault] == ["loss", "netem"]
+    assert [st.fault.kind for st in s.timeline if st.fault] == ["loss", "netem"]
 
 
 def test_a_module_client_is_asked_for_its_parameters(tmp_path):
@@ -207,3 +207,37 @@ def test_a_scenario_names_the_twin_it_needs_and_a_bad_one_is_one_line(tmp_path):
         with pytest.raises(ScenarioError) as ei:
             scenario.parse({**base, "twin": bad})
         assert words in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_a_faults_envelope_is_parsed_once_into_where_it_runs_and_what_it_targets(tmp_path):
+    s = scenario.load(write(tmp_path, CONTROL.replace(
+        "{at: commit, plus: 1.5, say: 1}",
+        "{at: commit, plus: 1.5, fault: {kind: reject, target: endpoint}}\n"
+        "  - {at: commit, plus: 2, fault: {kind: blackhole, mode: silent}}")))
+    endpoint, flow = [st.fault for st in s.timeline if st.fault]
+    assert (endpoint.kind, endpoint.node, endpoint.target) == ("reject", "client", "endpoint")
+    assert (flow.target, "target" in flow.spec, "node" in flow.spec) == ("flow", False, False)
+    conn = ("10.203.0.2", 40000, "10.203.0.1", 443)
+    assert flow.netem_spec(conn)["target"] == {"src": "10.203.0.2", "sport": 40000, "dst": "10.203.0.1", "dport": 443}
+    assert endpoint.netem_spec(conn)["target"] == {"dst": "10.203.0.1", "dport": 443}
+    assert endpoint.netem_spec(None, "10.203.0.1")["target"] == {"dst": "10.203.0.1"}   # no connection yet
+    with pytest.raises(LabError, match="has none"):
+        flow.netem_spec(None)
+
+
+def test_a_run_plays_the_users_lines_from_one_place(tmp_path):
+    own = scenario.load("control")
+    assert scenario.played(own) is own          # a conversation of its own with a script: the script stays
+    (tmp_path / "lines.txt").write_text("Hello there.\nBook the 3pm slot.\nDid it go through?\n")
+    given = scenario.played(own, str(tmp_path / "lines.txt"))    # lab run --conversation lines.txt
+    assert given.script == ["Hello there.", "Book the 3pm slot.", "Did it go through?"]
+    assert given.lines_from == str(tmp_path / "lines.txt") and given.conversation == own.conversation
+    assert scenario.played(given) is given      # played once: its lines stay the conversation's
+    assert scenario.played(own, "support").script == scenario.played(own, "support").script != own.script
+    # the scenario's own conversation is only the user's lines: the same definition applies
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(CONTROL + "\nconversation: lines.txt\n")
+    assert scenario.played(scenario.load(str(mine))).script[0] == "Hello there."
+    (tmp_path / "lines.txt").write_text("Hello there.\n")
+    with pytest.raises(ScenarioError, match=r"says line 1 of the user.s lines, and the conversation \S*lines.txt has 1$"):
+        scenario.played(scenario.load(str(mine)))
