@@ -36,6 +36,7 @@ from typing import Any, Callable, Mapping
 
 from lab.conversation import intents
 from lab.conversation import lines as L
+from lab.conversation.semantics import words_of
 from lab.conversation.format import SOURCE_LINES, Conversation, Tool
 from lab.stats.distributions import draw
 
@@ -363,10 +364,13 @@ class Engine:
         CALL (a tool asked for) | SAY (a conversation turn's sentence) | OTHER."""
         main = self.main_tool()
         order = ([main] if main else []) + [t for t in self.tools.values() if t is not main]
-        for t in order or [None]:
-            it = intents.intent(text, t.semantics.words if t and t.semantics.words.verb else None)
-            if it in (intents.STOP, intents.STATUS):
-                return {"intent": it, "tool": t.name if t else None, "by": "intents", "words": t.name if t else "default"}
+        # the intent by the one rule the report also reads a line by (semantics.words_of); the tool
+        # it is about: the first whose own words hear the same, else the main one
+        it = intents.intent(text, words_of(t.semantics for t in self.tools.values()))
+        if it in (intents.STOP, intents.STATUS):
+            t = next((t for t in order if t.semantics.words.verb and intents.intent(text, t.semantics.words) == it),
+                     main or (order[0] if order else None))
+            return {"intent": it, "tool": t.name if t else None, "by": "intents", "words": t.name if t else "default"}
         folded = intents.norm(text)
         best, score = None, 0.0
         for turn in self.conv.turns:

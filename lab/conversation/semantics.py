@@ -19,7 +19,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from lab.backend import business_key as _fold
 
@@ -93,3 +93,12 @@ def tools_from_json(d: Mapping[str, Any] | None) -> dict[str, ToolSemantics]:
 
 def side_effecting(tools: Mapping[str, ToolSemantics]) -> dict[str, ToolSemantics]:
     return {n: t for n, t in tools.items() if t.side_effect}
+
+
+def words_of(tools: Iterable[ToolSemantics]) -> ActionWords:
+    """The words a user's line is read with: every side-effecting tool's together (most runs have
+    one such tool), the booking's when there is none. The one rule the twin's model and the report
+    both hear a stop or a status question by, so the two never read one line two ways."""
+    effecting = [t for t in tools if t.side_effect] or [BOOKING]
+    return ActionWords(**{k: tuple(dict.fromkeys(w for t in effecting for w in getattr(t.words, k)))
+                          for k in ("verb", "doing", "done", "noun")})

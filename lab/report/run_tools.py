@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from lab.conversation.semantics import BOOKING, EVENT_KIND, JSON_FILE, ActionWords, ToolSemantics, tools_from_json
+from lab.conversation.semantics import BOOKING, EVENT_KIND, JSON_FILE, ActionWords, ToolSemantics, tools_from_json, words_of
 from lab.events import Event
 
 FROM_EVENT = EVENT_KIND               # the twin's record of the conversation a session played
@@ -58,11 +58,8 @@ class RunTools:
 
     @property
     def words(self) -> ActionWords:
-        """Every side-effecting tool's action words together (most runs have one such tool); the
-        booking's when the run declares none, so a reply is still read as before."""
-        tools = list(self.side_effecting.values()) or [BOOKING]
-        return ActionWords(**{k: tuple(dict.fromkeys(w for t in tools for w in getattr(t.words, k)))
-                              for k in ("verb", "doing", "done", "noun")})
+        """The words the run's user lines are read with (lab.conversation.semantics.words_of)."""
+        return words_of(self.tools.values())
 
 
 DEFAULT = RunTools({BOOKING.name: BOOKING}, FROM_DEFAULT)

@@ -46,3 +46,32 @@ def test_every_catalogue_line_has_one_reading():
     for f in glob.glob("lab/scenarios/*.yaml"):
         for line in yaml.safe_load(open(f))["script"]:
             assert anchors.is_stop(line) == (intents.intent(line) == STOP), (f, line)
+
+
+def _lines(conv) -> list[str]:
+    out = [t.text for t in getattr(conv, "turns", ()) if getattr(t, "text", None)]
+    for f in glob.glob("examples/*/lines.txt"):
+        out += [ln.strip() for ln in open(f) if ln.strip() and not ln.startswith("#")]
+    return out + ["Is my reservation confirmed?", "Did the refund go through?", "Have you booked it?",
+                  "Stop, don't refund it.", "Did you reserve the table?", "Never mind."]
+
+
+@pytest.mark.parametrize("name", ["booking", "support", "reservation"])
+def test_the_twin_and_the_report_hear_a_line_alike(name):
+    """The twin's model decides whether a line is a stop or a status question by the same rule the
+    report judges it by (lab.conversation.semantics.words_of): one line, one reading, per conversation."""
+    import random
+
+    from lab.conversation import engine as E
+    from lab.conversation import format as F
+    from lab.report.run_tools import RunTools
+
+    conv = F.load(name)
+    e = E.Engine(conv, E.Params(), random.Random(1))
+    words = RunTools({t.name: t.semantics for t in conv.tools.values()} if isinstance(conv.tools, dict)
+                     else {t.name: t.semantics for t in conv.tools}, "test").words
+    for line in _lines(conv):
+        twin = e.read(line)["intent"]
+        report = intents.intent(line, words)
+        if report in (STOP, STATUS) or twin in (STOP, STATUS):
+            assert twin == report, (name, line, twin, report)
