@@ -119,16 +119,19 @@ def _duration(scn: scenario_mod.Scenario, cap: float | None) -> float | None:
 
 
 def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: float | None = None,
-               out_dir: Path | None = None, topology: str = "netns", out=print, jobs: int | str = 1) -> Path:
+               out_dir: Path | None = None, topology: str = "netns", out=print, jobs: int | str = 1,
+               conversation: str | None = None) -> Path:
     """Run every scenario x client n times into one batch folder, `jobs` cells side by side; write the
-    matrix; return the folder."""
+    matrix; return the folder. `conversation`: what the twin plays and the user says in every cell
+    (lab run --conversation's; an agent's own lines)."""
     if n < 1:
         raise LabError("-n must be at least 1")
     if duration is not None and duration <= 0:
         raise LabError("--duration must be positive")
     if not scenarios or not clients:
         raise LabError("name at least one scenario and one client")
-    scns = {c: run_mod.preflight(scenarios, c, topology, "twin") for c in clients}   # every name, before any run
+    # every name, before any run
+    scns = {c: run_mod.preflight(scenarios, c, topology, "twin", conversation=conversation) for c in clients}
     versions = {c: client_versions(c, topology=topology) for c in clients}
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     batch = Path(out_dir) if out_dir else Path.cwd() / "captures" / f"{stamp}-matrix"
@@ -139,7 +142,7 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
     for client in clients:
         for scn in scns[client]:
             cells += run_mod.batch_cells([scn], batch, n=n, client=client, topology=topology,
-                                         duration=_duration(scn, duration), out=out)
+                                         duration=_duration(scn, duration), conversation=conversation, out=out)
     out(f"== matrix: {len(scenarios)} scenarios x {len(clients)} clients x {n} ({len(cells)} cells) -> {batch}")
     done = None
     try:
@@ -206,6 +209,9 @@ def add_parser(sub) -> None:
                         "cores, the load and the memory (says what it picked)")
     p.add_argument("--report", nargs="+", type=Path, default=None, metavar="DIR",
                    help="rebuild the matrix from these result folders (shards merge) without running")
+    p.add_argument("--conversation", default=None, metavar="FILE",
+                   help="what the twin's model plays, in every cell: a conversation name or .yaml, or a text "
+                        "file of the user's lines (your agent's own; docs/conversations.md)")
     p.add_argument("--junit-xml", type=Path, default=None, metavar="FILE",
                    help="also write every run's verdict and rules as JUnit XML (for a CI)")
     p.set_defaults(func=_cmd_matrix)
@@ -220,7 +226,8 @@ def _cmd_matrix(args) -> int:
     clients = releases.expand(split_names(args.clients))   # livekit@1.8.0..1.8.9, pipecat@latest: releases
     releases.ensure_venvs(clients)
     batch = run_matrix(expand_scenarios(args.scenarios), clients, n=args.n,
-                       duration=args.duration, out_dir=args.out, topology=args.topology, jobs=args.jobs)
+                       duration=args.duration, out_dir=args.out, topology=args.topology, jobs=args.jobs,
+                       conversation=args.conversation)
     print(f"== results: {batch} (matrix.md, matrix.json, summary.md)")
     publish(batch, args.junit_xml)
     return 0

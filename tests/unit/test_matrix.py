@@ -105,6 +105,7 @@ def test_identical_shard_paths_are_told_apart():
     (["--scenarios", "contrl", "--clients", "probe"], "unknown scenario 'contrl'"),
     (["--scenarios", "control", "--clients", "probe,nobody"], "unknown client 'nobody'"),
     (["--scenarios", "control", "--clients", "probe", "-n", "0"], "-n must be at least 1"),
+    (["--scenarios", "control", "--clients", "probe", "--conversation", "no-such-talk"], "no-such-talk"),
 ])
 def test_bad_names_are_one_line_and_exit_2_before_anything_runs(tmp_path, capsys, argv, says):
     out = tmp_path / "batch"
@@ -185,3 +186,27 @@ def test_a_missing_framework_venv_is_one_line_before_anything_runs(tmp_path, mon
     assert cli.main(["matrix", "--scenarios", "control", "--clients", "probe,livekit", "--out", str(out)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "needs its venv .venv-livekit" in line and not out.exists()
+
+
+def test_a_matrix_with_a_conversation_plays_its_lines_in_every_cell(monkeypatch, tmp_path):
+    """--conversation reaches each cell as lab run's does: the scenarios come back played with the
+    conversation's lines, and every cell is given it."""
+    from lab import matrix, parallel
+    from lab import run as run_mod
+    lines = tmp_path / "lines.txt"
+    lines.write_text("Please refund order A1002, it arrived broken.\nDid the refund go through?\n")
+    seen = {}
+    monkeypatch.setattr(matrix, "client_versions", lambda c, topology=None: {})
+    monkeypatch.setattr(run_mod, "batch_cells", lambda scns, batch, **kw: seen.setdefault(scns[0].name, (scns[0], kw)) and [])
+
+    class Done:
+        stopped, jobs, wall_s, cells_s, cell_s = {}, 1, 0.0, 0.0, []
+
+        def figure(self):
+            return "-"
+    monkeypatch.setattr(parallel, "run_cells", lambda cells, jobs, out=print, contain=(): Done())
+    matrix.run_matrix(["control", "l1-goaway"], ["probe"], out_dir=tmp_path / "m", conversation=str(lines), out=lambda *_: None)
+    assert set(seen) == {"control", "l1-goaway"}
+    for scn, kw in seen.values():
+        assert kw["conversation"] == str(lines)
+        assert "Please refund order A1002" in scn.script[0]
