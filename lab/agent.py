@@ -51,6 +51,7 @@ class Agent:
         self.run_dir = Path(plan.run_dir)
         self.endpoint = endpoint
         self.duration = float(plan.duration or scn.duration)
+        self._clock_started_s: float | None = None     # the log's time when the scenario's clock began
         # a router scenario: lab.topology.router's description of the run's router (its faults, the switch)
         self.router = Router.from_description(plan.router) if plan.router else None
         self.progress = progress
@@ -204,7 +205,9 @@ class Agent:
                 codes[e.get("code")] = codes.get(e.get("code"), 0) + 1
         refused = ", ".join(f"{n}x{c}" for c, n in codes.items()) or "none"
         el = self.log.now_ms() / 1000
-        return (f"[{el:7.1f}s] elapsed {el:.0f}s, remaining {max(0.0, self.duration - el):.0f}s | "
+        # the scenario's clock starts when the client has started (an app: at its first connection)
+        left = self.duration - (el - self._clock_started_s) if self._clock_started_s is not None else self.duration
+        return (f"[{el:7.1f}s] elapsed {el:.0f}s, remaining {max(0.0, left):.0f}s | "
                 f"resume attempts {len(atts)} (ok {ok}, refused {refused}) | "
                 f"bookings {len(self.log.find('backend.commit'))}")
 
@@ -253,6 +256,7 @@ class Agent:
         try:
             self._prepare_tables(steps)
             await self.client.start()
+            self._clock_started_s = self.log.now_ms() / 1000
             tasks = [asyncio.create_task(self._run_step(i, s)) for i, s in enumerate(steps)]
             tasks.append(asyncio.create_task(self._ticker()))
             ender = asyncio.create_task(self._end_condition(says_expected))
