@@ -8,6 +8,7 @@ the turn room's reading: its mime type, and a `video` field is video unless its 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +70,13 @@ def media_of(kind: str, body: Any) -> Media:
                 if isinstance(part.get("inlineData"), dict):
                     kinds.add(_of_mime(part["inlineData"].get("mimeType"), ""))
     kinds.discard(None)
-    return Media(frozenset(kinds), stream_end)     # type: ignore[arg-type]
+    return _media(frozenset(kinds), stream_end)     # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=64)
+def _media(kinds: frozenset[str], stream_end: bool) -> Media:
+    """One shared Media per value (it is frozen): a stream's every chunk carries the same."""
+    return Media(kinds, stream_end)
 
 
 @dataclass

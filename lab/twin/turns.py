@@ -153,6 +153,23 @@ class Playback:
         self.turn = None
 
 
+class _LazyRandom:
+    """A session model's random.Random, seeded when the session begins (so the twin's draws are
+    those of a seeded run) but made at its first use: its 2.5 KB of state is most of what a session
+    that never takes a turn would hold."""
+
+    __slots__ = ("_seed", "_rng")
+
+    def __init__(self, seed: float):
+        self._seed = seed
+        self._rng: random.Random | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._rng is None:
+            self._rng = random.Random(self._seed)
+        return getattr(self._rng, name)
+
+
 class Outlet(Protocol):
     """Where a session's frames go (the session room answers, through the core)."""
 
@@ -203,7 +220,7 @@ class Turns:
         story = None
         if self.prm.conversation_scope == "client" and client:    # a client not told apart gets its own
             story = M.Story(self.positions.setdefault(client, M.Position()))
-        mdl = M.ScriptedModel(self.model_cfg, random.Random(self.rng.random()), next_call_id=self._next_call_id,
+        mdl = M.ScriptedModel(self.model_cfg, _LazyRandom(self.rng.random()), next_call_id=self._next_call_id,
                               story=story)
         det = M.AudioTurnDetector(self.prm.vad_threshold_rms, self.prm.vad_onset_ms, self.prm.vad_silence_ms)
         usage = Usage(self.prm.usage_audio_tokens_per_s, self.prm.usage_text_chars_per_token)
@@ -375,7 +392,9 @@ class Turns:
         p.last_audio_at = now
         det = p.detector
         before = det.in_voice or det.candidate
-        rms = M.rms16(pcm)
+        # outside an utterance the level matters only if it reaches the threshold, which no frame
+        # can when no sample does: the peak (one C pass) spares the RMS on silence
+        rms = M.rms16(pcm) if before or M.peak16(pcm) >= det.threshold else 0.0
         voiced = rms >= det.threshold
         chunk_s = len(pcm) / 2 / rate
         events = det.feed(pcm, rate)

@@ -243,14 +243,26 @@ def encode_frame(frame: dict, binary: bool = True) -> bytes | str:
 
 def _plain(obj: Any) -> bool:
     """No float and no string orjson and json.dumps write differently (non-ASCII, DEL) in `obj`.
-    str.isascii() is a flag lookup, and the DEL search a memchr: cheap on a long base64 string."""
-    if isinstance(obj, str):
-        return obj.isascii() and "\x7f" not in obj
-    if isinstance(obj, dict):
-        return all(isinstance(k, str) and k.isascii() and "\x7f" not in k and _plain(v) for k, v in obj.items())
-    if isinstance(obj, (list, tuple)):
-        return all(_plain(v) for v in obj)
-    return obj is None or isinstance(obj, (bool, int))
+    str.isascii() is a flag lookup, and the DEL search a memchr: cheap on a long base64 string.
+    A walk with a stack, not recursion (this runs on every frame the twin sends); a type it does
+    not know exactly (a subclass too) answers False, which only costs the output scan."""
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        t = type(o)
+        if t is str:
+            if not o.isascii() or "\x7f" in o:
+                return False
+        elif t is dict:
+            for k, v in o.items():
+                if type(k) is not str or not k.isascii() or "\x7f" in k:
+                    return False
+                stack.append(v)
+        elif t is list or t is tuple:
+            stack.extend(o)
+        elif not (o is None or t is bool or t is int):
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,8 +277,14 @@ class Blob:
 
     @property
     def audio_rate(self) -> int:
-        m = re.search(r"rate=(\d+)", self.mime)
-        return int(m.group(1)) if m else 16000
+        return _rate_of(self.mime)
+
+
+@functools.lru_cache(maxsize=64)
+def _rate_of(mime: str) -> int:
+    """The sample rate a mime type names (a stream sends the same one in every chunk)."""
+    m = re.search(r"rate=(\d+)", mime)
+    return int(m.group(1)) if m else 16000
 
 
 @dataclass
