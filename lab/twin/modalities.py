@@ -47,6 +47,10 @@ def media_of(kind: str, body: Any) -> Media:
     """The modalities of one parsed client message (camelCase body, as lab.twin.wire normalises it)."""
     if not isinstance(body, dict):
         return NONE
+    if kind == "realtimeInput" and len(body) == 1 and "audio" in body:
+        # a microphone chunk, most of what a stream sends: only its audio field can say anything
+        k = _blob_kind(body["audio"], "audio")
+        return NONE if k is None else _media(frozenset((k,)), False)
     kinds: set[str | None] = set()
     stream_end = False
     if kind == "realtimeInput":
@@ -79,7 +83,7 @@ def _media(kinds: frozenset[str], stream_end: bool) -> Media:
     return Media(kinds, stream_end)
 
 
-@dataclass
+@dataclass(slots=True)
 class Carried:
     """What a connection (or a whole session) has carried so far."""
     kinds: set[str] = field(default_factory=set)

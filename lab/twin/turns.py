@@ -102,7 +102,7 @@ class VadEnd(UtteranceTimer):
 
 # ---- state ----------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(slots=True)
 class Turn:
     plan: M.Plan
     gen: int
@@ -117,7 +117,7 @@ class Turn:
     generated: bool = False     # generationComplete sent: only turnComplete is left
 
 
-@dataclass
+@dataclass(slots=True)
 class Playback:
     """One session's side of the conversation."""
     model: M.ScriptedModel
@@ -393,11 +393,12 @@ class Turns:
         det = p.detector
         before = det.in_voice or det.candidate
         # outside an utterance the level matters only if it reaches the threshold, which no frame
-        # can when no sample does: the peak (one C pass) spares the RMS on silence
-        rms = M.rms16(pcm) if before or M.peak16(pcm) >= det.threshold else 0.0
+        # can when no sample does: one peak pass serves this test and the detector's silence skip
+        peak = None if before else M.peak16(pcm)
+        rms = M.rms16(pcm) if peak is None or peak >= det.threshold else 0.0
         voiced = rms >= det.threshold
         chunk_s = len(pcm) / 2 / rate
-        events = det.feed(pcm, rate)
+        events = det.feed(pcm, rate, peak=peak)
         acts: list = []
         if voiced and not before:
             if p.ending:        # the last utterance's ACTIVITY_END was still due: it ends now

@@ -269,7 +269,7 @@ def _plain(obj: Any) -> bool:
 # Client bodies: their shapes, checked (what they mean is the turn room's business)
 
 
-@dataclass
+@dataclass(slots=True)
 class Blob:
     where: str          # the field path, as the real server names it in a 1007
     mime: str           # lower-case
@@ -287,7 +287,7 @@ def _rate_of(mime: str) -> int:
     return int(m.group(1)) if m else 16000
 
 
-@dataclass
+@dataclass(slots=True)
 class RealtimeInput:
     blobs: list[Blob] = field(default_factory=list)
     text: str | None = None
