@@ -296,25 +296,26 @@ class RealtimeInput:
 
 
 def realtime_input(body: dict) -> RealtimeInput:
-    out = RealtimeInput()
-    raw: list[tuple[str, dict]] = []
-    if isinstance(body.get("audio"), dict):
-        raw.append(("realtime_input.audio.data", body["audio"]))
-    if isinstance(body.get("video"), dict):
-        raw.append(("realtime_input.video.data", body["video"]))
-    chunks = body.get("mediaChunks") or []
-    for i, ch in enumerate(chunks if isinstance(chunks, list) else [chunks]):   # the fuzz: a number crashed here
-        if isinstance(ch, dict):
-            raw.append((f"realtime_input.media_chunks[{i}].data", ch))
-    for where, blob in raw:
-        data = b64decode_any(blob.get("data", ""), where)
-        mime = str(blob.get("mimeType") or ("audio/pcm" if "audio" in where else "image/jpeg")).lower()
-        out.blobs.append(Blob(where, mime, data))
-    if isinstance(body.get("text"), str) and body["text"].strip():
-        out.text = body["text"]
-    out.activity_start = body.get("activityStart") is not None
-    out.activity_end = body.get("activityEnd") is not None or bool(body.get("audioStreamEnd"))
-    return out
+    """The blobs decoded in the order audio, video, mediaChunks (the first bad one raises)."""
+    blobs: list[Blob] = []
+    audio, video, chunks = body.get("audio"), body.get("video"), body.get("mediaChunks")
+    if isinstance(audio, dict):
+        blobs.append(_blob("realtime_input.audio.data", audio, "audio/pcm"))
+    if isinstance(video, dict):
+        blobs.append(_blob("realtime_input.video.data", video, "image/jpeg"))
+    if chunks:
+        for i, ch in enumerate(chunks if isinstance(chunks, list) else [chunks]):   # the fuzz: a number crashed here
+            if isinstance(ch, dict):
+                blobs.append(_blob(f"realtime_input.media_chunks[{i}].data", ch, "image/jpeg"))
+    text = body.get("text")
+    return RealtimeInput(blobs, text if isinstance(text, str) and text.strip() else None,
+                         body.get("activityStart") is not None,
+                         body.get("activityEnd") is not None or bool(body.get("audioStreamEnd")))
+
+
+def _blob(where: str, blob: dict, default_mime: str) -> Blob:
+    data = b64decode_any(blob.get("data", ""), where)
+    return Blob(where, str(blob.get("mimeType") or default_mime).lower(), data)
 
 
 @dataclass
