@@ -25,6 +25,7 @@ import time
 from lab.stats.order import quantile
 from lab.topology.router_service import RemoteTable
 from netem.faults import build
+from netem.realtime import FIFO_PRIORITY
 from netem.table import FaultTable
 
 GOAL_P99_MS = 2.0
@@ -47,11 +48,30 @@ def _once(table, dst: str, i: int) -> tuple[float, float, float, float]:
     return t, after, t_ret, (after - before) * 1e3
 
 
-def measure(local, router, dst: str, n: int, gap: float = 0.05) -> dict:
+def realtime_restore(table) -> str | None:
+    """The diagnostic `--router-fifo` (netns): the router table's long-lived iptables-restore put
+    under SCHED_FIFO, as netem.realtime does for the delay worker, to see how much of the p99 is
+    that process waiting for a CPU. None when done, else why not."""
+    proc = getattr(getattr(table, "_persistent", None), "proc", None)
+    if proc is None:
+        return "the router table has no long-lived iptables-restore here"
+    try:
+        os.sched_setscheduler(proc.pid, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))
+    except OSError as e:
+        return f"SCHED_FIFO refused: {e.strerror or e}"
+    return None
+
+
+def measure(local, router, dst: str, n: int, gap: float = 0.05, router_fifo: bool = False) -> dict:
     """n rounds (after two warm-up rounds), each: a fault on the router, then the same on `local`;
-    both tables set up first, as the agent does before its first anchor (Agent._prepare_tables)."""
+    both tables set up first, as the agent does before its first anchor (Agent._prepare_tables).
+    `router_fifo`: the router's iptables-restore under SCHED_FIFO (realtime_restore)."""
     router.setup()
     local.setup()
+    if router_fifo:
+        why = realtime_restore(router)
+        if why is not None:
+            raise RuntimeError(why)
     out: dict[str, list[float]] = {"first_ms": [], "at_router_ms": [], "returned_ms": [], "service_ms": [], "local_ms": []}
     for i in range(n + 2):
         time.sleep(gap)   # faults in a scenario are seconds apart: the kernel's deferred free is done

@@ -30,6 +30,7 @@ from lab.errors import LabError
 from netem.errors import NetemError
 from netem.faults import build
 from netem.kernel import write_sysctl
+from netem.realtime import fifo_refusal
 from netem.table import ROUTER_HOOKS, FaultTable
 
 PORT = 8450
@@ -102,7 +103,17 @@ def accept_forever(ls: socket.socket, table) -> None:
 
 def serve(host: str, port: int, run_id: str, start_faults: tuple[dict, ...] = ()) -> None:
     """Serve the router's table on host:port; `start_faults` (the access links' RTT and loss:
-    Router.link_faults) go in first, so the links' faults and the agent's share one table."""
+    Router.link_faults) go in first, so the links' faults and the agent's share one table.
+
+    The service runs under SCHED_FIFO where the container allows it (CAP_SYS_NICE): a fault's
+    onset is this thread woken by the request and the iptables-restore it spawns (which inherits
+    the policy, as the request threads do) getting a CPU, and as ordinary processes on a busy
+    machine both waited milliseconds (lab bench faults, docs/benchmarks.md). Refused: a note on
+    stderr, and the service runs as an ordinary process."""
+    why = fifo_refusal()
+    if why is not None:
+        print(f"router service: no SCHED_FIFO ({why}): fault onsets wait behind other work", file=sys.stderr,
+              flush=True)
     table = forwarding_table(None, run_id, handle_signals=True)   # SIGTERM at down: the table heals
     for spec in start_faults:
         table.add(build(spec))

@@ -8,6 +8,7 @@ the turn room's reading: its mime type, and a `video` field is video unless its 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,10 @@ def media_of(kind: str, body: Any) -> Media:
     """The modalities of one parsed client message (camelCase body, as lab.twin.wire normalises it)."""
     if not isinstance(body, dict):
         return NONE
+    if kind == "realtimeInput" and len(body) == 1 and "audio" in body:
+        # a microphone chunk, most of what a stream sends: only its audio field can say anything
+        k = _blob_kind(body["audio"], "audio")
+        return NONE if k is None else _media(frozenset((k,)), False)
     kinds: set[str | None] = set()
     stream_end = False
     if kind == "realtimeInput":
@@ -69,10 +74,16 @@ def media_of(kind: str, body: Any) -> Media:
                 if isinstance(part.get("inlineData"), dict):
                     kinds.add(_of_mime(part["inlineData"].get("mimeType"), ""))
     kinds.discard(None)
-    return Media(frozenset(kinds), stream_end)     # type: ignore[arg-type]
+    return _media(frozenset(kinds), stream_end)     # type: ignore[arg-type]
 
 
-@dataclass
+@functools.lru_cache(maxsize=64)
+def _media(kinds: frozenset[str], stream_end: bool) -> Media:
+    """One shared Media per value (it is frozen): a stream's every chunk carries the same."""
+    return Media(kinds, stream_end)
+
+
+@dataclass(slots=True)
 class Carried:
     """What a connection (or a whole session) has carried so far."""
     kinds: set[str] = field(default_factory=set)

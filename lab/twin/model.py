@@ -236,6 +236,8 @@ class AudioTurnDetector:
     """
 
     FRAME_MS = 20
+    __slots__ = ("threshold", "onset_ms", "silence_ms", "in_voice", "voiced_ms", "silent_ms", "candidate",
+                 "_rest", "_rate")
 
     def __init__(self, threshold: float = 500, onset_ms: float = 140, silence_ms: float = 500):
         self.threshold = float(threshold)
@@ -248,15 +250,20 @@ class AudioTurnDetector:
         self._rest = b""
         self._rate = 16000
 
-    def feed(self, pcm: bytes, rate: int = 16000) -> list[str]:
-        """Events in order: 'onset' (speech started) and 'end' (utterance over)."""
+    def feed(self, pcm: bytes, rate: int = 16000, peak: int | None = None) -> list[str]:
+        """Events in order: 'onset' (speech started) and 'end' (utterance over). `peak`: the
+        caller's peak16(pcm), if it has one (used when the frames are exactly pcm)."""
         if rate != self._rate:
             self._rate, self._rest = rate, b""
+        exact = not self._rest
         data = self._rest + pcm
         frame_bytes = max(2, int(rate * self.FRAME_MS / 1000) * 2)
         events: list[str] = []
         n = len(data) // frame_bytes
-        if not (self.in_voice or self.candidate) and peak16(data[:n * frame_bytes]) < self.threshold:
+        if peak is None or not exact or n * frame_bytes != len(pcm):
+            peak = None
+        if not (self.in_voice or self.candidate) and (
+                peak if peak is not None else peak16(data[:n * frame_bytes])) < self.threshold:
             # no frame's RMS can reach the threshold when no sample does, and with no utterance
             # under way an unvoiced frame changes nothing: silence (most of a stream) skips the frames
             self._rest = data[n * frame_bytes:]

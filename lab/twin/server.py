@@ -25,6 +25,7 @@ control channel (lab.twin.control, `control=(host, port)`) switches them at run 
 from __future__ import annotations
 
 import asyncio
+import collections
 import errno
 import itertools
 import math
@@ -40,6 +41,7 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Opcode
+from websockets.protocol import State
 
 from lab.events import EventLog
 from lab.twin.io_actions import Close, Log, Send, Timer
@@ -110,7 +112,8 @@ class TwinServer:
         self._server = None
         self._ids = itertools.count(1)
         self._conns: dict[int, _ConnIO] = {}
-        self._timers: set[asyncio.TimerHandle] = set()
+        # every pending timer's handle (stop() cancels them), by id of its Timer: no closure per timer
+        self._timers: dict[int, asyncio.TimerHandle] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -142,9 +145,7 @@ class TwinServer:
     async def stop(self) -> None:
         if self.control is not None:
             await self.control.stop()
-        for h in list(self._timers):
-            h.cancel()
-        self._timers.clear()
+        self._cancel_timers()
         if self._server is not None:
             self._server.close()
             try:
@@ -154,14 +155,17 @@ class TwinServer:
             self._server = None
         for io in list(self._conns.values()):
             io.ws.transport.abort() if io.ws.transport else None
-        for h in list(self._timers):
-            h.cancel()
-        self._timers.clear()
+        self._cancel_timers()
         if self._own_log:
             self.log.close()
         if self._own_cert_dir and self._cert_dir is not None:
             shutil.rmtree(self._cert_dir, ignore_errors=True)
             self._cert_dir = None
+
+    def _cancel_timers(self) -> None:
+        for h in list(self._timers.values()):
+            h.cancel()
+        self._timers.clear()
 
     async def __aenter__(self) -> "TwinServer":
         return await self.start()
@@ -217,7 +221,6 @@ class TwinServer:
         self._hold_pongs(ws)
         io = _ConnIO(ws)
         self._conns[cid] = io
-        writer = asyncio.create_task(io.run())
         peer = ws.remote_address
         up = getattr(ws, "twin_upgrade", None)
         self._dispatch(self.core.connection_opened(cid, loop.time(), up.route if up else "",
@@ -236,12 +239,7 @@ class TwinServer:
         finally:
             self._conns.pop(cid, None)
             self._dispatch(self.core.connection_ended(cid, how, loop.time()))
-            io.stop()
-            writer.cancel()
-            try:
-                await writer
-            except (asyncio.CancelledError, Exception):
-                pass
+            await io.stop()
 
     def _dispatch(self, actions: list) -> None:
         for a in actions:
@@ -271,7 +269,8 @@ class TwinServer:
                 delay = self.core.pong_delay()
                 if delay > 0:
                     if not math.isinf(delay):
-                        self._timers.add(loop.call_later(delay, late, frame))
+                        h = loop.call_later(delay, late, frame)
+                        self._timers[id(h)] = h
                     return
             send_frame(frame)
 
@@ -279,18 +278,14 @@ class TwinServer:
 
     def _schedule(self, t: Timer) -> None:
         loop = self._loop or asyncio.get_running_loop()
-        holder: list = []
+        self._timers[id(t)] = loop.call_at(t.at, self._fire, t)
 
-        def fire() -> None:
-            self._timers.discard(holder[0])
-            try:
-                self._dispatch(self.core.timer_fired(t.key, loop.time()))
-            except Exception as e:  # a bug in one session must not stop the others, but it is recorded
-                self.log.write("twin.error", src="twin", timer=type(t.key).__name__, error=repr(e))
-
-        h = loop.call_at(t.at, fire)
-        holder.append(h)
-        self._timers.add(h)
+    def _fire(self, t: Timer) -> None:
+        self._timers.pop(id(t), None)
+        try:
+            self._dispatch(self.core.timer_fired(t.key, (self._loop or asyncio.get_running_loop()).time()))
+        except Exception as e:  # a bug in one session must not stop the others, but it is recorded
+            self.log.write("twin.error", src="twin", timer=type(t.key).__name__, error=repr(e))
 
 
 def _tune_socket(sock: socket.socket, user_timeout_s: float | None) -> None:
@@ -321,33 +316,73 @@ def _how_closed(ws: ServerConnection, exc: BaseException | None) -> str:
 
 
 class _ConnIO:
-    """One connection's ordered outbox: each action waits for its `at`, then goes out."""
+    """One connection's ordered outbox: each action waits for its `at`, then goes out, in order.
+
+    A frame due now with nothing queued ahead of it is written at once, as websockets' own send
+    would (the connection open, its writes not paused by flow control); anything else (a later
+    `at`, a close, a paused or closing connection) goes to a writer task that lives while it has
+    work, and every action after it waits its turn. An idle connection holds no task and no queue."""
+
+    __slots__ = ("ws", "pending", "writer", "closed")
 
     def __init__(self, ws: ServerConnection):
         self.ws = ws
-        self.q: asyncio.Queue = asyncio.Queue()
+        self.pending: collections.deque | None = None
+        self.writer: asyncio.Task | None = None
         self.closed = False
 
     def put(self, action) -> None:
-        if not self.closed:
-            self.q.put_nowait(action)
+        if self.closed:
+            return
+        if (self.writer is None and type(action) is Send and action.at <= self.ws.loop.time()
+                and self._write_now(action.data)):
+            return
+        if self.pending is None:
+            self.pending = collections.deque()
+        self.pending.append(action)
+        if self.writer is None:
+            self.writer = self.ws.loop.create_task(self._run())
 
-    def stop(self) -> None:
+    def _write_now(self, data: bytes | str) -> bool:
+        """What websockets' send does when it need not wait: the frame, then the socket write."""
+        ws = self.ws
+        transport = ws.transport
+        if (ws.protocol.state is not State.OPEN or ws.paused or ws.send_in_progress is not None
+                or transport is None or transport.is_closing()):
+            return False
+        if isinstance(data, str):
+            ws.protocol.send_text(data.encode())
+        else:
+            ws.protocol.send_binary(data)
+        ws.send_data()
+        return True
+
+    async def stop(self) -> None:
         self.closed = True
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            a = await self.q.get()
-            delay = a.at - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.cancel()
             try:
+                await writer
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    async def _run(self) -> None:
+        loop, q = self.ws.loop, self.pending
+        try:
+            while q and not self.closed:
+                delay = q[0].at - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                a = q.popleft()
                 if isinstance(a, Send):
                     await self.ws.send(a.data)
                 else:
                     self.closed = True
                     await self.ws.close(a.code, a.reason)
-                    return
-            except ConnectionClosed:
-                return
+                del a   # a sent frame is not kept alive by the writer
+        except ConnectionClosed:
+            self.closed = True
+        finally:
+            if self.writer is asyncio.current_task():
+                self.writer = None

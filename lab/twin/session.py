@@ -141,7 +141,7 @@ class SessionCap(ConnTimer):
 
 # ---- state ----------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(slots=True)
 class Conn:
     id: int
     opened_at: float
@@ -172,7 +172,7 @@ class Conn:
         return self.phase in (Phase.CLOSING, Phase.ENDED)
 
 
-@dataclass
+@dataclass(slots=True)
 class Session:
     id: str
     handles: set = field(default_factory=set)

@@ -102,7 +102,7 @@ class VadEnd(UtteranceTimer):
 
 # ---- state ----------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(slots=True)
 class Turn:
     plan: M.Plan
     gen: int
@@ -117,7 +117,7 @@ class Turn:
     generated: bool = False     # generationComplete sent: only turnComplete is left
 
 
-@dataclass
+@dataclass(slots=True)
 class Playback:
     """One session's side of the conversation."""
     model: M.ScriptedModel
@@ -151,6 +151,23 @@ class Playback:
     def drop_turn(self) -> None:
         self.gen += 1
         self.turn = None
+
+
+class _LazyRandom:
+    """A session model's random.Random, seeded when the session begins (so the twin's draws are
+    those of a seeded run) but made at its first use: its 2.5 KB of state is most of what a session
+    that never takes a turn would hold."""
+
+    __slots__ = ("_seed", "_rng")
+
+    def __init__(self, seed: float):
+        self._seed = seed
+        self._rng: random.Random | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._rng is None:
+            self._rng = random.Random(self._seed)
+        return getattr(self._rng, name)
 
 
 class Outlet(Protocol):
@@ -203,7 +220,7 @@ class Turns:
         story = None
         if self.prm.conversation_scope == "client" and client:    # a client not told apart gets its own
             story = M.Story(self.positions.setdefault(client, M.Position()))
-        mdl = M.ScriptedModel(self.model_cfg, random.Random(self.rng.random()), next_call_id=self._next_call_id,
+        mdl = M.ScriptedModel(self.model_cfg, _LazyRandom(self.rng.random()), next_call_id=self._next_call_id,
                               story=story)
         det = M.AudioTurnDetector(self.prm.vad_threshold_rms, self.prm.vad_onset_ms, self.prm.vad_silence_ms)
         usage = Usage(self.prm.usage_audio_tokens_per_s, self.prm.usage_text_chars_per_token)
@@ -375,10 +392,13 @@ class Turns:
         p.last_audio_at = now
         det = p.detector
         before = det.in_voice or det.candidate
-        rms = M.rms16(pcm)
+        # outside an utterance the level matters only if it reaches the threshold, which no frame
+        # can when no sample does: one peak pass serves this test and the detector's silence skip
+        peak = None if before else M.peak16(pcm)
+        rms = M.rms16(pcm) if peak is None or peak >= det.threshold else 0.0
         voiced = rms >= det.threshold
         chunk_s = len(pcm) / 2 / rate
-        events = det.feed(pcm, rate)
+        events = det.feed(pcm, rate, peak=peak)
         acts: list = []
         if voiced and not before:
             if p.ending:        # the last utterance's ACTIVITY_END was still due: it ends now

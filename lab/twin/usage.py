@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)
 class Usage:
     audio_tokens_per_s: float
     chars_per_token: float

@@ -243,21 +243,33 @@ def encode_frame(frame: dict, binary: bool = True) -> bytes | str:
 
 def _plain(obj: Any) -> bool:
     """No float and no string orjson and json.dumps write differently (non-ASCII, DEL) in `obj`.
-    str.isascii() is a flag lookup, and the DEL search a memchr: cheap on a long base64 string."""
-    if isinstance(obj, str):
-        return obj.isascii() and "\x7f" not in obj
-    if isinstance(obj, dict):
-        return all(isinstance(k, str) and k.isascii() and "\x7f" not in k and _plain(v) for k, v in obj.items())
-    if isinstance(obj, (list, tuple)):
-        return all(_plain(v) for v in obj)
-    return obj is None or isinstance(obj, (bool, int))
+    str.isascii() is a flag lookup, and the DEL search a memchr: cheap on a long base64 string.
+    A walk with a stack, not recursion (this runs on every frame the twin sends); a type it does
+    not know exactly (a subclass too) answers False, which only costs the output scan."""
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        t = type(o)
+        if t is str:
+            if not o.isascii() or "\x7f" in o:
+                return False
+        elif t is dict:
+            for k, v in o.items():
+                if type(k) is not str or not k.isascii() or "\x7f" in k:
+                    return False
+                stack.append(v)
+        elif t is list or t is tuple:
+            stack.extend(o)
+        elif not (o is None or t is bool or t is int):
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
 # Client bodies: their shapes, checked (what they mean is the turn room's business)
 
 
-@dataclass
+@dataclass(slots=True)
 class Blob:
     where: str          # the field path, as the real server names it in a 1007
     mime: str           # lower-case
@@ -265,11 +277,17 @@ class Blob:
 
     @property
     def audio_rate(self) -> int:
-        m = re.search(r"rate=(\d+)", self.mime)
-        return int(m.group(1)) if m else 16000
+        return _rate_of(self.mime)
 
 
-@dataclass
+@functools.lru_cache(maxsize=64)
+def _rate_of(mime: str) -> int:
+    """The sample rate a mime type names (a stream sends the same one in every chunk)."""
+    m = re.search(r"rate=(\d+)", mime)
+    return int(m.group(1)) if m else 16000
+
+
+@dataclass(slots=True)
 class RealtimeInput:
     blobs: list[Blob] = field(default_factory=list)
     text: str | None = None
@@ -278,25 +296,26 @@ class RealtimeInput:
 
 
 def realtime_input(body: dict) -> RealtimeInput:
-    out = RealtimeInput()
-    raw: list[tuple[str, dict]] = []
-    if isinstance(body.get("audio"), dict):
-        raw.append(("realtime_input.audio.data", body["audio"]))
-    if isinstance(body.get("video"), dict):
-        raw.append(("realtime_input.video.data", body["video"]))
-    chunks = body.get("mediaChunks") or []
-    for i, ch in enumerate(chunks if isinstance(chunks, list) else [chunks]):   # the fuzz: a number crashed here
-        if isinstance(ch, dict):
-            raw.append((f"realtime_input.media_chunks[{i}].data", ch))
-    for where, blob in raw:
-        data = b64decode_any(blob.get("data", ""), where)
-        mime = str(blob.get("mimeType") or ("audio/pcm" if "audio" in where else "image/jpeg")).lower()
-        out.blobs.append(Blob(where, mime, data))
-    if isinstance(body.get("text"), str) and body["text"].strip():
-        out.text = body["text"]
-    out.activity_start = body.get("activityStart") is not None
-    out.activity_end = body.get("activityEnd") is not None or bool(body.get("audioStreamEnd"))
-    return out
+    """The blobs decoded in the order audio, video, mediaChunks (the first bad one raises)."""
+    blobs: list[Blob] = []
+    audio, video, chunks = body.get("audio"), body.get("video"), body.get("mediaChunks")
+    if isinstance(audio, dict):
+        blobs.append(_blob("realtime_input.audio.data", audio, "audio/pcm"))
+    if isinstance(video, dict):
+        blobs.append(_blob("realtime_input.video.data", video, "image/jpeg"))
+    if chunks:
+        for i, ch in enumerate(chunks if isinstance(chunks, list) else [chunks]):   # the fuzz: a number crashed here
+            if isinstance(ch, dict):
+                blobs.append(_blob(f"realtime_input.media_chunks[{i}].data", ch, "image/jpeg"))
+    text = body.get("text")
+    return RealtimeInput(blobs, text if isinstance(text, str) and text.strip() else None,
+                         body.get("activityStart") is not None,
+                         body.get("activityEnd") is not None or bool(body.get("audioStreamEnd")))
+
+
+def _blob(where: str, blob: dict, default_mime: str) -> Blob:
+    data = b64decode_any(blob.get("data", ""), where)
+    return Blob(where, str(blob.get("mimeType") or default_mime).lower(), data)
 
 
 @dataclass

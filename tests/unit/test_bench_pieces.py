@@ -67,7 +67,8 @@ def test_a_run_the_agent_never_ended_is_refused(tmp_path):
 @pytest.mark.parametrize("argv, words", [(["--mode", "stream,bogus"], "bad --mode"),
                                          (["--sessions", "1,x"], "bad --sessions"),
                                          (["--sessions", "0"], "bad --sessions"),
-                                         (["--duration", "0"], "bad --duration")])
+                                         (["--duration", "0"], "bad --duration"),
+                                         (["--rounds", "0"], "bad --rounds")])
 def test_bad_twin_bench_flags_are_one_clear_error_before_anything_starts(argv, words):
     with pytest.raises(LabError, match=words):
         twin.main(argv)
@@ -77,3 +78,19 @@ def test_twin_bench_levels_default_per_mode():
     class A:
         mode, sessions = "stream,idle", None
     assert twin._levels(A) == [("stream", 1), ("stream", 50), ("stream", 200), ("idle", 1000)]
+
+
+def _row(server: str, cpu_s: float, p99_ms: float, frames: int = 1000) -> twin.Row:
+    tally = load.Tally(opened=200, held=200, lats_ms=[1.0] * 98 + [p99_ms] * 2, mic_chunks=frames - 100)
+    return twin.Row(server, "stream", 200, tally, 100.0, 0.5, 0.2, cpu_s)
+
+
+def test_with_several_rounds_the_goal_is_the_median_of_each_rounds_own_ratio(capsys):
+    # each round's twin is set against the baseline run just before it, not against another round's
+    rows = [_row("baseline", 1.0, 10.0), _row("twin", 1.1, 11.0),
+            _row("baseline", 2.0, 40.0), _row("twin", 4.0, 40.0),     # a loaded round: 2.0x, 1.0x
+            _row("baseline", 1.0, 10.0), _row("twin", 1.2, 30.0)]
+    twin._floors(rows)
+    out = capsys.readouterr().out
+    assert "cpu per client frame 1.20x the baseline" in out and "(<= 1.15x: NOT met)" in out
+    assert "p99 1.10x (<= 1.2x: met)" in out and "median of 3 rounds: cpu 1.10, 2.00, 1.20" in out
