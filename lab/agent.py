@@ -30,7 +30,7 @@ from lab import scenario as scenario_mod
 from lab.backend import Backend
 from lab.clients import get as get_client
 from lab.clients.base import ClientContext, Endpoint
-from lab.clients.command import CommandClient
+from lab.clients.command import CommandClient, NotAskable
 from lab.errors import ONE_LINE_ERRORS, LabError
 from lab.events import Event, EventLog
 from lab.live import errors as live_errors
@@ -189,7 +189,8 @@ class Agent:
         except ONE_LINE_ERRORS:
             raise
         except Exception as e:  # a step that fails is recorded, and the run goes on to its end
-            self.log.write("step.error", src="agent", id=label, error=f"{type(e).__name__}: {e}")
+            unaskable = {"unaskable": step.action} if isinstance(e, NotAskable) else {}
+            self.log.write("step.error", src="agent", id=label, error=f"{type(e).__name__}: {e}", **unaskable)
             self.progress(f"[{self.log.now_ms() / 1000:7.1f}s] step {label} failed: {type(e).__name__}: {e}")
         self.log.write("step", src="agent", id=label, what=step.describe(), note=step.note)
         self.steps_done.append(label)

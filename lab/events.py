@@ -50,7 +50,8 @@ EVENT_KINDS: dict[str, EventKind] = {
                     "client_cmd: the app run as the client (--client-cmd, a framework client)"),
     "run.end": _k("agent", "status error not_reached bookings", "status ok | error | interrupted"),
     "step": _k("agent", "id what note", "a timeline step done"),
-    "step.error": _k("agent", "id error", "a step that raised; the run goes on"),
+    "step.error": _k("agent", "id error unaskable", "a step that raised; the run goes on (unaskable: the client "
+                                                     "action an app cannot be made to do)"),
     "fault.apply": _k("agent", "name spec path", "path kernel | userspace for a kind with two (netem)"),
     "fault.clear": _k("agent", "name at_exit"),
     "action": _k("agent", "what", "a scripted action (lab.actions)"),

@@ -28,10 +28,19 @@ class Metric:
     origin: str = EMERGED
     param: str | None = None        # the twin parameter a twin-input figure echoes
     scalar: bool = True             # a number, bool or string (an expectation may bound it); else a table
+    # the scripted client action (lab.actions) without which the figure cannot exist: an app the lab
+    # cannot ask it (a black box under --client-cmd or a framework) leaves an absent figure unjudged
+    needs_action: str | None = None
 
 
-def _m(name: str, about: str, origin: str = EMERGED, param: str | None = None, scalar: bool = True) -> Metric:
-    return Metric(name, about, origin, param, scalar)
+def _m(name: str, about: str, origin: str = EMERGED, param: str | None = None, scalar: bool = True,
+       needs_action: str | None = None) -> Metric:
+    return Metric(name, about, origin, param, scalar, needs_action)
+
+
+def needs_action(name: str) -> str | None:
+    m = METRICS.get(name)
+    return m.needs_action if m is not None else None
 
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
@@ -58,7 +67,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("refused", "attempts refused"),
     _m("accepted", "attempts accepted"),
     _m("no_result", "attempts the record ends before answering"),
-    _m("refusal_codes", "close code of each refusal, counted", TWIN_INPUT, "refuse_code", scalar=False),
+    _m("refusal_codes", "close code of each refusal, counted", TWIN_INPUT, "refuse_code", scalar=False,
+       needs_action="resume"),
     _m("refusal_latency_ms", "attempt start -> its refusal (min, max, p50)", TWIN_INPUT, "refuse_close_s", scalar=False),
     _m("resumed", "an attempt was accepted"),
     _m("first_accept_latency_ms", "the accepted attempt's start -> its setupComplete", TWIN_INPUT, "resume_setup_s"),
@@ -71,7 +81,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("first_audio_ms", "the first model audio after the recovery"),
     _m("loss_to_first_audio_ms", "loss -> the first model audio after the recovery"),
     _m("resumed_after_close_ms", "the old connection's (echoed) close -> the resumed setupComplete: the twin's resume "
-       "setup time once idle_release_s has passed since the last data frame", TWIN_INPUT, "resume_setup_s"),
+       "setup time once idle_release_s has passed since the last data frame", TWIN_INPUT, "resume_setup_s",
+       needs_action="close"),
     _m("close_ms", "the close that unlocked the session"),
     _m("fallback", "the client opened a new session by its fallback"),
     _m("fallback_note", "the fallback carried a status note"),

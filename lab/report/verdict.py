@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lab import expectations
+from lab import expectations, metric_names
 from lab.conversation.semantics import JSON_FILE
 from lab.errors import LabError
 from lab.events import EVENT_KINDS, Event, read_events
@@ -85,6 +85,25 @@ def verdict_passed(v: dict[str, Any]) -> bool:
     return bool(v.get("pass", v.get("passed")))
 
 
+def unasked(rows: list[dict[str, Any]], events: list[Event]) -> list[dict[str, Any]]:
+    """The rows left unjudged because the client could not be asked what the scenario scripts: a
+    failed row whose figure is absent and can only exist after a client action (resume, close) that
+    an app refused to be made to do (step.error unaskable). A figure the app did produce on its own
+    is judged as usual."""
+    refused = {e.get("unaskable") for e in events if e.kind == "step.error" and e.get("unaskable")}
+    if not refused:
+        return rows
+    out = []
+    for r in rows:
+        exp = expectations.resolve(r["name"])
+        needs = {metric_names.needs_action(n) for n in (exp.reads if exp is not None else ())} & refused
+        if r["held"] is False and r["observed"] in (None, [], {}) and needs:
+            r = {**r, "held": None, "note": f"not judged: the scenario asks the client to {' and '.join(sorted(needs))}, "
+                                            "which the lab cannot make an app do, and the app did not on its own"}
+        out.append(r)
+    return out
+
+
 def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | None = None,
                run_id: str = "", notes: list[str] | None = None,
                conversation: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -101,7 +120,7 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
     bad_status = str(m["status"]).lower() in ("error", "failed", "aborted", "interrupted")
     # the client never wrote a line and the run did not end well: nothing was tried, nothing to judge
     interrupted = not client_started(events, twin) and (not m["complete"] or bad_status)
-    rows = [] if interrupted else expectations.evaluate(meta.get("expect") or {}, m)
+    rows = [] if interrupted else unasked(expectations.evaluate(meta.get("expect") or {}, m), events)
     checked = [r for r in rows if r["held"] is not None]
     reasons = []
     if not events:
