@@ -33,7 +33,8 @@ def batch(tmp_path_factory):
     assert p.returncode == 0, (p.stderr.strip().splitlines() or ["(no output)"])[-1]
     lines: list[str] = []
     out = tmp_path_factory.mktemp("matrix") / "batch"
-    run_matrix(["control"], list(FRAMEWORKS), n=1, out_dir=out, out=lines.append)
+    # the three frameworks side by side (each cell's clock starts at its app's first connection)
+    run_matrix(["control"], list(FRAMEWORKS), n=1, out_dir=out, out=lines.append, jobs=3)
     return out, lines
 
 
