@@ -7,7 +7,8 @@
 # The peer scripts under tests/peers/ use only the stdlib and these packages, so neither venv needs
 # the project itself. Idempotent: a venv whose stamp matches its pins is skipped at once.
 #
-# Usage: scripts/peers-setup.sh [livekit|pipecat|adk|all|NAME@RELEASE[+BUILD]]   (default all)
+# Usage: scripts/peers-setup.sh [livekit|pipecat|adk|all|NAME@RELEASE[+BUILD]]...   (default all; several
+#        names are built side by side)
 #   NAME@RELEASE (livekit@1.8.9, pipecat@1.14.0, adk@2.13.0) builds .venv-NAME-RELEASE with that release of
 #   the framework's packages (for livekit: livekit-agents and livekit-plugins-google at the same release);
 #   +BUILD also applies our patch tests/fixtures/NAME-BUILD.patch to the installed package (livekit@1.8.0+pr003:
@@ -98,6 +99,17 @@ setup_peer_locked() {
   echo "peers-setup: $name installed in $dir (first, $(since "$t0") s): $("$dir/bin/pip" freeze 2>/dev/null | grep -iE '^(livekit-agents|livekit-plugins-google|livekit|pipecat-ai|google-adk|google-genai)==' | tr '\n' ' ')"
 }
 
+# several names: each built side by side (their venvs and locks are their own), the exit as for one
+if [ "${1:-}" != --pins ] && [ $# -gt 1 ]; then
+  pids=()
+  for name in "$@"; do "$0" "$name" & pids+=($!); done
+  rc=0
+  for pid in "${pids[@]}"; do
+    r=0; wait "$pid" || r=$?
+    if [ "$rc" = 0 ] || [ "$r" = 75 ]; then rc=$r; fi
+  done
+  exit "$rc"
+fi
 which=${1:-all}
 # --pins NAME: the pip requirements of NAME's pinned venv, one a line, and nothing installed (the
 # framework client image's offline wheelhouse is downloaded for these: lab/topology/framework_image.py)

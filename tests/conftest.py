@@ -14,12 +14,12 @@ def _is_root() -> bool:
 
 
 SHARED_SCOPES = ("class", "module", "package")
-# files that start framework clients (LiveKit, pipecat, ADK) from their venvs, in two worker groups:
-# each client is heavy on a 2-core machine, so more than two at once only slow each other, and one
-# group of all four files (~13 minutes) was the suite's longest tail. Two groups may ask for the same
-# venv at once: scripts/peers-setup.sh builds each venv under a lock, so the second waits for it.
-FRAMEWORK_GROUPS = {"test_lk003.py": "frameworks-003",
-                    "test_frameworks.py": "frameworks", "test_matrix.py": "frameworks", "test_peers.py": "frameworks"}
+# files that start framework clients (LiveKit, pipecat, ADK) from their venvs, in one worker group:
+# a client's start-up is heavy on a 2-core machine. test_lk003.py's four runs go to any worker: each
+# is mostly a long wait on the scenario's timers, and a run's clock starts at its app's first
+# connection, so a start-up slowed by its neighbours costs the run nothing. Two workers may ask for
+# the same venv at once: scripts/peers-setup.sh builds each venv under a lock, so the second waits.
+FRAMEWORK_GROUPS = {"test_frameworks.py": "frameworks", "test_matrix.py": "frameworks", "test_peers.py": "frameworks"}
 
 
 def _group(item) -> str | None:
