@@ -5,6 +5,11 @@ Every room raises a LabError (or a subclass) for bad input or a missing capabili
 """
 from netem.errors import NetemError
 
+# A close or error text that starts with this is the lab's own configuration error reported from
+# inside a run (the twin refusing a setup whose client lacks the conversation's tools): the agent
+# ends the run with it as one line (lab.live.errors reads it), instead of judging what followed
+LAB_REASON = "livelab: "
+
 
 class LabError(Exception):
     code = 2

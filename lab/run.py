@@ -585,6 +585,9 @@ def _run_cell(spec: RunSpec, title: str, budget, out=print) -> dict:
     why = _client_start_error(run_dir) if spec.client_cmd else None
     if why:    # the app never ran: a verdict would judge nothing, and every next run fails alike
         raise LabError(why)
+    why = v.get("lab_stopped")
+    if why:    # the lab's own configuration (the twin found it at the setup): every next run fails alike
+        raise LabError(f"{run_dir.name}: {why}")
     if budget is not None:
         settled = budget.settle(run_dir, run_dir.name)   # the cross-check: every opened connection charged
         if settled.note:

@@ -26,10 +26,10 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from lab.errors import LabError
+from lab.errors import LAB_REASON, LabError
 from lab.events import Event, read_events
 
-AUTH, QUOTA, BUDGET, OTHER = "auth", "quota", "budget", "other"
+AUTH, QUOTA, BUDGET, LAB, OTHER = "auth", "quota", "budget", "lab", "other"
 STOP_KINDS = (AUTH, QUOTA, BUDGET)
 AUTH_RE = re.compile(r"api[ _-]?key (not valid|invalid|missing|expired)|invalid api[ _-]?key|"
                      r"API_KEY_INVALID|PERMISSION_DENIED|UNAUTHENTICATED|unregistered callers|"
@@ -39,13 +39,17 @@ KEYISH_RE = re.compile(r"AIza[0-9A-Za-z_\-]{20,}|[A-Za-z0-9_\-]{32,}")
 
 
 class LiveStop(LabError):
-    """Stop the batch: the key is refused, the quota is spent, or the session budget is."""
+    """Stop the batch: the key is refused, the quota is spent, the session budget is, or the lab's
+    own configuration cannot run (a conversation asking for tools the client does not declare)."""
     code = 5
 
     def __init__(self, kind: str, detail: str):
         self.kind = kind
         if kind == BUDGET:   # the budget's own line already says which cap and what to do
             super().__init__(f"live batch stopped: {detail}")
+            return
+        if kind == LAB:      # the lab's own configuration, found by the twin at the setup
+            super().__init__(f"the run stopped: {detail}")
             return
         what = ("the endpoint refused the API key" if kind == AUTH else "the API quota is spent")
         hint = ("check GEMINI_API_KEY (env or .env)" if kind == AUTH else "wait for the quota to reset or lower N/DURATION")
@@ -99,6 +103,8 @@ def classify(err: Any = None, *, code: int | None = None, reason: str | None = N
         status = int(m.group(1)) if m else None
     if re.search(r"\bBudgetError\b", text):
         return BUDGET
+    if LAB_REASON in text:
+        return LAB
     if status in (401, 403) or AUTH_RE.search(text) or (code == 1008 and re.search(r"api[ _-]?key|auth", text, re.I)):
         return AUTH
     if status == 429 or (code in (1011, 1013, None) and QUOTA_RE.search(text)):
@@ -142,6 +148,8 @@ def live_stop(event: Event | Mapping[str, Any]) -> LiveStop | None:
     kind = classify(code=code, reason=reason)
     if kind == BUDGET:
         return LiveStop(kind, reason.split("): ", 1)[-1])
+    if kind == LAB:
+        return LiveStop(kind, reason[reason.find(LAB_REASON) + len(LAB_REASON):])
     return LiveStop(kind, describe(code=code, reason=reason)) if kind in (AUTH, QUOTA) else None
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from lab import expectations, metric_names
 from lab.conversation.semantics import JSON_FILE
-from lab.errors import LabError
+from lab.errors import LAB_REASON, LabError
 from lab.events import EVENT_KINDS, Event, read_events
 from lab.report import advice as advice_mod
 from lab.report import metrics as metrics_mod
@@ -85,6 +85,16 @@ def verdict_passed(v: dict[str, Any]) -> bool:
     return bool(v.get("pass", v.get("passed")))
 
 
+def lab_stopped(events: list[Event]) -> str | None:
+    """The lab's own configuration error a run's record carries (lab.errors.LAB_REASON: the twin
+    refused a setup whose client lacks the conversation's tools), else None."""
+    for e in events:
+        text = str(e.get("reason") or e.get("error") or "")
+        if LAB_REASON in text:
+            return text[text.find(LAB_REASON) + len(LAB_REASON):]
+    return None
+
+
 def unasked(rows: list[dict[str, Any]], events: list[Event]) -> list[dict[str, Any]]:
     """The rows left unjudged because the client could not be asked what the scenario scripts: a
     failed row whose figure is absent and can only exist after a client action (resume, close) that
@@ -120,7 +130,8 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
     bad_status = str(m["status"]).lower() in ("error", "failed", "aborted", "interrupted")
     # the client never wrote a line and the run did not end well: nothing was tried, nothing to judge
     interrupted = not client_started(events, twin) and (not m["complete"] or bad_status)
-    rows = [] if interrupted else unasked(expectations.evaluate(meta.get("expect") or {}, m), events)
+    stopped = lab_stopped(events)       # the lab's own configuration stopped it: nothing to judge
+    rows = [] if interrupted or stopped else unasked(expectations.evaluate(meta.get("expect") or {}, m), events)
     checked = [r for r in rows if r["held"] is not None]
     reasons = []
     if not events:
@@ -131,10 +142,12 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
         reasons.append(f"run ended with status {m['status']}" + (f": {m['error']}" if m["error"] else ""))
     if not rows and not interrupted:
         notes.append("no expectations in run.json")
-    if not checked and not interrupted:
+    if not checked and not interrupted and not stopped:
         reasons.append("no checks")
     if interrupted:
         reasons.append("interrupted before the client started: not judged")
+    if stopped:
+        reasons.append(f"not judged: {stopped}")
     notes += reasons
     for r in rows:
         a = advice_mod.for_expectation(r, m)
@@ -147,11 +160,12 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
         **info,
         "pass": ok_run and bool(checked) and all(r["held"] for r in checked),
         "interrupted": interrupted,
+        **({"lab_stopped": stopped} if stopped else {}),
         "reasons": reasons,
         "expectations": rows,
         "failed": [r["name"] for r in checked if not r["held"]],
         "notes": notes,
-        "rules": {} if interrupted else rule_rows(events, twin, meta, m, notes, conversation),
+        "rules": {} if interrupted or stopped else rule_rows(events, twin, meta, m, notes, conversation),
         "metrics": m,
     }
     run_advice = advice_mod.for_run(v)

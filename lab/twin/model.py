@@ -142,6 +142,17 @@ class ScriptedModel(E.Engine):
     def configure(self, setup: dict) -> None:
         self.declare(declarations(setup))
 
+    def undeclared(self) -> list[str]:
+        """The conversation's tools the client's setup does not declare (by name or by the tool's
+        `asks` words): a conversation of the user's own asks for tools the agent must have. The
+        studies' booking story, every catalogue scenario's default, is exempt: it is put on the
+        agent's tool where the words allow and is otherwise the scenario's story, judged as such;
+        a lines-only conversation is built from the declarations, so it has none."""
+        if self.conv.source == F.SOURCE_LINES or self.conv.name == F.DEFAULT:
+            return []
+        names = {d.get("name") for d in self.declared}
+        return [n for n in self.tools if n not in names]
+
     @property
     def tool_name(self) -> str:
         t = self.main_tool()

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Protocol
 
+from lab.errors import LAB_REASON
 from lab.events import redact_handle
 from lab.stats.distributions import bounds, draw
 from lab.twin import wire
@@ -196,9 +197,25 @@ class TurnHooks(Protocol):
     def configure(self, sid: str, setup: dict) -> list: ...        # a resumed session's new setup (its logs)
     def stop(self, sid: str) -> bool: ...                          # drop the turn in flight; was it speaking
     def user_turns(self, sid: str) -> int: ...                     # user turns begun (utterances, texts)
+    def undeclared(self, sid: str) -> list[str]: ...               # conversation tools the setup lacks
 
 
 INPUT_KINDS = ("clientContent", "realtimeInput", "toolResponse")
+
+# A close for the lab's own configuration (not a service behaviour): 1008, policy, with a reason that
+# starts with lab.errors.LAB_REASON, so a client's record of it ends the run with that one line
+LAB_CONFIG_CLOSE = 1008
+CLOSE_REASON_MAX = 123      # bytes a WebSocket close reason may hold (RFC 6455 5.5: 125 less the code)
+
+
+def undeclared_reason(missing: list[str], setup: dict) -> str:
+    """The close reason for a conversation whose tools the client does not declare, cut to fit."""
+    have = [fd.get("name") for t in setup.get("tools") or [] if isinstance(t, dict)
+            for fd in t.get("functionDeclarations") or [] if isinstance(fd, dict)]
+    text = (f"{LAB_REASON}the conversation calls {', '.join(missing)}, which the client does not declare "
+            f"(it declares {', '.join(str(h) for h in have) or 'no tools'})")
+    raw = text.encode()
+    return text if len(raw) <= CLOSE_REASON_MAX else raw[:CLOSE_REASON_MAX - 3].decode(errors="ignore") + "..."
 
 # 002's mitigations as the twin sees them at a resume: video "turned off before reconnect" is no
 # frame in the old connection's last VIDEO_STOPPED_S (assumption: two frame periods at the lab's
@@ -452,6 +469,12 @@ class Sessions:
         acts += self.turns.begin(s.id, setup, client=c.client)
         s.conn = c.id
         c.session = s.id
+        missing = self.turns.undeclared(s.id)
+        if missing:
+            # the lab's own configuration error, not a service behaviour (assumption: the real
+            # service has no conversation file): one line for the run, in the close's reason
+            return acts + self._refuse(c, LAB_CONFIG_CLOSE, undeclared_reason(missing, setup),
+                                       now + self.prm.setup_error_close_s, "undeclared_tool")
         if c.transparent:
             self.replays.started(c.id, s.id)
         c.setup_drawn_s = draw(self.prm.new_setup_s, self.rng)

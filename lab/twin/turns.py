@@ -261,6 +261,9 @@ class Turns:
     def user_turns(self, sid: str) -> int:
         return self.play(sid).turns_begun
 
+    def undeclared(self, sid: str) -> list[str]:
+        return self.play(sid).model.undeclared()
+
     # ---- events -------------------------------------------------------------------------------
     def deliver(self, sid: str, conn: int, kind: str, body: dict, now: float) -> list:
         """One client message on the session's live connection; raises wire.BadInput."""

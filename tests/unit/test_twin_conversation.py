@@ -100,3 +100,42 @@ def test_lines_only_is_deterministic_for_a_seed(tmp_path):
         sim.after(2)
         return [(round(at, 6), f) for at, f, _ in sim.sent[1]]
     assert run() == run()
+
+
+BOOKING_TOOLS = [{"functionDeclarations": [{"name": "book_slot", "description": "Book a slot.",
+                                            "parameters": {"type": "OBJECT", "properties": {"slot": {"type": "STRING"}}}}]}]
+
+
+def test_a_conversation_whose_tools_the_client_lacks_refuses_the_setup_with_one_lab_line():
+    """The support conversation asks for check_order and refund_order; a client declaring only
+    book_slot gets no setupComplete but a close whose reason is the lab's one line, which ends
+    the run (lab.live.errors) instead of a conversation judged against tools it never had."""
+    from lab.errors import LAB_REASON
+    from lab.events import Event
+    from lab.live.errors import LAB, live_stop
+    sim = ConvSim("support")
+    session(sim, tools=BOOKING_TOOLS)
+    assert not sim.frames(1, "setupComplete")
+    (refuse,) = sim.logs_of("twin.refuse")
+    assert refuse["code"] == 1008 and refuse["why"] == "undeclared_tool"
+    assert refuse["reason"].startswith(LAB_REASON + "the conversation calls check_order, refund_order")
+    assert "it declares book_slot" in refuse["reason"] and len(refuse["reason"].encode()) <= 123
+    stop = live_stop(Event("conn.closed", 0.0, 10, "client", {"conn": 1, "code": 1008, "reason": refuse["reason"]}))
+    assert stop is not None and stop.kind == LAB and str(stop).startswith("the run stopped: the conversation calls")
+
+
+def test_the_default_booking_story_and_lines_only_never_refuse_for_tools(tmp_path):
+    sim = ConvSim("booking")
+    session(sim, tools=SUPPORT_TOOLS)            # the studies' story, put on whatever the client has
+    assert sim.frames(1, "setupComplete") and not sim.logs_of("twin.refuse")
+    lines = tmp_path / "lines.txt"
+    lines.write_text("Please refund order 5512.\n")
+    sim = ConvSim(str(lines))
+    session(sim, tools=BOOKING_TOOLS)            # built from the declarations: nothing to lack
+    assert sim.frames(1, "setupComplete") and not sim.logs_of("twin.refuse")
+
+
+def test_a_conversation_the_client_declares_in_full_is_played():
+    sim = ConvSim("support")
+    session(sim)
+    assert sim.frames(1, "setupComplete") and not sim.logs_of("twin.refuse")
