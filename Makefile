@@ -41,7 +41,7 @@ TEST_RELEASES ?= livekit@1.8.0 livekit@1.8.0+pr003
 TEST_XML ?= $(PHASE_LOG:.log=-tests.xml)
 test: setup ## run every test: units, namespaces (root), the Compose and pod end-to-end runs; prints the slowest and each phase's time
 	@# the images and the framework venvs share nothing (no apt, no lock): they are built side by side
-	@if [ "$$(id -u)" = 0 ]; then scripts/phase.sh images scripts/docker-setup.sh & img=$$!; fi; \
+	@if [ "$$(id -u)" = 0 ]; then scripts/phase.sh images scripts/docker-setup.sh --images & img=$$!; fi; \
 	  v=0; scripts/phase.sh venvs --ok 75 scripts/peers-setup.sh all $(TEST_RELEASES) || v=$$?; \
 	  i=0; if [ -n "$${img:-}" ]; then wait $$img || i=$$?; fi; [ $$v = 0 ] && [ $$i = 0 ]
 	@scripts/phase.sh parallel-tests $(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup -m "not serial" --durations=25 --junitxml=$(TEST_XML)

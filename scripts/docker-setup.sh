@@ -7,6 +7,8 @@
 #      written as LAB_IMAGE_BASE (and LAB_BASE_IMAGE) into .env, which docker compose reads
 #   5. offline only: the base image lab-base:bookworm (debootstrap --variant=minbase + docker import)
 #   6. offline only: the wheelhouse docker/wheels/{deps,project} the images install from with --no-index
+#   7. with --images: the lab's own images (docker compose build: livelab-client, livelab-proxy), so a
+#      first Compose run does not build them inside itself (make test builds them before the tests)
 # Idempotent: each step is skipped when its result is already there. Prints the time of each step.
 # Environment: DEBIAN_MIRROR (default: the host's apt mirror), LIVELAB_TOOLS (default /opt/livelab-tools),
 #              LIVELAB_BASE_IMAGE (default lab-base:bookworm), DOCKERD_WAIT (seconds, default 60),
@@ -28,7 +30,25 @@ die() { echo "docker-setup: $*" >&2; exit 3; }
 step() { STEP=$1; T0=$(date +%s.%N); }
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%6.1f", b-a}'; }
 done_step() { printf 'docker-setup: %-10s %s s  %s\n' "$STEP" "$(since "$T0")" "${1:-}"; }
+# --- 7. (either image path) the lab's images, with --images; then the total, and done
+finish() {
+  if [ "$BUILD_IMAGES" = 1 ]; then
+    step images
+    local log=/var/log/livelab-compose-build.log
+    # the layers are cached: an unchanged tree rebuilds in seconds
+    docker compose build >"$log" 2>&1 || die "docker compose build failed (log: $log: $(tail -n1 "$log"))"
+    done_step "livelab-client and livelab-proxy:${LAB_IMAGE_TAG:-dev} built (log $log)"
+  fi
+  printf 'docker-setup: %-10s %s s\n' total "$(since "$T_ALL")"
+  exit 0
+}
 
+BUILD_IMAGES=0
+case "${1:-}" in
+  --images) BUILD_IMAGES=1 ;;
+  "") ;;
+  *) echo "usage: scripts/docker-setup.sh [--images]" >&2; exit 2 ;;
+esac
 [ "$(id -u)" = 0 ] || die "needs root (apt, dockerd, debootstrap); run: sudo $0"
 
 # --- 1. apt packages -------------------------------------------------------------------------------
@@ -119,8 +139,7 @@ printf 'LAB_IMAGE_BASE=%s\nLAB_BASE_IMAGE=%s\n' "$MODE" "$IMAGE_FOR_MODE" >> .en
 mv .env.tmp .env
 done_step "$MODE ($why; written to .env)"
 if [ "$MODE" = public ]; then
-  printf 'docker-setup: %-10s %s s\n' total "$(since "$T_ALL")"
-  exit 0
+  finish
 fi
 
 # --- 5. base image -----------------------------------------------------------------------------------
@@ -172,4 +191,4 @@ rm -rf "$SRC"
 ls "$WHEELS"/project/*.whl >/dev/null 2>&1 || die "pip wheel of the project failed"
 done_step "$(ls "$WHEELS/deps" | grep -c '\.whl$') dependency wheels + $(basename "$WHEELS"/project/*.whl)"
 
-printf 'docker-setup: %-10s %s s\n' total "$(since "$T_ALL")"
+finish
