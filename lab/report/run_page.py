@@ -42,7 +42,7 @@ LANE_OF_PREFIX = {"fault": "faults", "loss": "faults", "action": "faults", "netw
 STYLE_KINDS = {"fault": ("fault.apply", "fault.clear"), "detected": ("loss.detected",), "loss": ("loss",),
                "action": ("action",), "conn.setup": ("conn.setup_complete",), "conn.code": ("conn.closed",),
                "user.heard": ("user.heard",)}
-RAW_FILES = ("capture.pcapng", "events.jsonl", "twin.jsonl", "frames.jsonl", "run.json", "verdict.json",
+RAW_FILES = ("capture.pcapng", "events.jsonl", "twin.jsonl", "frames.jsonl", "run.json", "plan.json", "verdict.json",
              "timeline.png", "phases.json", "scenario.yaml", "summary.md")
 
 
