@@ -101,11 +101,11 @@ def thread_realtime(priority: int = FIFO_PRIORITY) -> str | None:
     return None if why is None else f"no SCHED_FIFO for the thread ({why}): it wakes behind other work"
 
 
-def fifo_for(pid: int, priority: int = FIFO_PRIORITY) -> str | None:
-    """Put another process (a helper this one drives, such as its iptables-restore) under
-    SCHED_FIFO. None, or why the kernel refused."""
+def fifo_for(pid: int, priority: int = FIFO_PRIORITY, policy: int = os.SCHED_FIFO) -> str | None:
+    """Put another process (a helper this one drives, such as its iptables-restore), or with pid 0
+    the calling thread, under SCHED_FIFO. None, or why the kernel refused."""
     try:
-        os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(priority))
+        os.sched_setscheduler(pid, policy, os.sched_param(priority))
         return None
     except OSError as e:
         return str(e.strerror or e)
@@ -116,13 +116,15 @@ def fifo_while(priority: int = FIFO_PRIORITY) -> Iterator[None]:
     """The calling thread under SCHED_FIFO for a short piece of work with a deadline (a fault's
     rule change: the write to its iptables-restore and the wait for the commit), and back to its
     own policy and nice value after: a thread that also runs an asyncio loop stays ordinary the
-    rest of the time. A thread already real-time (`chrt`, the router service) is left as it is. A
-    refusal is one line on stderr for the process, and the work runs as before."""
+    rest of the time. What it spawns meanwhile (a fault's tc, its worker) starts ordinary
+    (SCHED_RESET_ON_FORK): a worker that wants real time asks for it itself. A thread already
+    real-time (`chrt`, the router service) is left as it is. A refusal is one line on stderr for
+    the process, and the work runs as before."""
     boosted = False
     if _fifo_refused is None:
         policy = os.sched_getscheduler(0)
-        if policy not in _REALTIME_POLICIES:
-            why = fifo_for(0, priority)
+        if (policy & ~os.SCHED_RESET_ON_FORK) not in _REALTIME_POLICIES:
+            why = fifo_for(0, priority, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK)
             boosted = why is None
             if why is not None:
                 note_fifo_refused(why)

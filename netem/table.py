@@ -77,8 +77,9 @@ class PersistentRestore:
 
     Both sides of a change run under SCHED_FIFO where the kernel allows it (netem.realtime): the
     process, which sleeps in read(0) between changes, and the calling thread for the change only
-    (its write and the poll for the commit). As ordinary tasks on a busy machine each waited for a
-    CPU, which was the onset's tail (docs/benchmarks.md). Refused: one stderr line, as before.
+    (its write and the poll for the commit; FaultTable.add holds it from the rendering to its
+    stamp). As ordinary tasks on a busy machine each waited for a CPU, which was the onset's tail
+    (docs/benchmarks.md). Refused: one stderr line, as before.
     """
 
     def __init__(self, netns: str | None):
@@ -237,7 +238,9 @@ class FaultTable:
             atexit.unregister(self._at_exit)
 
     def add(self, fault: Fault) -> Fault:
-        with self._lock:
+        # SCHED_FIFO from here to the stamp that the rule is in force, where the kernel allows it:
+        # the rendering, the change and the stamp do not wait for a CPU (netem.realtime.fifo_while)
+        with self._lock, realtime.fifo_while():
             if fault._table is self:
                 return fault
             if fault._table is not None:
