@@ -213,6 +213,11 @@ class EventLog:
     a child process that joins a run passes the parent's t0 so both write on the same `ms` scale.
     `keep=False`: a writer that never looks back (a served twin) keeps no event in memory, so a
     long-lived process does not grow with everything it ever recorded; `events` stays empty.
+
+    A log that nothing reads (no file, keep=False, no subscriber or waiter: `lab twin serve`
+    without --log) records nothing, so `write` returns None at once: no kind check, no field check,
+    no Event. Every log that records something checks as strictly as ever, which is every log in
+    tests and in a recorded run; `recording` says which a log is.
     """
 
     def __init__(self, path: Path | str | None = None, t0: float | None = None, keep: bool = True):
@@ -227,7 +232,15 @@ class EventLog:
     def now_ms(self) -> float:
         return (time.time() - self.t0) * 1000.0
 
-    def write(self, kind: str, src: str = "lab", **data: Any) -> Event:
+    @property
+    def recording(self) -> bool:
+        """Whether a write reaches anything: the file, the kept events, a subscriber or a waiter."""
+        return self._fh is not None or self._keep or bool(self._listeners) or bool(self._waiters)
+
+    def write(self, kind: str, src: str = "lab", **data: Any) -> Event | None:
+        """Record one event and return it; None from a log that records nothing (`recording`)."""
+        if self._fh is None and not (self._keep or self._listeners or self._waiters):
+            return None
         check_kind(kind)
         bad = FORBIDDEN_FIELDS.intersection(data)
         if bad:

@@ -19,10 +19,13 @@ figures). Its cost: while a worker lives, idle CPUs poll instead of halting
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import gc
 import os
+import sys
+from typing import Iterator
 
 FIFO_PRIORITY = 20     # above every ordinary process, below the kernel's own threads (50+)
 MCL_CURRENT, MCL_FUTURE = 1, 2
@@ -30,6 +33,8 @@ PR_SET_TIMERSLACK = 29
 TIMER_SLACK_NS = 1     # the smallest slack; 0 would mean "the default" (50 us)
 PM_QOS_DEVICE = "/dev/cpu_dma_latency"
 _pm_qos_fd: int | None = None   # open while the process lives: closing it would drop the request
+_REALTIME_POLICIES = frozenset({os.SCHED_FIFO, os.SCHED_RR})
+_fifo_refused: str | None = None   # why the kernel refused a fault change SCHED_FIFO: asked once a process
 
 
 def _libc():
@@ -94,3 +99,52 @@ def thread_realtime(priority: int = FIFO_PRIORITY) -> str | None:
     None, or a note on what was refused."""
     why = fifo_refusal(priority)
     return None if why is None else f"no SCHED_FIFO for the thread ({why}): it wakes behind other work"
+
+
+def fifo_for(pid: int, priority: int = FIFO_PRIORITY, policy: int = os.SCHED_FIFO) -> str | None:
+    """Put another process (a helper this one drives, such as its iptables-restore), or with pid 0
+    the calling thread, under SCHED_FIFO. None, or why the kernel refused."""
+    try:
+        os.sched_setscheduler(pid, policy, os.sched_param(priority))
+        return None
+    except OSError as e:
+        return str(e.strerror or e)
+
+
+@contextlib.contextmanager
+def fifo_while(priority: int = FIFO_PRIORITY) -> Iterator[None]:
+    """The calling thread under SCHED_FIFO for a short piece of work with a deadline (a fault's
+    rule change: the write to its iptables-restore and the wait for the commit), and back to its
+    own policy and nice value after: a thread that also runs an asyncio loop stays ordinary the
+    rest of the time. What it spawns meanwhile (a fault's tc, its worker) starts ordinary
+    (SCHED_RESET_ON_FORK): a worker that wants real time asks for it itself. A thread already
+    real-time (`chrt`, the router service) is left as it is. A refusal is one line on stderr for
+    the process, and the work runs as before."""
+    boosted = False
+    if _fifo_refused is None:
+        policy = os.sched_getscheduler(0)
+        if (policy & ~os.SCHED_RESET_ON_FORK) not in _REALTIME_POLICIES:
+            why = fifo_for(0, priority, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK)
+            boosted = why is None
+            if why is not None:
+                note_fifo_refused(why)
+    try:
+        yield
+    finally:
+        if boosted:
+            os.sched_setscheduler(0, policy, os.sched_param(0))
+
+
+def fifo_refused() -> str | None:
+    """Why this process's fault changes run without SCHED_FIFO; None while none was refused."""
+    return _fifo_refused
+
+
+def note_fifo_refused(why: str) -> None:
+    """One stderr line per process the first time a fault change could not have SCHED_FIFO; later
+    changes do not ask again."""
+    global _fifo_refused
+    if _fifo_refused is None:
+        _fifo_refused = why
+        print(f"netem: no SCHED_FIFO for fault changes ({why}): a change waits behind other work on a busy "
+              "machine", file=sys.stderr, flush=True)

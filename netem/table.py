@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Callable
 
+from netem import realtime
 from netem.errors import NetemError, NoPrivilege, RuleError, ToolMissing
 from netem.fault import Fault, InstalledFault, RuleFault
 from netem.kernel import in_netns
@@ -73,6 +74,12 @@ class PersistentRestore:
     read(0) (seen in /proc/PID/syscall); the nf_tables commit before that point is synchronous.
     On a refused block iptables-restore prints the error and exits: that error is raised and a
     new process is started for the next change. If its parent dies, it reads EOF and exits.
+
+    Both sides of a change run under SCHED_FIFO where the kernel allows it (netem.realtime): the
+    process, which sleeps in read(0) between changes, and the calling thread for the change only
+    (its write and the poll for the commit; FaultTable.add holds it from the rendering to its
+    stamp). As ordinary tasks on a busy machine each waited for a CPU, which was the onset's tail
+    (docs/benchmarks.md). Refused: one stderr line, as before.
     """
 
     def __init__(self, netns: str | None):
@@ -87,6 +94,9 @@ class PersistentRestore:
         with in_netns(self.netns):
             self.proc = subprocess.Popen(["iptables-restore", "--noflush"], stdin=subprocess.PIPE,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, bufsize=0)
+        why = realtime.fifo_for(self.proc.pid)
+        if why is not None:
+            realtime.note_fifo_refused(why)
         self._wait_idle(10.0)
 
     def _pending(self) -> int:
@@ -120,14 +130,15 @@ class PersistentRestore:
     def apply(self, text: str, timeout: float = 10.0) -> None:
         if self.proc is None or self.proc.poll() is not None:
             self._start()
-        try:
-            self.proc.stdin.write(text.encode())
-        except BrokenPipeError:
-            self.proc.wait()
-            err = self.proc.stderr.read().decode(errors="replace")
-            self.proc = None
-            raise RuleError(f"iptables-restore refused the lab's rules: {_first_error(err)}") from None
-        self._wait_idle(timeout)
+        with realtime.fifo_while():
+            try:
+                self.proc.stdin.write(text.encode())
+            except BrokenPipeError:
+                self.proc.wait()
+                err = self.proc.stderr.read().decode(errors="replace")
+                self.proc = None
+                raise RuleError(f"iptables-restore refused the lab's rules: {_first_error(err)}") from None
+            self._wait_idle(timeout)
 
     def close(self) -> None:
         if self.proc is not None:
@@ -227,7 +238,9 @@ class FaultTable:
             atexit.unregister(self._at_exit)
 
     def add(self, fault: Fault) -> Fault:
-        with self._lock:
+        # SCHED_FIFO from here to the stamp that the rule is in force, where the kernel allows it:
+        # the rendering, the change and the stamp do not wait for a CPU (netem.realtime.fifo_while)
+        with self._lock, realtime.fifo_while():
             if fault._table is self:
                 return fault
             if fault._table is not None:

@@ -1,11 +1,11 @@
-"""`lab bench twin|faults|recovery|overhead|router|false-alarms|report`: benchmarks that print figures and ratios, never assert."""
+"""`lab bench twin|twin-core|faults|recovery|overhead|router|false-alarms|report`: benchmarks that print figures and ratios, never assert."""
 from __future__ import annotations
 
 import importlib
 
 from lab.errors import LabError
 
-BENCHES = {"twin": "lab.bench.twin", "faults": "lab.bench.faults", "recovery": "lab.bench.recovery",
+BENCHES = {"twin": "lab.bench.twin", "twin-core": "lab.bench.twin_core", "faults": "lab.bench.faults", "recovery": "lab.bench.recovery",
            "overhead": "lab.bench.overhead", "router": "lab.bench.router", "false-alarms": "lab.bench.false_alarms",
            "report": "lab.bench.pages"}
 

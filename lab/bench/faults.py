@@ -612,8 +612,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="image for a throw-away container when none is named (needs iptables)")
     ap.add_argument("--router-only", action="store_true",
                     help="only the router section (a router fault's onset at the router, beside the agent's own)")
-    ap.add_argument("--router-fifo", action="store_true",
-                    help="netns diagnostic: the router's iptables-restore under SCHED_FIFO (is the p99 its wait for a CPU?)")
     ap.add_argument("--json", action="store_true", help="also print the summary as JSON")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--topology", choices=["netns", "compose"], default="netns",
@@ -672,11 +670,9 @@ def _router_netns(args) -> int:
     topo.up()
     local = FaultTable(topo.ns_client, handle_signals=False)
     try:
-        res = router_faults.measure(local, topo.router_part.table(), topo.endpoint_host, args.n, args.gap,
-                                    router_fifo=args.router_fifo)
+        res = router_faults.measure(local, topo.router_part.table(), topo.endpoint_host, args.n, args.gap)
         where = "netns: the agent's FaultTable on the router namespace"
-        print("\n".join(router_faults.lines(where + (", its iptables-restore SCHED_FIFO" if args.router_fifo else ""),
-                                             res)), flush=True)
+        print("\n".join(router_faults.lines(where, res)), flush=True)
     finally:
         local.close()
         topo.down()

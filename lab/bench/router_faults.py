@@ -25,7 +25,7 @@ import time
 from lab.stats.order import quantile
 from lab.topology.router_service import RemoteTable
 from netem.faults import build
-from netem.realtime import FIFO_PRIORITY
+from netem.realtime import fifo_refused
 from netem.table import FaultTable
 
 GOAL_P99_MS = 2.0
@@ -48,31 +48,13 @@ def _once(table, dst: str, i: int) -> tuple[float, float, float, float]:
     return t, after, t_ret, (after - before) * 1e3
 
 
-def realtime_restore(table) -> str | None:
-    """The diagnostic `--router-fifo` (netns): the router table's long-lived iptables-restore put
-    under SCHED_FIFO, as netem.realtime does for the delay worker, to see how much of the p99 is
-    that process waiting for a CPU. None when done, else why not."""
-    proc = getattr(getattr(table, "_persistent", None), "proc", None)
-    if proc is None:
-        return "the router table has no long-lived iptables-restore here"
-    try:
-        os.sched_setscheduler(proc.pid, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))
-    except OSError as e:
-        return f"SCHED_FIFO refused: {e.strerror or e}"
-    return None
-
-
-def measure(local, router, dst: str, n: int, gap: float = 0.05, router_fifo: bool = False) -> dict:
+def measure(local, router, dst: str, n: int, gap: float = 0.05) -> dict:
     """n rounds (after two warm-up rounds), each: a fault on the router, then the same on `local`;
     both tables set up first, as the agent does before its first anchor (Agent._prepare_tables).
-    `router_fifo`: the router's iptables-restore under SCHED_FIFO (realtime_restore)."""
+    `fifo_refused`: why this process's fault changes could not have SCHED_FIFO (None: they had it)."""
     router.setup()
     local.setup()
-    if router_fifo:
-        why = realtime_restore(router)
-        if why is not None:
-            raise RuntimeError(why)
-    out: dict[str, list[float]] = {"first_ms": [], "at_router_ms": [], "returned_ms": [], "service_ms": [], "local_ms": []}
+    out: dict = {"first_ms": [], "at_router_ms": [], "returned_ms": [], "service_ms": [], "local_ms": []}
     for i in range(n + 2):
         time.sleep(gap)   # faults in a scenario are seconds apart: the kernel's deferred free is done
         t, at, ret, own = _once(router, dst, i)
@@ -85,6 +67,7 @@ def measure(local, router, dst: str, n: int, gap: float = 0.05, router_fifo: boo
             out["returned_ms"].append((ret - t) * 1e3)
             out["service_ms"].append(own)
             out["local_ms"].append((lat - lt) * 1e3)
+    out["fifo_refused"] = fifo_refused()
     return out
 
 
@@ -106,8 +89,11 @@ def lines(where: str, res: dict) -> list[str]:
     a, r, s, b = (res[k] for k in ("at_router_ms", "returned_ms", "service_ms", "local_ms"))
     a99, b99, a50, b50 = quantile(a, .99), quantile(b, .99), quantile(a, .5), quantile(b, .5)
     met = "met" if a99 <= GOAL_P99_MS else "NOT met"
+    why = res.get("fifo_refused")
+    policy = ("fault changes (the agent's thread and its iptables-restore) SCHED_FIFO" if why is None
+              else f"fault changes as ordinary tasks (SCHED_FIFO refused: {why})")
     return [
-        f"router faults ({where}), n={len(a)}, {load_average()}:",
+        f"router faults ({where}), n={len(a)}, {load_average()}; {policy}:",
         f"  anchor -> rule in force at the router  p50 {a50:.2f} / p99 {a99:.2f} ms   "
         f"(goal p99 <= {GOAL_P99_MS:g} ms on a quiet machine: {met})",
         f"  anchor -> the agent's add returned     p50 {quantile(r, .5):.2f} / p99 {quantile(r, .99):.2f} ms",

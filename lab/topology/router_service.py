@@ -30,7 +30,7 @@ from lab.errors import LabError
 from netem.errors import NetemError
 from netem.faults import build
 from netem.kernel import write_sysctl
-from netem.realtime import fifo_refusal
+from netem.realtime import fifo_refusal, note_fifo_refused
 from netem.table import ROUTER_HOOKS, FaultTable
 
 PORT = 8450
@@ -111,9 +111,8 @@ def serve(host: str, port: int, run_id: str, start_faults: tuple[dict, ...] = ()
     machine both waited milliseconds (lab bench faults, docs/benchmarks.md). Refused: a note on
     stderr, and the service runs as an ordinary process."""
     why = fifo_refusal()
-    if why is not None:
-        print(f"router service: no SCHED_FIFO ({why}): fault onsets wait behind other work", file=sys.stderr,
-              flush=True)
+    if why is not None:   # the one line for the process: its table's changes will not ask again
+        note_fifo_refused(why)
     table = forwarding_table(None, run_id, handle_signals=True)   # SIGTERM at down: the table heals
     for spec in start_faults:
         table.add(build(spec))

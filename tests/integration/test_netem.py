@@ -567,6 +567,19 @@ def test_a_refused_rule_set_is_one_line_and_the_table_keeps_working(topo, table)
     assert "after-error" not in iptables_s(topo.ns_client)
 
 
+
+def test_a_change_is_made_under_sched_fifo_and_the_caller_goes_back_to_its_own_policy(topo, table):
+    # the onset's tail was the restore and the caller's poll waiting for a CPU (netem.realtime)
+    table.setup()
+    before = os.sched_getscheduler(0)
+    f = build({"kind": "blackhole", "name": "fifo-change", "target": {"dst": topo.endpoint_host}}).apply(table)
+    try:
+        assert os.sched_getscheduler(table._persistent.proc.pid) == os.SCHED_FIFO
+        assert os.sched_getscheduler(0) == before
+    finally:
+        f.clear()
+
+
 # ------------------------------------------------------------------------------------ userspace reorder, duplicate
 
 def echoes(echo: UdpEcho, n: int, every: float = 0.002, settle: float = 1.0) -> list[int]:

@@ -94,3 +94,18 @@ def test_with_several_rounds_the_goal_is_the_median_of_each_rounds_own_ratio(cap
     out = capsys.readouterr().out
     assert "cpu per client frame 1.20x the baseline" in out and "(<= 1.15x: NOT met)" in out
     assert "p99 1.10x (<= 1.2x: met)" in out and "median of 3 rounds: cpu 1.10, 2.00, 1.20" in out
+
+
+def test_the_twin_core_bench_sends_the_stream_mix_and_the_core_answers():
+    from lab.bench import twin_core
+    from lab.bench.load import MIC_CHUNK, QUESTION
+
+    todo = twin_core.frames(2, 3.0)
+    assert [at for at, _c, _d in todo] == sorted(at for at, _c, _d in todo)
+    mic = [c for _at, c, d in todo if d == MIC_CHUNK]
+    asked = [c for _at, c, d in todo if d == QUESTION]
+    # a chunk every 100 ms from ~0.5 s, a question every 0.6-1.1 s, per session
+    assert [mic.count(c) for c in (1, 2)] == [25, 25] and 4 <= len(asked) <= 8
+    _cpu, written = twin_core.drive(2, todo)
+    # each question is a user turn and a model decision in the twin's record, at least
+    assert written >= 2 * len(asked)

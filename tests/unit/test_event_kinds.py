@@ -82,3 +82,34 @@ def test_a_foreign_namespace_is_recorded():
 def test_did_you_mean():
     with pytest.raises(ValueError, match="did you mean conn.closed"):
         EventLog().write("conn.clsoed", src="client")
+
+
+def test_a_log_that_records_nothing_skips_its_checks(tmp_path):
+    # no file, no kept events, no subscriber: nothing can read the event, so nothing is built
+    log = EventLog(keep=False)
+    assert not log.recording
+    assert log.write("conn.clsoed", src="client") is None
+    assert log.write("conn.closed", src="client", handle="secret") is None
+
+
+@pytest.mark.parametrize("to_file, keep, subscribed", [(False, True, False), (True, True, False),
+                                                       (True, False, False), (False, False, True)])
+def test_every_log_that_records_stays_strict(tmp_path, to_file, keep, subscribed):
+    # a test's log (kept), a recorded run's (a file, as `lab twin serve --log` writes), and a log
+    # someone listens to refuse a misspelt kind and a secret field as before
+    log = EventLog(tmp_path / "e.jsonl" if to_file else None, keep=keep)
+    seen = []
+    if subscribed:
+        log.subscribe(seen.append)
+    assert log.recording
+    with pytest.raises(ValueError, match="unknown event kind"):
+        log.write("twin.refuze", src="twin")
+    with pytest.raises(ValueError, match="secret-looking"):
+        log.write("twin.setup", src="twin", handle="raw")
+    ev = log.write("twin.setup", src="twin", conn=1)
+    assert ev is not None and ev.kind == "twin.setup"
+    assert seen == ([ev] if subscribed else [])
+    assert log.events == ([ev] if keep else [])
+    log.close()
+    if to_file:
+        assert ['"twin.setup"' in line for line in (tmp_path / "e.jsonl").read_text().splitlines()] == [True]

@@ -1,0 +1,119 @@
+"""`lab bench twin-core`: the twin core's own CPU per client frame, with no sockets. Prints figures only.
+
+Drives `TwinCore` on a simulated clock with the frames `lab bench twin`'s stream sessions send
+(a 100 ms microphone chunk every 100 ms per session, "Did you book it?" every 0.6-1.1 s), firing
+its timers when due and handing its records to an `EventLog` that records nothing, as `lab twin
+serve` without --log does. Process time, best of `--repeat`. The in-run baseline is what the
+bench's bare server does with the same frames (lab.bench.echo: `orjson.loads`, and the audio's
+base64 decoded), so the ratio is the core's work over the least any server does per frame.
+Also printed: the events the core writes per client frame, and what one write costs on that log
+against a log that keeps its events (the strict one every test uses).
+
+    lab bench twin-core -- --sessions 50 --seconds 20 --repeat 3
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import heapq
+import itertools
+import random
+import statistics
+import time
+import timeit
+
+import orjson
+
+from lab.bench.load import MIC_CHUNK, QUESTION, SETUP
+from lab.bench.twin import BENCH_SETTINGS
+from lab.events import EventLog
+from lab.twin import io_actions as A
+from lab.twin.core import TwinCore
+
+
+def frames(sessions: int, seconds: float, seed: int = 3) -> list[tuple[float, int, str]]:
+    """(at, session, frame) in time order: each session's microphone chunks and questions."""
+    rng, out = random.Random(seed), []
+    for c in range(1, sessions + 1):
+        t = 0.5 + rng.random() * 0.1
+        while t < seconds:
+            out.append((t, c, MIC_CHUNK))
+            t += 0.1
+        t = 0.5 + rng.random()
+        while t < seconds:
+            out.append((t, c, QUESTION))
+            t += 0.6 + rng.random() * 0.5
+    out.sort(key=lambda x: (x[0], x[1]))
+    return out
+
+
+def drive(sessions: int, todo: list[tuple[float, int, str]]) -> tuple[float, int]:
+    """(process seconds, events written) for one pass of a fresh core over `todo`."""
+    core, log = TwinCore("developer-api", list(BENCH_SETTINGS), seed=1), EventLog(keep=False)
+    heap: list = []
+    seq = itertools.count()
+    written = 0
+
+    def apply(acts) -> None:
+        nonlocal written
+        for a in acts:
+            if isinstance(a, A.Timer):
+                heapq.heappush(heap, (a.at, next(seq), a.key))
+            elif isinstance(a, A.Log):
+                log.write(a.kind, src="twin", **a.fields)
+                written += 1
+
+    for c in range(1, sessions + 1):
+        apply(core.connection_opened(c, 0.0, "v1", "127.0.0.1:1", ""))
+        apply(core.frame_received(c, SETUP, 0.0))
+    cpu0 = time.process_time()
+    for at, c, data in todo:
+        while heap and heap[0][0] <= at:
+            due, _, key = heapq.heappop(heap)
+            apply(core.timer_fired(key, due))
+        apply(core.frame_received(c, data, at))
+    return time.process_time() - cpu0, written
+
+
+def baseline(todo: list[tuple[float, int, str]]) -> float:
+    """Process seconds for the bare server's work on the same frames (lab.bench.echo's handler)."""
+    cpu0 = time.process_time()
+    for _at, _c, data in todo:
+        body = orjson.loads(data)
+        audio = (body.get("realtime_input") or {}).get("audio")
+        if audio:
+            base64.b64decode(audio["data"])
+    return time.process_time() - cpu0
+
+
+def write_cost_us(log: EventLog, n: int = 20000) -> float:
+    fields = {"conn": 1, "session": "s1", "source": "lines", "text": "Yes, it is booked.", "plan": None}
+    t = min(timeit.repeat(lambda: log.write("twin.model", "twin", **fields), number=n, repeat=5))
+    if log.events:
+        log.events.clear()
+    return t / n * 1e6
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="lab bench twin-core", description=__doc__.splitlines()[0])
+    ap.add_argument("--sessions", type=int, default=50)
+    ap.add_argument("--seconds", type=float, default=20.0, help="simulated seconds of traffic")
+    ap.add_argument("--repeat", type=int, default=3, help="passes; the best is the figure")
+    args = ap.parse_args(argv)
+    todo = frames(args.sessions, args.seconds)
+    core_s, base_s, written = [], [], 0
+    for _ in range(max(1, args.repeat)):   # alternated, so a loaded minute falls on both
+        s, written = drive(args.sessions, todo)
+        core_s.append(s)
+        base_s.append(baseline(todo))
+    n = len(todo)
+    core_us, base_us = min(core_s) / n * 1e6, min(base_s) / n * 1e6
+    print(f"twin core bench: {args.sessions} sessions, {n} client frames ({args.seconds:g} simulated s), "
+          f"best of {len(core_s)} (median core {statistics.median(core_s) / n * 1e6:.1f} us)")
+    print(f"  twin core per client frame      {core_us:7.1f} us   (frames, timers, VAD, turns, records)")
+    print(f"  baseline per client frame       {base_us:7.1f} us   (orjson.loads + the audio's base64: lab.bench.echo)")
+    print(f"  twin core / baseline            {core_us / base_us:7.2f}x")
+    print(f"  events per client frame         {written / n:7.2f}")
+    idle, kept = write_cost_us(EventLog(keep=False)), write_cost_us(EventLog())
+    print(f"  one write, a log that records nothing {idle:.2f} us, a kept log {kept:.2f} us ({idle / kept:.2f}x)")
+    return 0
