@@ -84,13 +84,30 @@ def test_the_wrapper_writes_the_pid_of_the_process_it_becomes(tmp_path):
         p.wait()
 
 
+_FAKE_TCPDUMP = """
+import signal, sys, time
+out = sys.argv[1]
+open(out, "w").close()
+def counts(*_):
+    print("tcpdump: 3 packets captured, 3 packets received by filter", file=sys.stderr, flush=True)
+def flush(*_):
+    with open(out, "a") as f:
+        f.write("done\\n")
+    sys.exit(0)
+signal.signal(signal.SIGUSR1, counts)
+signal.signal(signal.SIGINT, flush)
+print("listening on x", file=sys.stderr, flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
 def _fake_tcpdump(argv):
     # says what tcpdump says once it listens, writes its file, prints its counts on SIGUSR1 (as
-    # tcpdump does: the stop's drain asks for them) and flushes its file on SIGINT
-    out = argv[argv.index("-w") + 1]
-    return ["sh", "-c", 'trap "echo done >> $0; exit 0" INT; '
-            "trap 'echo tcpdump: 3 packets captured, 3 packets received by filter >&2' USR1; "
-            ': > "$0"; echo "listening on x" >&2; while :; do sleep 0.05; done', out]
+    # tcpdump does: the stop's drain asks for them) and flushes its file on SIGINT. A Python
+    # process, not sh: sh runs a trap only after the command it waits on, and a trap that runs
+    # late is a fake's timing, not the capture's
+    return [sys.executable, "-c", _FAKE_TCPDUMP, argv[argv.index("-w") + 1]]
 
 
 def test_capture_starts_two_tcpdumps_on_its_node_and_stops_them_with_sigint(tmp_path):
