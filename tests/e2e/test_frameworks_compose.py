@@ -5,7 +5,9 @@ network namespaces.
 `--client adk` passes control in Compose as it does in netns (test_frameworks); the ADK example
 (examples/table_reservation, unmodified) loads from the user's folder mounted at /app, reaches the
 twin in the endpoint container by the API's real hostname, and its module is checked in the image
-before anything starts. The image is built under this test's own tag.
+before anything starts. The LiveKit example (examples/order_support) goes through L1 in Compose as
+it does in netns: its own `request_refund` runs in the client container, once, and its result
+reaches the twin by the call's id across the goAway. The image is built under this test's own tag.
 """
 import json
 import os
@@ -56,3 +58,26 @@ def test_a_users_adk_agent_runs_in_the_client_container(monkeypatch, tmp_path):
     assert ended and ended[0].get("status") == "ok", lines[-20:]
     twin = [json.loads(ln) for ln in (run / "twin.jsonl").read_text().splitlines() if ln.strip()]
     assert any(r["kind"] == "twin.setup" for r in twin) and any(r["kind"] == "twin.tool_call" for r in twin)
+
+
+def test_the_livekit_example_keeps_its_refund_through_a_goaway_in_compose(monkeypatch, tmp_path):
+    from lab.run import run_batch
+    monkeypatch.chdir(ROOT / "examples" / "order_support")
+    with pytest.raises(LabError, match="has no attribute 'Nope'"):      # checked in the image, nothing started
+        run_batch(["l1-goaway"], client="livekit:agent:Nope", topology="compose", out_dir=tmp_path / "x",
+                  conversation="lines.txt", out=lambda s: None)
+    assert not (tmp_path / "x").exists()
+    lines: list[str] = []
+    batch = run_batch(["l1-goaway"], client="livekit:agent:OrderSupport", topology="compose",
+                      out_dir=tmp_path / "b", conversation="lines.txt", out=lines.append)
+    run = batch / "l1-goaway-livekit-agent-ordersupport-01"
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["pass"], (verdict.get("failed"), lines[-25:])
+    twin = [json.loads(ln) for ln in (run / "twin.jsonl").read_text().splitlines() if ln.strip()]
+    calls = [r for r in twin if r["kind"] == "twin.tool_call" and r["name"] == "request_refund"]
+    assert len(calls) == 1 and calls[0]["args"]["order_id"] == "A1002", calls
+    answered = [r for r in twin if r["kind"] == "twin.tool_response" and r["id"] == calls[0]["id"]]
+    assert answered and answered[0]["known"], answered
+    assert any(r["kind"] == "twin.goaway" for r in twin), [r["kind"] for r in twin]
+    # the agent's own tool ran in the client container and returned what the agent's code returns
+    assert "'refund_id': 'R-A1002'" in (run / "client.log").read_text()
