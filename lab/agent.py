@@ -155,6 +155,10 @@ class Agent:
             self._twin(action)
         elif action.by == actions.NETWORK and self.router is None:
             raise LabError(f"action {action.name!r} needs a router scenario (topology: {{router: true}})")
+        if action.by == actions.CLIENT and not self.client.askable:
+            # a black box refuses (NotAskable) before anything is recorded as done: no action event,
+            # no loss, so the figures count from what the app did on its own
+            await self.client.action(action.name)
         # a client action is recorded before the client acts: the loss is the moment it was told to drop
         self.log.write("action", src="agent", what=action.name)
         if action.cuts_path:

@@ -40,6 +40,9 @@ class ClientContext:
 
 class Client(abc.ABC):
     name: ClassVar[str]
+    # whether the lab can make it take a scripted action (resume, close, abort): the lab's own
+    # clients can; a black-box app refuses every one (lab/clients/command.py)
+    askable: ClassVar[bool] = True
 
     def __init__(self, ctx: ClientContext):
         self.ctx = ctx

@@ -121,6 +121,7 @@ def stdin_line(text: str) -> bytes:
 
 class CommandClient(Client):
     name: ClassVar[str] = "command"
+    askable: ClassVar[bool] = False
 
     def __init__(self, ctx: ClientContext, command: str, endpoint_ip: str | None, node_owns_files: bool = False,
                  cwd: str | None = None, proxy: str | None = None,
@@ -243,8 +244,8 @@ class CommandClient(Client):
 
     async def action(self, what: str, **kw: Any) -> None:
         # not a LabError: the run goes on, and what the app then does on its own is what it is judged on
-        raise NotAskable(f"the app under --client-cmd is a black box: the lab cannot make it {what!r}; "
-                         "its own policy decides")
+        raise NotAskable(f"the app is a black box (your --client-cmd app, or an agent in its framework): the lab "
+                         f"cannot make it {what!r}; its own policy decides")
 
     def flow(self) -> tuple[str, int, str, int] | None:
         peer = self.observer.open_flow()

@@ -162,3 +162,24 @@ def test_a_quota_refusal_ends_it_too_but_the_studied_1011_does_not(play):
     rc, evs, _ = play("  - {at: setup_complete, say: 0}\n",
                       refusal={"code": 1011, "reason": "Internal error encountered."})
     assert rc == 0 and next(e for e in evs if e.kind == "run.end")["status"] == "ok"
+
+
+class BlackBox(FakeClient):
+    """An app the lab cannot drive: every scripted action is refused (lab.clients.command)."""
+    askable = False
+
+    async def action(self, what, **kw):
+        from lab.clients.command import NotAskable
+        raise NotAskable(f"cannot make it {what!r}")
+
+
+def test_an_action_a_black_box_refuses_leaves_no_action_and_no_loss_only_its_step_error(play, monkeypatch):
+    monkeypatch.setattr(lab.agent, "get_client", lambda name: BlackBox)
+    rc, evs, _ = play("""
+  - {id: drop, at: setup_complete, action: abort}
+  - {id: close, at: step:drop, action: close}
+""")
+    assert rc == 0
+    # the figures count from what the app did on its own: nothing says it aborted or closed
+    assert not [e for e in evs if e.kind in ("action", "loss")]
+    assert [(e["id"], e["unaskable"]) for e in evs if e.kind == "step.error"] == [("drop", "abort"), ("close", "close")]
