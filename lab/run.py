@@ -594,8 +594,10 @@ def _run_cell(spec: RunSpec, title: str, budget, out=print) -> dict:
             out(f"   budget: {settled.note}")
     from lab.report.advice import failures     # here: the report loads lazily, as below
     out(f"   verdict: {headline(v)}"
-        + "".join(f"\n     {'ok ' if c.get('held') else 'NO '} {c.get('name')}: expected "
-                  f"{c.get('expected')!r}, saw {c.get('observed')!r}" for c in v.get("checks", []))
+        + "".join(f"\n     {_mark(c.get('held'))} {c.get('name')}: expected "
+                  f"{c.get('expected')!r}, saw {c.get('observed')!r}" + (f" ({c['note']})" if c.get("held") is None
+                                                                          and c.get("note") else "")
+                  for c in v.get("checks", []))
         + "".join(f"\n     FAIL {what}: {text}" for what, text in failures(v)))
     if spec.endpoint == "live":
         from lab.live.errors import stop_reason   # here: as load_key above
@@ -603,6 +605,11 @@ def _run_cell(spec: RunSpec, title: str, budget, out=print) -> dict:
         if why:
             raise LabError(f"stopping the batch: {why}")
     return v
+
+
+def _mark(held: bool | None) -> str:
+    """A check's mark in the terminal: held, not held, or not judged (held None: the reason follows)."""
+    return "ok " if held else "n/a" if held is None else "NO "
 
 
 def _said(run_dir: Path, verdict: dict) -> str:
