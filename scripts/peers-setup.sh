@@ -99,16 +99,22 @@ setup_peer_locked() {
   echo "peers-setup: $name installed in $dir (first, $(since "$t0") s): $("$dir/bin/pip" freeze 2>/dev/null | grep -iE '^(livekit-agents|livekit-plugins-google|livekit|pipecat-ai|google-adk|google-genai)==' | tr '\n' ' ')"
 }
 
-# several names: each built side by side (their venvs and locks are their own), the exit as for one
-if [ "${1:-}" != --pins ] && [ $# -gt 1 ]; then
-  pids=()
-  for name in "$@"; do "$0" "$name" & pids+=($!); done
-  rc=0
-  for pid in "${pids[@]}"; do
+# wait_all PID...: wait for builds side by side and exit as one would: the first failure decides
+# the exit, but a network failure (75) wins so callers can skip
+wait_all() {
+  local rc=0 r pid
+  for pid in "$@"; do
     r=0; wait "$pid" || r=$?
     if [ "$rc" = 0 ] || [ "$r" = 75 ]; then rc=$r; fi
   done
   exit "$rc"
+}
+
+# several names: each built side by side (their venvs and locks are their own), the exit as for one
+if [ "${1:-}" != --pins ] && [ $# -gt 1 ]; then
+  pids=()
+  for name in "$@"; do "$0" "$name" & pids+=($!); done
+  wait_all "${pids[@]}"
 fi
 which=${1:-all}
 # --pins NAME: the pip requirements of NAME's pinned venv, one a line, and nothing installed (the
@@ -161,10 +167,4 @@ for name in "${names[@]}"; do
   esac
   pids+=($!)
 done
-rc=0
-for pid in "${pids[@]}"; do
-  r=0; wait "$pid" || r=$?
-  # the first failure decides the exit, but a network failure (75) wins so callers can skip
-  if [ "$rc" = 0 ] || [ "$r" = 75 ]; then rc=$r; fi
-done
-exit "$rc"
+wait_all "${pids[@]}"
