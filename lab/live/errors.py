@@ -44,7 +44,7 @@ class LiveStop(LabError):
     code = 5
 
     def __init__(self, kind: str, detail: str):
-        self.kind = kind
+        self.kind, self.detail = kind, detail
         if kind == BUDGET:   # the budget's own line already says which cap and what to do
             super().__init__(f"live batch stopped: {detail}")
             return

@@ -28,8 +28,9 @@ from typing import Any
 
 from lab import expectations, metric_names
 from lab.conversation.semantics import JSON_FILE
-from lab.errors import LAB_REASON, LabError
+from lab.errors import LabError
 from lab.events import EVENT_KINDS, Event, read_events
+from lab.live import errors as live_errors
 from lab.report import advice as advice_mod
 from lab.report import metrics as metrics_mod
 from lab.report import rules as rules_mod
@@ -86,13 +87,10 @@ def verdict_passed(v: dict[str, Any]) -> bool:
 
 
 def lab_stopped(events: list[Event]) -> str | None:
-    """The lab's own configuration error a run's record carries (lab.errors.LAB_REASON: the twin
-    refused a setup whose client lacks the conversation's tools), else None."""
-    for e in events:
-        text = str(e.get("reason") or e.get("error") or "")
-        if LAB_REASON in text:
-            return text[text.find(LAB_REASON) + len(LAB_REASON):]
-    return None
+    """The lab's own configuration error a run's record carries (the twin refused a setup whose
+    client lacks the conversation's tools), as lab.live.errors reads it, else None."""
+    stop = next((s for s in map(live_errors.live_stop, events) if s is not None and s.kind == live_errors.LAB), None)
+    return stop.detail if stop is not None else None
 
 
 def unasked(rows: list[dict[str, Any]], events: list[Event]) -> list[dict[str, Any]]:

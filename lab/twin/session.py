@@ -197,7 +197,8 @@ class TurnHooks(Protocol):
     def configure(self, sid: str, setup: dict) -> list: ...        # a resumed session's new setup (its logs)
     def stop(self, sid: str) -> bool: ...                          # drop the turn in flight; was it speaking
     def user_turns(self, sid: str) -> int: ...                     # user turns begun (utterances, texts)
-    def undeclared(self, sid: str) -> list[str]: ...               # conversation tools the setup lacks
+    def undeclared(self, sid: str) -> tuple[list[str], list[str]]: ...   # conversation tools the setup lacks,
+                                                                          # and the names it declares
 
 
 INPUT_KINDS = ("clientContent", "realtimeInput", "toolResponse")
@@ -208,10 +209,8 @@ LAB_CONFIG_CLOSE = 1008
 CLOSE_REASON_MAX = 123      # bytes a WebSocket close reason may hold (RFC 6455 5.5: 125 less the code)
 
 
-def undeclared_reason(missing: list[str], setup: dict) -> str:
+def undeclared_reason(missing: list[str], have: list[str]) -> str:
     """The close reason for a conversation whose tools the client does not declare, cut to fit."""
-    have = [fd.get("name") for t in setup.get("tools") or [] if isinstance(t, dict)
-            for fd in t.get("functionDeclarations") or [] if isinstance(fd, dict)]
     text = (f"{LAB_REASON}the conversation calls {', '.join(missing)}, which the client does not declare "
             f"(it declares {', '.join(str(h) for h in have) or 'no tools'})")
     raw = text.encode()
@@ -469,11 +468,11 @@ class Sessions:
         acts += self.turns.begin(s.id, setup, client=c.client)
         s.conn = c.id
         c.session = s.id
-        missing = self.turns.undeclared(s.id)
+        missing, have = self.turns.undeclared(s.id)
         if missing:
             # the lab's own configuration error, not a service behaviour (assumption: the real
             # service has no conversation file): one line for the run, in the close's reason
-            return acts + self._refuse(c, LAB_CONFIG_CLOSE, undeclared_reason(missing, setup),
+            return acts + self._refuse(c, LAB_CONFIG_CLOSE, undeclared_reason(missing, have),
                                        now + self.prm.setup_error_close_s, "undeclared_tool")
         if c.transparent:
             self.replays.started(c.id, s.id)

@@ -261,8 +261,11 @@ class Turns:
     def user_turns(self, sid: str) -> int:
         return self.play(sid).turns_begun
 
-    def undeclared(self, sid: str) -> list[str]:
-        return self.play(sid).model.undeclared()
+    def undeclared(self, sid: str) -> tuple[list[str], list[str]]:
+        """The conversation's tools the session's setup lacks, and the names it declares (the
+        model's own reading of the setup's declarations)."""
+        mdl = self.play(sid).model
+        return mdl.undeclared(), [str(d.get("name")) for d in mdl.declared]
 
     # ---- events -------------------------------------------------------------------------------
     def deliver(self, sid: str, conn: int, kind: str, body: dict, now: float) -> list:
