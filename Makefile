@@ -11,7 +11,8 @@ ENDPOINT ?= twin
 BUDGET ?=
 SCENARIO ?=
 # parallel test workers for `make test`: the tests mostly wait on real timers and packets, not the CPU
-TEST_WORKERS ?= 5
+# (a scenario run in namespaces uses ~4 s of CPU in its ~50 s), so there are more workers than cores
+TEST_WORKERS ?= 8
 RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),--client $(CLIENT)) \
            $(if $(DURATION),--duration $(DURATION)) $(if $(BUDGET),--budget $(BUDGET)) \
            $(if $(CLIENT_CMD),--client-cmd "$(CLIENT_CMD)") $(if $(JUNIT),--junit-xml $(JUNIT))

@@ -50,6 +50,11 @@ case "${1:-}" in
   *) echo "usage: scripts/docker-setup.sh [--images]" >&2; exit 2 ;;
 esac
 [ "$(id -u)" = 0 ] || die "needs root (apt, dockerd, debootstrap); run: sudo $0"
+# one set-up at a time on this machine (apt, dockerd and the base image are the machine's): a
+# second one, from another test worker or another checkout, waits and then finds each step done
+LOCK=${LIVELAB_SETUP_LOCK:-/run/lock/livelab-docker-setup.lock}
+exec 9>"$LOCK" || die "cannot open the lock $LOCK"
+flock 9 || die "cannot take the lock $LOCK"
 
 # --- 1. apt packages -------------------------------------------------------------------------------
 step apt
@@ -70,7 +75,8 @@ if docker info >/dev/null 2>&1; then
   done_step "already running"
 else
   # setsid: the daemon must outlive this script (pytest calls it in a subprocess)
-  setsid dockerd >/var/log/livelab-dockerd.log 2>&1 < /dev/null &
+  # and must not hold the set-up lock (fd 9) while it lives
+  setsid dockerd >/var/log/livelab-dockerd.log 2>&1 < /dev/null 9>&- &
   for _ in $(seq "$((${DOCKERD_WAIT:-60} * 4))"); do
     docker info >/dev/null 2>&1 && break
     sleep 0.25
@@ -182,13 +188,18 @@ if ! cmp -s docker/requirements.txt "$stamp"; then
 fi
 # the project itself, always rebuilt (the code changes more often than its dependencies)
 # built from a scratch copy of the sources: an in-tree build would reuse a stale build/lib
-rm -f "$WHEELS"/project/*.whl
+# built beside the wheelhouse and renamed into it: a docker build reading the wheelhouse meanwhile
+# sees the old wheel or the new one, never none
 SRC=$(mktemp -d /var/tmp/livelab-src.XXXXXX)
+NEW=$(mktemp -d "$PWD/$WHEELS/.project.XXXXXX")
 tar -c --exclude=__pycache__ --exclude='*.pyc' pyproject.toml README.md lab netem 2>/dev/null | tar -x -C "$SRC"
-"$PIP" wheel -q --disable-pip-version-check --no-deps -w "$PWD/$WHEELS/project" "$SRC" 2>&1 \
+"$PIP" wheel -q --disable-pip-version-check --no-deps -w "$NEW" "$SRC" 2>&1 \
   | grep -vE '^WARNING: Location|BuildBackendWarning|^ *(!!|\*+|Please be careful|name as your package|with strategy|)$' || true
 rm -rf "$SRC"
-ls "$WHEELS"/project/*.whl >/dev/null 2>&1 || die "pip wheel of the project failed"
+whl=$(ls "$NEW"/*.whl 2>/dev/null | head -n1)
+[ -n "$whl" ] || { rm -rf "$NEW"; die "pip wheel of the project failed"; }
+for old in "$WHEELS"/project/*.whl; do [ "$(basename "$old")" = "$(basename "$whl")" ] || rm -f "$old"; done
+mv -f "$whl" "$WHEELS/project/" && rm -rf "$NEW"
 done_step "$(ls "$WHEELS/deps" | grep -c '\.whl$') dependency wheels + $(basename "$WHEELS"/project/*.whl)"
 
 finish

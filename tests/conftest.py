@@ -19,18 +19,22 @@ SHARED_SCOPES = ("class", "module", "package")
 # is mostly a long wait on the scenario's timers, and a run's clock starts at its app's first
 # connection, so a start-up slowed by its neighbours costs the run nothing. Two workers may ask for
 # the same venv at once: scripts/peers-setup.sh builds each venv under a lock, so the second waits.
+# Docker files that share a fixture: test_frameworks_nonroot.py uses test_nonroot.py's user and venv
+DOCKER_GROUPS = {"test_frameworks_nonroot.py": "test_nonroot"}
 FRAMEWORK_GROUPS = {"test_frameworks.py": "frameworks", "test_matrix.py": "frameworks", "test_peers.py": "frameworks"}
 
 
 def _group(item) -> str | None:
     """The xdist group an item must share a worker with, or None to go to any worker.
 
-    Every Docker test shares one worker (they set up and build the same images). A test using a
-    class, module or package fixture shares one with its file, so that fixture (e.g. a batch of runs)
-    runs once; any other test is independent (its own tmp_path, its own namespaces) and goes where a
-    worker is free: test_scenarios.py alone is ~9 minutes of independent runs."""
+    A Docker test shares a worker with its file (DOCKER_GROUPS joins files that share fixtures):
+    each builds its images under a tag of its own and names its Compose project after its run, and
+    scripts/docker-setup.sh, which their fixtures may call, waits for any other one on the machine.
+    A test using a class, module or package fixture shares one with its file, so that fixture (e.g. a
+    batch of runs) runs once; any other test is independent (its own tmp_path, its own namespaces)
+    and goes where a worker is free: test_scenarios.py alone is ~20 minutes of independent runs."""
     if f"{os.sep}e2e{os.sep}" in str(item.path):
-        return "docker"
+        return "docker:" + DOCKER_GROUPS.get(item.path.name, item.path.stem)
     if item.path.name in FRAMEWORK_GROUPS and item.path.parent.name == "integration":
         return FRAMEWORK_GROUPS[item.path.name]     # (tests/unit/test_matrix.py is pure: any worker)
     defs = getattr(item, "_fixtureinfo", None)
