@@ -3,15 +3,21 @@
 Same process shape as `lab twin serve` (its own process, uvloop, TLS from lab.twin.server's
 make_certs, the same websockets settings), so the twin's own cost prints as a ratio to this.
 It does the least any Live API server must: parses every frame (JSON, and the audio's base64),
-answers a setup with setupComplete and a sessionResumptionUpdate, and a text question at once with
-the frames of a short spoken reply (one audio chunk of the twin's recorded size, its transcription,
-turnComplete). It has no sessions, turns, VAD, timers or log.
+answers a setup with setupComplete and a sessionResumptionUpdate, and a text question with the frames
+the twin sends for a short spoken reply, when the twin sends them: one audio chunk of the twin's
+recorded size and generationComplete at once, and turnComplete once the chunk
+has played. The pacing matters to the comparison: the load asks its next question after a
+turnComplete, so a baseline that answered the whole turn at once would be asked about twice as many
+questions per second as the twin over the same microphone stream, and its CPU per client frame
+would measure another mix of work. It has no sessions, turns, VAD or log; its one timer per
+question is the turnComplete.
 
     python -m lab.bench.echo --cert-dir DIR     # prints "base_url URL" and "ca_path PATH", serves until SIGTERM
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import ssl
 import sys
@@ -27,12 +33,22 @@ from lab.twin.server import make_certs, stop_signal
 
 REPLY_CHUNK_S = 0.31    # the twin's audio_chunk_ms (developer-api profile, from the records)
 SETUP_REPLY = (orjson.dumps(wire.setup_complete()), orjson.dumps(wire.resumption_update("baseline")))
-REPLY = (orjson.dumps(wire.audio_chunk(tone(REPLY_CHUNK_S))),
-         orjson.dumps(wire.output_transcription("Yes, it is booked.")),
-         orjson.dumps(wire.turn_complete()))
+# the twin's frames for a short spoken reply to the load's setup (which asks for no transcription):
+# the audio, generationComplete, and later turnComplete
+REPLY_NOW = (orjson.dumps(wire.audio_chunk(tone(REPLY_CHUNK_S))), orjson.dumps(wire.generation_complete()))
+REPLY_PLAYED = orjson.dumps(wire.turn_complete())
+
+
+async def _send_later(ws, frame: bytes) -> None:
+    try:
+        await ws.send(frame)
+    except ConnectionClosed:
+        pass
 
 
 async def _handler(ws) -> None:
+    loop = asyncio.get_running_loop()
+    played = lambda: loop.create_task(_send_later(ws, REPLY_PLAYED))   # noqa: E731
     try:
         async for message in ws:
             body = orjson.loads(message)
@@ -45,8 +61,9 @@ async def _handler(ws) -> None:
             if audio:
                 base64.b64decode(audio["data"])
             elif rt.get("text"):
-                for f in REPLY:
+                for f in REPLY_NOW:
                     await ws.send(f)
+                loop.call_later(REPLY_CHUNK_S, played)
     except ConnectionClosed:
         pass
 

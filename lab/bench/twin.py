@@ -148,6 +148,10 @@ def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, c
                (cpu_b - cpu_a) / span, (load_b - load_a) / span, cpu_b - cpu_a)
 
 
+def _baseline_argv(cert_dir: str) -> list[str]:
+    return [sys.executable, "-m", "lab.bench.echo", "--cert-dir", cert_dir]
+
+
 def _twin_argv(profile: str, cert_dir: str, overrides: list[str]) -> list[str]:
     argv = [sys.executable, "-m", "lab", "twin", "serve", "--port", "0", "--profile", profile,
             "--cert-dir", cert_dir, "--seed", "1"]
@@ -283,8 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="livelab-bench-") as d:
             for mode, n in levels:
-                servers = [] if args.no_baseline else [("baseline", [sys.executable, "-m", "lab.bench.echo",
-                                                                     "--cert-dir", d])]
+                servers = [] if args.no_baseline else [("baseline", _baseline_argv(d))]
                 servers.append(("twin", _twin_argv(args.profile, d, args.overrides)))
                 for k in range(args.rounds):
                     level = []
