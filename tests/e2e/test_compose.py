@@ -1,7 +1,7 @@
 """The Compose lab end to end, the way CI runs it on a fresh machine.
 
 scripts/docker-setup.sh installs and starts everything (docker.io, dockerd, compose v2, the
-debootstrapped base image, the wheelhouse); then the lab's two containers come up, the services
+mmdebstrap base image, the wheelhouse); then the lab's two containers come up, the services
 start on them (the twin and the proxy on the endpoint node, the capture in its sidecar in the client's
 network namespace), a
 client in the client container opens a TLS connection to the twin, a ~3 s NFQUEUE blackhole (with
@@ -87,7 +87,7 @@ def tshark_fields(pcap: Path, display_filter: str, *fields: str) -> list[list[st
 @pytest.fixture(scope="module")
 def docker_setup():
     if os.geteuid() != 0:
-        pytest.skip("the Compose lab's setup needs root (apt, dockerd, debootstrap)")
+        pytest.skip("the Compose lab's setup needs root (apt, dockerd, mmdebstrap)")
     t0 = time.monotonic()
     r = subprocess.run(["bash", str(SETUP_SCRIPT)], capture_output=True, text=True, timeout=900, cwd=REPO)
     print(r.stdout)

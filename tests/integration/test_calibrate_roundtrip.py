@@ -33,6 +33,23 @@ def _table(q: Quantiles, f) -> dict:
     return {k: round(f(v), 4) for k, v in q.as_mapping().items()}
 
 
+def _twin_intervals_ms(twin: list[dict]) -> dict[str, list[float]]:
+    """The twin's own side of the two unperturbed intervals, from its log: a new session's
+    setupComplete -> its first sessionResumptionUpdate, and a typed line heard -> its toolCall."""
+    accepted, heard, out = {}, {}, {"handle_update_delay_s": [], "tool_call_delay_s": []}
+    for e in twin:
+        key = (e.get("session"), e.get("conn"))
+        if e["kind"] == "twin.accept" and not e["resume"]:
+            accepted[key] = e["ms"]
+        elif e["kind"] == "twin.handle" and key in accepted:
+            out["handle_update_delay_s"].append(e["ms"] - accepted.pop(key))
+        elif e["kind"] == "twin.user" and e.get("source") != "speech":
+            heard.setdefault(key, e["ms"])
+        elif e["kind"] == "twin.tool_call" and key in heard:
+            out["tool_call_delay_s"].append(e["ms"] - heard.pop(key))
+    return out
+
+
 @pytest.fixture(scope="module")
 def base():
     return load_profile("developer-api")
@@ -94,9 +111,19 @@ def test_calibration_recovers_a_perturbed_twin_and_drift_names_it(tmp_path, live
         assert not again.changed, (name, again.ks, again.ks_crit, report)
         if moved_by is not None:
             assert abs((got_ms - base[name].at(0.5) * 1000) - moved_by) <= 3 * err_ms + 5
-    # what was not perturbed is not flagged (a 1 % chance each that it is, at any n)
+    # what was not perturbed is not flagged (a 1 % chance each that it is, at any n), once this run's
+    # own client-side share is off: the client stamps both ends of these intervals itself, so on a
+    # loaded machine its loop, late to stamp the first frame, shortens or stretches them by tens of
+    # ms; the twin's log of the same intervals says by how much
+    twin_side = _twin_intervals_ms(twin)
     for name in ("handle_update_delay_s", "tool_call_delay_s"):
-        assert by[name].n >= RUNS and not by[name].fit.changed, (name, report)
+        c = by[name]
+        assert c.n >= RUNS, (name, c.n, report)
+        own = twin_side[name]
+        assert len(own) >= c.n, (name, own, c.n)
+        off_ms = statistics.median(s.value * 1000 for s in c.samples) - statistics.median(own)
+        print(f"{name}: the client's figure minus the twin's own interval, median of {c.n}: {off_ms:.1f} ms")
+        assert not fit([s.value - off_ms / 1000 for s in c.samples], base[name]).changed, (name, off_ms, report)
     # the overlay is a profile; its refusal delay is the perturbed one within the error (the path in)
     doc = yaml.safe_load(out.read_text())
     assert doc["params"]["refuse_close_s"]["distance"]["changed"] is True

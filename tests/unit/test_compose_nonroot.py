@@ -118,7 +118,7 @@ def test_a_user_gets_the_run_folder_back_at_down(monkeypatch, tmp_path):
 
 
 def test_offline_from_the_environment_alone_builds_on_the_offline_base(monkeypatch, tmp_path):
-    """CI sets LAB_IMAGE_BASE=offline and nothing else: compose must get the debootstrap base too."""
+    """CI sets LAB_IMAGE_BASE=offline and nothing else: compose must get the mmdebstrap base too."""
     monkeypatch.setattr(compose, "DOT_ENV", tmp_path / ".env")          # no .env
     monkeypatch.setattr(compose, "image_path", lambda: "offline")
     monkeypatch.delenv("LAB_BASE_IMAGE", raising=False)
