@@ -68,6 +68,8 @@ def measure(local, router, dst: str, n: int, gap: float = 0.05) -> dict:
             out["service_ms"].append(own)
             out["local_ms"].append((lat - lt) * 1e3)
     out["fifo_refused"] = fifo_refused()
+    # the router's own: the service's in Compose, this process's where the router table is local
+    out["router_fifo_refused"] = router.fifo_refused if isinstance(router, RemoteTable) else fifo_refused()
     return out
 
 
@@ -89,9 +91,9 @@ def lines(where: str, res: dict) -> list[str]:
     a, r, s, b = (res[k] for k in ("at_router_ms", "returned_ms", "service_ms", "local_ms"))
     a99, b99, a50, b50 = quantile(a, .99), quantile(b, .99), quantile(a, .5), quantile(b, .5)
     met = "met" if a99 <= GOAL_P99_MS else "NOT met"
-    why = res.get("fifo_refused")
-    policy = ("fault changes (the agent's thread and its iptables-restore) SCHED_FIFO" if why is None
-              else f"fault changes as ordinary tasks (SCHED_FIFO refused: {why})")
+    policy = "; ".join(
+        f"{who}'s fault changes " + ("under SCHED_FIFO" if why is None else f"as ordinary tasks (SCHED_FIFO refused: {why})")
+        for who, why in (("the router", res.get("router_fifo_refused")), ("the agent", res.get("fifo_refused"))))
     return [
         f"router faults ({where}), n={len(a)}, {load_average()}; {policy}:",
         f"  anchor -> rule in force at the router  p50 {a50:.2f} / p99 {a99:.2f} ms   "

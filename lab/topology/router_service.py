@@ -10,7 +10,9 @@ the same FaultTable, made by the same `forwarding_table()`. The agent reaches it
     agent (client container) ── ctl network (client and router only) ──> router service
         {"op": "add", "spec": {...}}   ->  {"ok": true, "name": ..., "path": ..., "t": [before, after]}
         {"op": "clear"}                ->  {"ok": true}
-        {"op": "ping"}                 ->  {"ok": true}     (RemoteTable.setup: the connection made early)
+        {"op": "ping"}                 ->  {"ok": true, "fifo_refused": null | "<why>"}
+                                           (RemoteTable.setup: the connection made early; whether
+                                            the service's changes run under SCHED_FIFO)
         anything refused               ->  {"ok": false, "error": "<one line>"}
 
 One JSON object a line over one TCP connection the agent keeps open (a request costs a round trip
@@ -30,7 +32,7 @@ from lab.errors import LabError
 from netem.errors import NetemError
 from netem.faults import build
 from netem.kernel import write_sysctl
-from netem.realtime import fifo_refusal, note_fifo_refused
+from netem.realtime import fifo_refusal, fifo_refused, note_fifo_refused
 from netem.table import ROUTER_HOOKS, FaultTable
 
 PORT = 8450
@@ -69,7 +71,7 @@ def answer(table: FaultTable, request: dict) -> dict:
             table.clear_all()
             return {"ok": True}
         if op == "ping":
-            return {"ok": True}
+            return {"ok": True, "fifo_refused": fifo_refused()}
         return {"ok": False, "error": f"unknown request {op!r} (add, clear, ping)"}
     except (NetemError, LabError) as e:
         return {"ok": False, "error": str(e)}
@@ -137,6 +139,8 @@ class RemoteTable:
         # the service's (wall time before, after) its iptables-restore of the last change: the
         # router's own clock is the host's (containers share CLOCK_REALTIME), as FaultTable.last_apply
         self.last_apply: tuple[float, float] | None = None
+        # why the service's fault changes run as ordinary tasks (None: under SCHED_FIFO), from setup()
+        self.fifo_refused: str | None = None
 
     def _connect(self) -> None:
         host, port = self.address.rsplit(":", 1)
@@ -172,7 +176,7 @@ class RemoteTable:
         """Connect and ask once (idempotent): the service's chains are set up already, so what a first
         fault would otherwise pay is the connection and the service's first request."""
         if self._sock is None:
-            self._ask({"op": "ping"})
+            self.fifo_refused = self._ask({"op": "ping"}).get("fifo_refused")
         return self
 
     def add(self, fault):

@@ -52,3 +52,21 @@ def test_rows_are_anchor_to_the_routers_stamp_beside_the_local_baseline(monkeypa
 def test_a_router_over_the_goal_says_not_met():
     res = {"first_ms": [3.0, 1.0], "at_router_ms": [2.5], "returned_ms": [2.6], "service_ms": [2.0], "local_ms": [1.0]}
     assert "NOT met" in "\n".join(router_faults.lines("test", res))
+
+
+def test_the_router_services_own_policy_is_said_beside_the_agents(monkeypatch):
+    # the service answers its ping with why its changes have no SCHED_FIFO; the bench says it, not
+    # the agent's (a router container may have a real-time budget the client container lacks)
+    from lab.topology import router_service
+
+    table = router_service.RemoteTable("127.0.0.1:1")
+    monkeypatch.setattr(table, "_ask", lambda req: {"ok": True, "fifo_refused": "Operation not permitted"})
+    table.setup()
+    assert table.fifo_refused == "Operation not permitted"
+    monkeypatch.setattr(router_service, "fifo_refused", lambda: None)
+    assert router_service.answer(None, {"op": "ping"}) == {"ok": True, "fifo_refused": None}
+    res = {"first_ms": [1.0, 1.0], "at_router_ms": [1.0], "returned_ms": [1.1], "service_ms": [0.5], "local_ms": [0.5],
+           "router_fifo_refused": None, "fifo_refused": "Operation not permitted"}
+    head = router_faults.lines("test", res)[0]
+    assert "the router's fault changes under SCHED_FIFO" in head
+    assert "the agent's fault changes as ordinary tasks (SCHED_FIFO refused: Operation not permitted)" in head
