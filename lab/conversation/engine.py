@@ -220,6 +220,9 @@ class Story:
         self.asked: dict[str, dict] = {}          # tool -> the args it was last asked with
 
 
+READINGS_KEPT = 256     # distinct (line, main tool) readings one session keeps; more start it afresh
+
+
 class Engine:
     """One session's model over a conversation and a Story. Deterministic for a given rng seed."""
 
@@ -243,6 +246,7 @@ class Engine:
         self.quiet_ids: set[str] = set()          # calls whose response gets no reply (superseded, or A's silence)
         self.contradict = False                   # C without a re-issue: the next reply says "not made"
         self.pending_at_utterance: set[str] | None = None
+        self._readings: dict[tuple[str, str | None], dict] = {}   # read()'s, for the tools as they are now
 
     # ---- shared state, by the names the twin has always used --------------------------------
     @property
@@ -265,6 +269,7 @@ class Engine:
         if not declared:
             return
         self.declared = declared
+        self._readings.clear()
         if self.conv.source == SOURCE_LINES:
             self.tools, self.assumed = L.tools_from_declarations(declared)
         else:
@@ -361,8 +366,22 @@ class Engine:
     # ---- reading a user turn ------------------------------------------------------------------
     def read(self, text: str) -> dict:
         """What a user's turn asks, with why: {intent, tool, ...}. intent: STOP | STATUS | GREETING |
-        CALL (a tool asked for) | SAY (a conversation turn's sentence) | OTHER."""
+        CALL (a tool asked for) | SAY (a conversation turn's sentence) | OTHER.
+
+        A reading depends on the line, the tools and which of them is the main one, nothing else:
+        a session that says the same line again (a status question asked after every turn) is
+        answered from `_readings`, which the tools' declaration empties. A copy each time: a plan
+        keeps its match."""
         main = self.main_tool()
+        key = (text, main.name if main else None)
+        m = self._readings.get(key)
+        if m is None:
+            if len(self._readings) >= READINGS_KEPT:
+                self._readings.clear()
+            m = self._readings[key] = self._read(text, main)
+        return {**m, "args": dict(m["args"])} if "args" in m else dict(m)
+
+    def _read(self, text: str, main: Tool | None) -> dict:
         order = ([main] if main else []) + [t for t in self.tools.values() if t is not main]
         # the intent by the one rule the report also reads a line by (semantics.words_of); the tool
         # it is about: the first whose own words hear the same, else the main one

@@ -169,3 +169,25 @@ def test_a_two_slot_request_restored_while_both_calls_are_pending_is_not_issued_
     assert len(e.new_calls([step.args, *step.more], tool=step.tool or None)) == 2
     plan = e.restore([("user", line)], [], True)
     assert plan.why == "book-pending" and all(s.kind != "call" for s in plan.steps)
+
+
+def test_a_line_said_again_reads_alike_from_the_kept_reading_and_each_plan_keeps_its_own():
+    e = engine("support")
+    first = e.read("Please refund order 9921.")
+    want = {**first, "args": dict(first["args"])}
+    first["args"]["order_id"] = "changed"
+    first["by"] = "changed"
+    again = e.read("Please refund order 9921.")
+    assert again == want and again["by"] == "turn" and again is not first
+    # the reading a stop gets depends on which tool is the main one: a call made moves it
+    e.new_call({"order_id": "9921"}, "refund_order")
+    assert e.read("Stop, cancel that.")["tool"] == "refund_order"
+
+
+def test_declared_tools_are_read_afresh(tmp_path):
+    (tmp_path / "lines.txt").write_text("Please check the weather in Paris.\n")
+    e = E.Engine(F.from_lines(tmp_path / "lines.txt"), E.Params(), random.Random(1))
+    assert e.read("Please check the weather in Paris.")["tool"] is None
+    e.declare([{"name": "get_weather", "description": "Check the weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}])
+    assert e.read("Please check the weather in Paris.")["tool"] == "get_weather"
