@@ -17,6 +17,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.events import read_events
+from tests.e2e.docker_needed import docker_or_skip
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -26,9 +27,7 @@ TAG = "frameworks-e2e"
 
 @pytest.fixture(autouse=True)
 def _own_tag(monkeypatch):
-    from lab.topology.compose import docker_ready
-    if not docker_ready():
-        pytest.skip("needs a Docker engine (scripts/docker-setup.sh)")
+    docker_or_skip()
     monkeypatch.setenv("LAB_IMAGE_TAG", os.environ.get("LAB_E2E_IMAGE_TAG", TAG))
 
 

@@ -12,7 +12,6 @@ the fan-in job, in the report image, merges each run's capture.pcapng and both s
 """
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -23,7 +22,8 @@ import pytest
 
 from lab.deploy import kubernetes as k8s
 from lab.deploy.shards import DONE_MARKER
-from lab.topology.compose import REPO, docker_ready, ensure_docker
+from lab.topology.compose import REPO
+from tests.e2e.docker_needed import docker_or_skip
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -121,9 +121,7 @@ def tag(tmp_path_factory):
     """compose.yaml's client and network-side images at LAB_IMAGE_TAG (the twin's pod runs the
     endpoint's), and the fan-in's report image on top of the client's
     (deploy/kubernetes/Dockerfile.report, matplotlib from a wheels/ folder: the offline path)."""
-    if shutil.which("docker") is None or not docker_ready():
-        pytest.skip("needs a Docker engine (scripts/docker-setup.sh)")
-    ensure_docker(log=None)                 # the wheelhouse the image installs the project from, fresh
+    docker_or_skip()                        # and the wheelhouse the image installs the project from, fresh
     r = subprocess.run(["docker", "compose", "-p", "livelab-k8s-image", "build", "client", "endpoint"], cwd=REPO,
                        env={**os.environ, "LAB_IMAGE_TAG": TAG, "COMPOSE_BAKE": "false"},
                        capture_output=True, text=True, timeout=900)

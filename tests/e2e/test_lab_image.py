@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from lab.events import read_events
-from lab.topology.compose import REPO, docker_ready, ensure_docker
+from lab.topology.compose import REPO
+from tests.e2e.docker_needed import docker_or_skip
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -38,9 +39,7 @@ def _docker(*args, timeout=900, **kw):
 
 @pytest.fixture(scope="module")
 def lab_image(tmp_path_factory):
-    if shutil.which("docker") is None or not docker_ready():
-        pytest.skip("needs a Docker engine (scripts/docker-setup.sh)")
-    ensure_docker(log=None)                 # the offline path's wheelhouse, as fresh as the sources
+    docker_or_skip()                        # and the offline path's wheelhouse, as fresh as the sources
     r = subprocess.run(["docker", "compose", "-p", "livelab-lab-image-build", "build", "client"], cwd=REPO,
                        env={**os.environ, "LAB_IMAGE_TAG": TAG, "COMPOSE_BAKE": "false"},
                        capture_output=True, text=True, timeout=1200)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.topology.compose import REPO, docker_ready, ensure_docker
+from lab.topology.compose import REPO, ensure_docker
+from tests.e2e.docker_needed import docker_or_skip
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -58,8 +59,7 @@ def docker_user():
     """(name, uid, home) of a fresh user in the docker group; removed afterwards."""
     if os.geteuid() != 0 or shutil.which("useradd") is None or not Path(RUNUSER).exists():
         pytest.skip("needs root with useradd and runuser to make the non-root user")
-    if not docker_ready():
-        pytest.skip("needs a Docker engine (scripts/docker-setup.sh)")
+    docker_or_skip()
     name = f"llnr{os.getpid() % 100000}"
     home = Path(tempfile.mkdtemp(prefix=f"livelab-{name}-"))
     subprocess.run(["useradd", "-M", "-d", str(home), "-G", "docker", "-s", "/bin/sh", name], check=True,

@@ -14,7 +14,8 @@ import pytest
 
 from lab.capture import count, dropped
 from lab.events import read_events
-from lab.topology.compose import ComposeTopology, _project_name, docker_ready
+from lab.topology.compose import ComposeTopology, _project_name
+from tests.e2e.docker_needed import docker_or_skip
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 TAG = "rcompose-e2e"
@@ -47,8 +48,9 @@ def forwarded(topo: ComposeTopology, dst: str) -> int:
 
 
 def test_the_client_reaches_the_endpoint_only_through_the_router_container(tmp_path):
-    if os.geteuid() != 0 or not docker_ready():
-        pytest.skip("needs root and a running dockerd")
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the router container's faults)")
+    docker_or_skip()
     topo = ComposeTopology(f"e2e-router-{os.getpid()}", captures_dir=tmp_path, setup=True,
                            links=["wifi", "cell"], env={"LAB_IMAGE_TAG": TAG, "COMPOSE_BAKE": "false"})
     listener = None
@@ -83,8 +85,9 @@ def _run_router_scenario(tmp_path, monkeypatch, scenario: str, client: str):
     """One run through `lab run`'s batch in Compose: (run folder, events, twin's record); its lab gone."""
     from lab.run import run_batch
 
-    if os.geteuid() != 0 or not docker_ready():
-        pytest.skip("needs root and a running dockerd")
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the router container's faults)")
+    docker_or_skip()
     monkeypatch.setenv("LAB_IMAGE_TAG", TAG)
     lines: list[str] = []
     try:
@@ -150,8 +153,9 @@ print(json.dumps({"link": sorted(once(ep) for _ in range(5)), "ctl": sorted(once
 
 
 def test_a_links_rtt_is_made_in_the_router_container(tmp_path):
-    if os.geteuid() != 0 or not docker_ready():
-        pytest.skip("needs root and a running dockerd")
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the router container's faults)")
+    docker_or_skip()
     topo = ComposeTopology(f"e2e-rtt-{os.getpid()}", captures_dir=tmp_path, setup=True,
                            links=[{"wifi": {"rtt_ms": 40}}], env={"LAB_IMAGE_TAG": TAG, "COMPOSE_BAKE": "false"})
     try:

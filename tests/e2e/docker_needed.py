@@ -1,0 +1,19 @@
+"""What an end-to-end test does when it needs Docker.
+
+As root (CI), it starts what is missing with scripts/docker-setup.sh, which waits for a set-up
+already running: `make test` builds the images beside the tests, so a Docker test may start before
+dockerd does, and must wait for it rather than skip. A failure to set up is the test's error, never
+a skip. Without root nothing can be installed: the test skips when no engine answers.
+"""
+import os
+
+import pytest
+
+from lab.topology.compose import docker_ready, ensure_docker
+
+
+def docker_or_skip() -> None:
+    if os.geteuid() == 0:
+        ensure_docker(log=None)
+    elif not docker_ready():
+        pytest.skip("needs a Docker engine (scripts/docker-setup.sh as root)")
