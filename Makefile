@@ -32,8 +32,8 @@ help: ## list the targets
 setup: ## install system tools (root) and the project venv; idempotent
 	@scripts/phase.sh set-up scripts/setup.sh
 
-# each phase of `make test` is timed (scripts/phase.sh); the images and venvs are built by the same
-# scripts the tests' fixtures call, beside the tests, so their time is not buried in a test's
+# each phase of `make test` is timed (scripts/phase.sh); the images and venvs are built before the
+# tests, by the same scripts the tests' fixtures call, so their time is not buried in a test's
 export PHASE_LOG := /tmp/livelab-phases-$(shell date +%s%N).log
 # the framework releases the tests run besides the pinned ones (tests/integration/test_lk003.py): their
 # venvs are built with the others, before the tests, instead of inside the first test that needs one
@@ -41,15 +41,12 @@ TEST_RELEASES ?= livekit@1.8.0 livekit@1.8.0+pr003
 # every test's outcome and time as JUnit XML, for a CI's test tab and for finding the slow groups
 TEST_XML ?= $(PHASE_LOG:.log=-tests.xml)
 test: setup ## run every test: units, namespaces (root), the Compose and pod end-to-end runs; prints the slowest and each phase's time
-	@# the images, the framework venvs and the tests run side by side: most tests need neither, and
-	@# one that does waits for it (docker-setup.sh and peers-setup.sh build under locks, and a test as
-	@# root starts what Docker needs instead of skipping: tests/e2e/docker_needed.py)
+	@# the images and the framework venvs share nothing (no apt, no lock): they are built side by side,
+	@# before the tests. (Started beside the tests too, they took as long: the two cores are the limit.)
 	@if [ "$$(id -u)" = 0 ]; then scripts/phase.sh images scripts/docker-setup.sh --images & img=$$!; fi; \
-	  scripts/phase.sh venvs --ok 75 scripts/peers-setup.sh all $(TEST_RELEASES) & ven=$$!; \
-	  t=0; scripts/phase.sh parallel-tests $(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup -m "not serial" \
-	    --durations=25 --junitxml=$(TEST_XML) || t=$$?; \
-	  v=0; wait $$ven || v=$$?; i=0; if [ -n "$${img:-}" ]; then wait $$img || i=$$?; fi; \
-	  [ $$t = 0 ] && [ $$v = 0 ] && [ $$i = 0 ] || { scripts/phase.sh --summary; exit 1; }
+	  v=0; scripts/phase.sh venvs --ok 75 scripts/peers-setup.sh all $(TEST_RELEASES) || v=$$?; \
+	  i=0; if [ -n "$${img:-}" ]; then wait $$img || i=$$?; fi; [ $$v = 0 ] && [ $$i = 0 ]
+	@scripts/phase.sh parallel-tests $(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup -m "not serial" --durations=25 --junitxml=$(TEST_XML)
 	@scripts/phase.sh serial-test $(PYTEST) -q -m serial
 	@scripts/phase.sh --summary
 

@@ -17,6 +17,7 @@ image whatever this host is).
 """
 from __future__ import annotations
 
+import fcntl
 import re
 import subprocess
 import sys
@@ -52,6 +53,20 @@ def wheelhouse(name: str, log=print) -> Path:
     if stamp.is_file() and stamp.read_text().split() == want:
         return folder
     folder.mkdir(parents=True, exist_ok=True)
+    # one download at a time into a folder (two test workers, or two runs, may want it together):
+    # the second waits, then finds it stamped; a pip writing a wheel another is reading breaks both
+    try:
+        held = open(WHEELS / f".{name}.lock", "a")
+    except OSError:      # a folder this user cannot write: the download below says so in its own words
+        return _download(name, want, folder, stamp, log)
+    with held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if stamp.is_file() and stamp.read_text().split() == want:
+            return folder
+        return _download(name, want, folder, stamp, log)
+
+
+def _download(name: str, want: list[str], folder: Path, stamp: Path, log) -> Path:
     if log:
         log(f"compose: downloading the {name} wheelhouse for the client image ({' '.join(want)}; once)")
     plat = [a for p in PLATFORMS for a in ("--platform", p)]

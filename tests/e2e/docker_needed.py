@@ -1,9 +1,9 @@
 """What an end-to-end test does when it needs Docker.
 
 As root (CI), it starts what is missing with scripts/docker-setup.sh, which waits for a set-up
-already running: `make test` builds the images beside the tests, so a Docker test may start before
-dockerd does, and must wait for it rather than skip. A failure to set up is the test's error, never
-a skip. Without root nothing can be installed: the test skips when no engine answers.
+already running (another worker's, or `make test`'s images phase): a stopped dockerd is something
+to start, not a reason to skip. A failure to set up is the test's error, never a skip. Without root
+nothing can be installed: the test skips when no engine answers.
 """
 import os
 

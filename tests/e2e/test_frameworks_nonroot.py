@@ -36,7 +36,9 @@ def test_docker_group_user_runs_an_adk_agent_in_compose(docker_user, user_python
                        cwd=app, env=env, capture_output=True, text=True, timeout=900)
     out = p.stdout + p.stderr
     assert "using --topology compose" in out, out[-2000:]
-    run = next(d for d in batch.iterdir() if d.is_dir())
+    runs = sorted(d for d in batch.iterdir() if d.is_dir()) if batch.is_dir() else []
+    assert runs, f"exit {p.returncode}, no run folder: {out[-2000:]}"
+    run = runs[0]
     assert "table_reservation:root_agent (table_reservation)" in (run / "client.log").read_text(), out[-2000:]
     ended = [e for e in read_events(run / "events.jsonl") if e.kind == "run.end"]
     assert ended and ended[0].get("status") == "ok", out[-2000:]

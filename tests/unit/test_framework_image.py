@@ -56,3 +56,27 @@ def test_a_source_only_dependency_that_builds_native_is_refused_and_not_kept(tmp
     with pytest.raises(CapabilityError, match=r"docopt>=0.6.2 has no wheel for the client image"):
         framework_image.wheelhouse("pipecat", log=None)
     assert not list((tmp_path / "pipecat").glob("*.whl")) and not (tmp_path / "pipecat" / ".pins").exists()
+
+
+def test_two_that_want_the_wheelhouse_together_download_it_once(tmp_path, monkeypatch):
+    # two test workers (or two runs) at once: the second waits for the first's download and finds
+    # the folder stamped, rather than writing the same wheels beside it
+    import threading
+    import time
+
+    downloads, inside = [], threading.Event()
+
+    def pip(*args):
+        downloads.append(args[0])
+        inside.set()
+        time.sleep(0.3)          # the first is still downloading when the second asks
+        return subprocess.CompletedProcess(args, 0, "", "")
+    monkeypatch.setattr(framework_image, "_pip", pip)
+    monkeypatch.setattr(framework_image, "WHEELS", tmp_path)
+    monkeypatch.setattr(framework_image, "pins", lambda name: ["google-adk==2.13.0"])
+    first = threading.Thread(target=framework_image.wheelhouse, args=("adk",), kwargs={"log": None})
+    first.start()
+    inside.wait(5)
+    assert framework_image.wheelhouse("adk", log=None) == tmp_path / "adk"
+    first.join(5)
+    assert downloads == ["download"]
