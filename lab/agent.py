@@ -24,7 +24,7 @@ from typing import Any
 
 from netem.faults import build
 
-from lab import actions, anchors
+from lab import actions, anchors, speech
 from lab import plan as plan_mod
 from lab import scenario as scenario_mod
 from lab.backend import Backend
@@ -260,6 +260,11 @@ class Agent:
         tasks: list[asyncio.Task] = []
         try:
             self._prepare_tables(steps)
+            if ctx.speech:
+                # each spoken line is made before the clock starts: espeak-ng is a subprocess the
+                # client waits for, and on a busy machine a line made at its step held the client's
+                # loop for seconds, its frames unread, just when the model was answering
+                speech.prepare([self.scn.script[s.say] for s in steps if s.say is not None])
             await self.client.start()
             self._clock_started_s = self.log.now_ms() / 1000
             tasks = [asyncio.create_task(self._run_step(i, s)) for i, s in enumerate(steps)]

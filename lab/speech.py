@@ -59,6 +59,13 @@ def resample(pcm: bytes, src_rate: int, dst_rate: int = IN_RATE) -> bytes:
     return np.clip(np.round(y), -32768, 32767).astype("<i2").tobytes()
 
 
+def prepare(lines: list[str], voice: str = "en-us") -> None:
+    """Make every line's speech now (synth's cache keeps it): a line made when it is said waits
+    for espeak-ng inside the caller's event loop."""
+    for text in dict.fromkeys(lines):
+        synth(text, voice)
+
+
 def synth(text: str, voice: str = "en-us", wpm: int = 165) -> bytes:
     """16 kHz mono s16le PCM of `text` spoken by espeak-ng; cached per (text, voice)."""
     k = (text, voice)

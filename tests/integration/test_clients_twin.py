@@ -240,10 +240,13 @@ def test_naive_loop_records_refusals_and_never_tells_the_user(tmp_path):
             await lab.log.wait_for("loss.detected", timeout=3)
             gave = await lab.log.wait_for("resume.gave_up", timeout=10)
             res = lab.kinds("resume.result")
-            assert len(res) == 4 == gave["attempts"]
+            # every attempt's refusal is recorded; how many fit in resume_for_s (4 s) depends on
+            # how long each refusal took: four at about a second apart, three on a loaded machine
+            assert len(res) == gave["attempts"] >= 3, (len(res), gave)
             assert all(r["ok"] is False and r["code"] == 1011 for r in res)
             starts = [e.ms for e in lab.kinds("resume.attempt")]
             assert all(900 <= b - a <= 1600 for a, b in zip(starts, starts[1:]))
+            assert starts[-1] - starts[0] <= 4000, starts      # none started after it should have given up
             assert not lab.kinds("fallback.start") and not c.ready.is_set()
             await lab.log.wait_for("backend.commit", timeout=6)
             assert lab.backend.bookings() == 1 and not lab.kinds("tool.response", sent=True)

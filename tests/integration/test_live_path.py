@@ -120,17 +120,19 @@ def test_a_spent_budget_starts_nothing(tmp_path, live_env, monkeypatch):
     assert not any(d.is_dir() for d in (tmp_path / "batch").iterdir())
 
 
-def test_a_run_cap_of_two_opens_two_connections_and_refuses_the_third(tmp_path, live_env, monkeypatch):
+def test_a_run_cap_of_one_opens_one_connection_and_refuses_the_resume(tmp_path, live_env, monkeypatch):
     from lab.live.budget import Budget
 
-    monkeypatch.setenv("LAB_BUDGET_RUN", "2")
-    hook = live_env()               # r1-idle-abort-immediate opens three: initial, refused resume, retry
+    # r1-idle-abort-immediate opens at least two: the initial one and its resume (a third, the retry,
+    # only after a refused resume: on a loaded machine CI once saw two in all)
+    monkeypatch.setenv("LAB_BUDGET_RUN", "1")
+    hook = live_env()
     with pytest.raises(LabError, match="session budget for run r1-idle-abort-immediate-probe-01 is spent") as e:
         _batch(tmp_path, hook, budget=Budget.for_batch(40))
     assert "\n" not in str(e.value)
     twin_events = [json.loads(l) for l in (tmp_path / "twin-0.jsonl").read_text().splitlines()]
-    assert sum(1 for t in twin_events if t["kind"] == "twin.conn.open") == 2
-    assert json.loads((tmp_path / "batch" / "budget.json").read_text())["runs"] == {"r1-idle-abort-immediate-probe-01": 2}
+    assert sum(1 for t in twin_events if t["kind"] == "twin.conn.open") == 1
+    assert json.loads((tmp_path / "batch" / "budget.json").read_text())["runs"] == {"r1-idle-abort-immediate-probe-01": 1}
 
 
 def test_auth_error_stops_the_batch_with_one_line(tmp_path, live_env):

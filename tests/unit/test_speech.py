@@ -66,3 +66,12 @@ def test_voiced_ms_ends_at_the_last_loud_frame_not_at_the_quiet_tail():
     pcm = tone(1000, 6000) + tone(300, 200) + speech.silence(500)     # speech, a fade below any VAD, silence
     assert speech.voiced_ms(pcm) == 1000.0
     assert speech.voiced_ms(speech.silence(400)) == 0.0 and speech.voiced_ms(b"") == 0.0
+
+
+def test_prepare_makes_each_line_once_before_it_is_said(monkeypatch):
+    from lab import speech as sp
+
+    made = []
+    monkeypatch.setattr(sp, "synth", lambda text, voice="en-us": made.append((text, voice)))
+    sp.prepare(["Book it.", "Did you book it?", "Book it."])
+    assert made == [("Book it.", "en-us"), ("Did you book it?", "en-us")]
