@@ -297,6 +297,13 @@ class FaultTable:
             pass  # harmless: an empty, unreferenced chain; close() and lab down remove it
 
     @property
+    def fifo_refused(self) -> str | None:
+        """Why this table's changes run as ordinary tasks (None: under SCHED_FIFO, or none refused
+        yet). The policy is asked once per process (netem.realtime), so it is the process's answer;
+        a RemoteTable answers the same question for the router service's process."""
+        return realtime.fifo_refused()
+
+    @property
     def faults(self) -> list[Fault]:
         return list(self._faults)
 

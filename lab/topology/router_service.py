@@ -111,7 +111,10 @@ def serve(host: str, port: int, run_id: str, start_faults: tuple[dict, ...] = ()
     onset is this thread woken by the request and the iptables-restore it spawns (which inherits
     the policy, as the request threads do) getting a CPU, and as ordinary processes on a busy
     machine both waited milliseconds (lab bench faults, docs/benchmarks.md). Refused: a note on
-    stderr, and the service runs as an ordinary process."""
+    stderr, and the service runs as an ordinary process. The container asks for no real-time
+    budget of its own: where cgroup v1 group scheduling needs one, a budget small enough to share
+    throttled the service in the middle of a change (tails of 75-175 ms, docs/benchmarks.md "Router
+    faults in Compose"), and would throttle the link's delay workers beside it the same way."""
     why = fifo_refusal()
     if why is not None:   # the one line for the process: its table's changes will not ask again
         note_fifo_refused(why)

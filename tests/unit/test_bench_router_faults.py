@@ -11,6 +11,7 @@ class ClockTable:
         self.clock, self.lag, self.took = clock, lag, took
         self.set_up = self.added = self.cleared = 0
         self.last_apply = None
+        self.fifo_refused = None
 
     def setup(self):
         self.set_up += 1
@@ -70,3 +71,19 @@ def test_the_router_services_own_policy_is_said_beside_the_agents(monkeypatch):
     head = router_faults.lines("test", res)[0]
     assert "the router's fault changes under SCHED_FIFO" in head
     assert "the agent's fault changes as ordinary tasks (SCHED_FIFO refused: Operation not permitted)" in head
+
+
+def test_each_tables_own_policy_is_what_the_rows_say(monkeypatch):
+    # the bench asks each table whose policy its changes ran under, not the table's type
+    from netem import realtime
+    from netem.table import FaultTable
+
+    clock = Clock()
+    monkeypatch.setattr(router_faults.time, "time", clock.time)
+    monkeypatch.setattr(router_faults.time, "sleep", lambda s: None)
+    router, local = ClockTable(clock, lag=0.0, took=0.0005), ClockTable(clock, lag=0.0, took=0.0005)
+    router.fifo_refused, local.fifo_refused = "no budget", None
+    res = router_faults.measure(local, router, "10.0.0.1", n=1)
+    assert (res["router_fifo_refused"], res["fifo_refused"]) == ("no budget", None)
+    monkeypatch.setattr(realtime, "_fifo_refused", "Operation not permitted")
+    assert FaultTable(handle_signals=False).fifo_refused == "Operation not permitted"
