@@ -12,6 +12,7 @@
 # Idempotent: each step is skipped when its result is already there. Prints the time of each step.
 # Environment: DEBIAN_MIRROR (default: the host's apt mirror), LIVELAB_TOOLS (default /opt/livelab-tools),
 #              LIVELAB_BASE_IMAGE (default lab-base:bookworm), DOCKERD_WAIT (seconds, default 60),
+#              LIVELAB_DOCKERD_LOG (default /var/log/livelab-dockerd.log),
 #              LAB_IMAGE_BASE=public|offline (default: the choice already in .env, else offline when
 #              the offline base exists, else public if the registry answers one probe).
 set -euo pipefail
@@ -24,6 +25,7 @@ PUBLIC_BASE=python:3.11-slim-bookworm       # the default BASE_IMAGE of Dockerfi
 REGISTRY_PROBE=https://registry-1.docker.io/v2/
 COMPOSE_VERSION=2.40.3
 WHEELS=docker/wheels
+DOCKERD_LOG=${LIVELAB_DOCKERD_LOG:-/var/log/livelab-dockerd.log}
 T_ALL=$(date +%s.%N)
 
 die() { echo "docker-setup: $*" >&2; exit 3; }
@@ -76,14 +78,14 @@ if docker info >/dev/null 2>&1; then
 else
   # setsid: the daemon must outlive this script (pytest calls it in a subprocess)
   # and must not hold the set-up lock (fd 9) while it lives
-  setsid dockerd >/var/log/livelab-dockerd.log 2>&1 < /dev/null 9>&- &
+  setsid dockerd >"$DOCKERD_LOG" 2>&1 < /dev/null 9>&- &
   for _ in $(seq "$((${DOCKERD_WAIT:-60} * 4))"); do
     docker info >/dev/null 2>&1 && break
     sleep 0.25
   done
   docker info >/dev/null 2>&1 \
-    || die "dockerd did not come up within ${DOCKERD_WAIT:-60} s (log: /var/log/livelab-dockerd.log: $(tail -n1 /var/log/livelab-dockerd.log 2>/dev/null))"
-  done_step "started (log /var/log/livelab-dockerd.log)"
+    || die "dockerd did not come up within ${DOCKERD_WAIT:-60} s (log: $DOCKERD_LOG: $(tail -n1 "$DOCKERD_LOG" 2>/dev/null))"
+  done_step "started (log $DOCKERD_LOG)"
 fi
 
 # --- 3. compose v2 as a CLI plugin -------------------------------------------------------------------
