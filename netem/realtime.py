@@ -64,23 +64,33 @@ def become_realtime(priority: int = FIFO_PRIORITY, lock_memory: bool = True) -> 
     return fifo, notes
 
 
-def hold_zero_wakeup_latency() -> str | None:
-    """Ask the kernel's PM QoS for zero CPU wake-up latency until this process ends (the module
-    says why). None, or a note on why not."""
-    global _pm_qos_fd
-    if _pm_qos_fd is not None:
-        return None
+def zero_wakeup_latency() -> tuple[int | None, str | None]:
+    """Ask the kernel's PM QoS for zero CPU wake-up latency (the module says why): (the descriptor
+    that holds the request, None), or (None, a note on why not). The request lasts until the
+    descriptor is closed; the kernel wakes the idle CPUs when it takes it, so from then on none
+    halts."""
     try:
         fd = os.open(PM_QOS_DEVICE, os.O_WRONLY | os.O_CLOEXEC)
     except OSError as e:
-        return f"no {PM_QOS_DEVICE} ({e.strerror}): idle CPUs may halt, a release can wait for their wake-up"
+        return None, f"no {PM_QOS_DEVICE} ({e.strerror}): idle CPUs may halt, a release can wait for their wake-up"
     try:
         os.write(fd, (0).to_bytes(4, "little", signed=True))
     except OSError as e:
         os.close(fd)
-        return f"{PM_QOS_DEVICE} refused the request ({e.strerror})"
-    _pm_qos_fd = fd
-    return None
+        return None, f"{PM_QOS_DEVICE} refused the request ({e.strerror})"
+    return fd, None
+
+
+def hold_zero_wakeup_latency() -> str | None:
+    """zero_wakeup_latency() until this process ends (a worker's: its releases are due all the
+    time). None, or a note on why not."""
+    global _pm_qos_fd
+    if _pm_qos_fd is not None:
+        return None
+    fd, note = zero_wakeup_latency()
+    if fd is not None:
+        _pm_qos_fd = fd
+    return note
 
 
 def fifo_refusal(priority: int = FIFO_PRIORITY) -> str | None:

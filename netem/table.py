@@ -42,6 +42,7 @@ HOOKS = (("OUTPUT", OUT_CHAIN), ("INPUT", IN_CHAIN))
 # On a router node the faults act on what it forwards: both chains hang off FORWARD. An out rule
 # matches `-d target` and an in rule `-s target`, so each sees only its own direction.
 ROUTER_HOOKS = (("FORWARD", OUT_CHAIN), ("FORWARD", IN_CHAIN))
+IDLE_AWAKE_ENV = "LIVELAB_IDLE_CPUS_AWAKE"   # "0": idle CPUs may halt while a table lives (FaultTable._hold_cpus_awake)
 
 Runner = Callable[[list[str], "str | None"], "tuple[int, str, str]"]
 
@@ -85,6 +86,7 @@ class PersistentRestore:
     def __init__(self, netns: str | None):
         self.netns = netns
         self.proc: subprocess.Popen | None = None
+        self.fifo = False       # the running process is under SCHED_FIFO
 
     @staticmethod
     def usable() -> bool:
@@ -95,6 +97,7 @@ class PersistentRestore:
             self.proc = subprocess.Popen(["iptables-restore", "--noflush"], stdin=subprocess.PIPE,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, bufsize=0)
         why = realtime.fifo_for(self.proc.pid)
+        self.fifo = why is None
         if why is not None:
             realtime.note_fifo_refused(why)
         self._wait_idle(10.0)
@@ -169,6 +172,8 @@ class FaultTable:
         self._armed = False
         self._prev_handlers: dict[int, object] = {}
         self.last_apply: tuple[float, float] | None = None  # (wall time before, after) the last change
+        self._awake_fd: int | None = None     # the zero wake-up latency request, while it is held
+        self.awake_note: str | None = None    # why it is not (None: held, or not wanted)
 
     # ------------------------------------------------------------------------------- plumbing
     def _exec(self, argv: list[str], input: str | None = None) -> tuple[int, str, str]:
@@ -223,6 +228,32 @@ class FaultTable:
         except PermissionError:  # /proc/PID/syscall unreadable here: restore() spawns per change
             self._persistent.close()
             self._persistent = None
+            return
+        if self._persistent.fifo:
+            self._hold_cpus_awake()
+
+    def _hold_cpus_awake(self) -> None:
+        """Keep idle CPUs from halting while this table lives (netem.realtime.zero_wakeup_latency).
+
+        Why: a real-time change wakes its iptables-restore on an idle CPU, where the scheduler puts
+        a woken real-time task, and on a VM a halted vCPU waits for its host to run it again. On a
+        quiet machine that wake-up was the onset's tail: alternated passes of `lab bench faults --
+        --router-only`, p99 1.20, 10.00 and 4.19 ms without the request, 0.67, 0.75 and 0.90 ms
+        with it (docs/benchmarks.md). The cost: while a table lives, idle CPUs poll instead of
+        halting (the host sees them busy). LIVELAB_IDLE_CPUS_AWAKE=0 lets them halt."""
+        if os.environ.get(IDLE_AWAKE_ENV, "1") == "0":
+            return
+        self._awake_fd, self.awake_note = realtime.zero_wakeup_latency()
+
+    def _let_cpus_halt(self) -> None:
+        if self._awake_fd is not None:
+            os.close(self._awake_fd)
+            self._awake_fd = None
+
+    @property
+    def cpus_held_awake(self) -> bool:
+        """Whether this table holds the zero wake-up latency request now."""
+        return self._awake_fd is not None
 
     def _arm(self) -> None:
         """Clean up on SIGINT/SIGTERM and at interpreter exit (once)."""
@@ -347,6 +378,7 @@ class FaultTable:
                         if self._persistent is not None:
                             self._persistent.close()
                             self._persistent = None
+                        self._let_cpus_halt()
 
     def detach(self) -> None:
         """Leave the rules in place and forget them (`lab netem apply`: they outlive this process;
@@ -360,6 +392,7 @@ class FaultTable:
             if self._persistent is not None:
                 self._persistent.close()
                 self._persistent = None
+            self._let_cpus_halt()
 
     def _teardown_chains(self) -> None:
         rc, out, _ = self._exec(["iptables", "-S"])

@@ -71,6 +71,7 @@ def measure(local, router, dst: str, n: int, gap: float = 0.05) -> dict:
     # RemoteTable the router service's
     out["fifo_refused"] = local.fifo_refused
     out["router_fifo_refused"] = router.fifo_refused
+    out["awake"], out["router_awake"] = local.cpus_held_awake, router.cpus_held_awake
     return out
 
 
@@ -94,7 +95,9 @@ def lines(where: str, res: dict) -> list[str]:
     met = "met" if a99 <= GOAL_P99_MS else "NOT met"
     policy = "; ".join(
         f"{who}'s fault changes " + ("under SCHED_FIFO" if why is None else f"as ordinary tasks (SCHED_FIFO refused: {why})")
-        for who, why in (("the router", res.get("router_fifo_refused")), ("the agent", res.get("fifo_refused"))))
+        + (", idle CPUs kept awake" if awake else "")
+        for who, why, awake in (("the router", res.get("router_fifo_refused"), res.get("router_awake")),
+                                ("the agent", res.get("fifo_refused"), res.get("awake"))))
     return [
         f"router faults ({where}), n={len(a)}, {load_average()}; {policy}:",
         f"  anchor -> rule in force at the router  p50 {a50:.2f} / p99 {a99:.2f} ms   "

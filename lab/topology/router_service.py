@@ -10,9 +10,10 @@ the same FaultTable, made by the same `forwarding_table()`. The agent reaches it
     agent (client container) ── ctl network (client and router only) ──> router service
         {"op": "add", "spec": {...}}   ->  {"ok": true, "name": ..., "path": ..., "t": [before, after]}
         {"op": "clear"}                ->  {"ok": true}
-        {"op": "ping"}                 ->  {"ok": true, "fifo_refused": null | "<why>"}
+        {"op": "ping"}                 ->  {"ok": true, "fifo_refused": null | "<why>", "cpus_awake": bool}
                                            (RemoteTable.setup: the connection made early; whether
-                                            the service's changes run under SCHED_FIFO)
+                                            the service's changes run under SCHED_FIFO, and whether
+                                            its table keeps idle CPUs from halting)
         anything refused               ->  {"ok": false, "error": "<one line>"}
 
 One JSON object a line over one TCP connection the agent keeps open (a request costs a round trip
@@ -71,7 +72,7 @@ def answer(table: FaultTable, request: dict) -> dict:
             table.clear_all()
             return {"ok": True}
         if op == "ping":
-            return {"ok": True, "fifo_refused": fifo_refused()}
+            return {"ok": True, "fifo_refused": fifo_refused(), "cpus_awake": table.cpus_held_awake}
         return {"ok": False, "error": f"unknown request {op!r} (add, clear, ping)"}
     except (NetemError, LabError) as e:
         return {"ok": False, "error": str(e)}
@@ -142,8 +143,10 @@ class RemoteTable:
         # the service's (wall time before, after) its iptables-restore of the last change: the
         # router's own clock is the host's (containers share CLOCK_REALTIME), as FaultTable.last_apply
         self.last_apply: tuple[float, float] | None = None
-        # why the service's fault changes run as ordinary tasks (None: under SCHED_FIFO), from setup()
+        # why the service's fault changes run as ordinary tasks (None: under SCHED_FIFO), and whether
+        # its table holds idle CPUs awake (FaultTable.cpus_held_awake), from setup()
         self.fifo_refused: str | None = None
+        self.cpus_held_awake = False
 
     def _connect(self) -> None:
         host, port = self.address.rsplit(":", 1)
@@ -179,7 +182,8 @@ class RemoteTable:
         """Connect and ask once (idempotent): the service's chains are set up already, so what a first
         fault would otherwise pay is the connection and the service's first request."""
         if self._sock is None:
-            self.fifo_refused = self._ask({"op": "ping"}).get("fifo_refused")
+            reply = self._ask({"op": "ping"})
+            self.fifo_refused, self.cpus_held_awake = reply.get("fifo_refused"), bool(reply.get("cpus_awake"))
         return self
 
     def add(self, fault):

@@ -580,6 +580,27 @@ def test_a_change_is_made_under_sched_fifo_and_the_caller_goes_back_to_its_own_p
         f.clear()
 
 
+def test_a_real_time_table_keeps_idle_cpus_awake_until_it_closes_unless_told_not_to(topo, monkeypatch):
+    # a real-time change wakes its restore on an idle CPU; a halted vCPU wakes late (FaultTable._hold_cpus_awake)
+    from netem import realtime
+    from netem.table import IDLE_AWAKE_ENV
+
+    if not os.path.exists(realtime.PM_QOS_DEVICE):
+        pytest.skip(f"no {realtime.PM_QOS_DEVICE} here")
+    t = FaultTable(netns=topo.ns_client, handle_signals=False).setup()
+    try:
+        if not (t._persistent and t._persistent.fifo):
+            pytest.skip("the table's changes are not real-time here")
+        assert t.cpus_held_awake
+        assert os.readlink(f"/proc/self/fd/{t._awake_fd}") == realtime.PM_QOS_DEVICE
+    finally:
+        t.close()
+    assert not t.cpus_held_awake
+    monkeypatch.setenv(IDLE_AWAKE_ENV, "0")
+    with FaultTable(netns=topo.ns_client, handle_signals=False) as t:
+        assert not t.cpus_held_awake and t.awake_note is None
+
+
 # ------------------------------------------------------------------------------------ userspace reorder, duplicate
 
 def echoes(echo: UdpEcho, n: int, every: float = 0.002, settle: float = 1.0) -> list[int]:

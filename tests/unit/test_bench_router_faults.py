@@ -12,6 +12,7 @@ class ClockTable:
         self.set_up = self.added = self.cleared = 0
         self.last_apply = None
         self.fifo_refused = None
+        self.cpus_held_awake = False
 
     def setup(self):
         self.set_up += 1
@@ -65,7 +66,9 @@ def test_the_router_services_own_policy_is_said_beside_the_agents(monkeypatch):
     table.setup()
     assert table.fifo_refused == "Operation not permitted"
     monkeypatch.setattr(router_service, "fifo_refused", lambda: None)
-    assert router_service.answer(None, {"op": "ping"}) == {"ok": True, "fifo_refused": None}
+    class Held:
+        cpus_held_awake = True
+    assert router_service.answer(Held(), {"op": "ping"}) == {"ok": True, "fifo_refused": None, "cpus_awake": True}
     res = {"first_ms": [1.0, 1.0], "at_router_ms": [1.0], "returned_ms": [1.1], "service_ms": [0.5], "local_ms": [0.5],
            "router_fifo_refused": None, "fifo_refused": "Operation not permitted"}
     head = router_faults.lines("test", res)[0]
@@ -83,7 +86,12 @@ def test_each_tables_own_policy_is_what_the_rows_say(monkeypatch):
     monkeypatch.setattr(router_faults.time, "sleep", lambda s: None)
     router, local = ClockTable(clock, lag=0.0, took=0.0005), ClockTable(clock, lag=0.0, took=0.0005)
     router.fifo_refused, local.fifo_refused = "no budget", None
+    local.cpus_held_awake = True
     res = router_faults.measure(local, router, "10.0.0.1", n=1)
     assert (res["router_fifo_refused"], res["fifo_refused"]) == ("no budget", None)
+    assert (res["router_awake"], res["awake"]) == (False, True)
+    head = router_faults.lines("test", res)[0]
+    assert "the agent's fault changes under SCHED_FIFO, idle CPUs kept awake" in head
+    assert "the router's fault changes as ordinary tasks (SCHED_FIFO refused: no budget);" in head
     monkeypatch.setattr(realtime, "_fifo_refused", "Operation not permitted")
     assert FaultTable(handle_signals=False).fifo_refused == "Operation not permitted"
