@@ -19,11 +19,13 @@ ROUTER_SPECS = [{"kind": "nat_reap", "name": "reap", "target": EP, "idle_s": 5},
 
 
 class StandInTable:
-    """A FaultTable's add/clear_all as the service calls them; `refuse` makes add fail like iptables."""
+    """A FaultTable's add/clear_all (and what a ping reads) as the service calls them; `refuse`
+    makes add fail like iptables."""
 
     def __init__(self, refuse: str | None = None):
         self.added, self.cleared, self.refuse = [], 0, refuse
         self.last_apply = (1.0, 1.002)
+        self.cpus_held_awake = True
 
     def add(self, fault):
         if self.refuse:
@@ -124,5 +126,6 @@ def test_setup_connects_once_and_add_keeps_the_routers_own_stamps(served):
     remote.setup()
     sock = remote._sock
     assert sock is not None and remote.setup() is remote and remote._sock is sock and table.added == []
+    assert remote.cpus_held_awake is True          # the service's table's, from the ping
     remote.add(build(ROUTER_SPECS[0]))
     assert remote.last_apply == (1.0, 1.002) and remote._sock is sock
