@@ -78,6 +78,8 @@ def answer(table: FaultTable, request: dict) -> dict:
         return {"ok": False, "error": str(e)}
     except (KeyError, TypeError, ValueError) as e:     # a malformed request, not a refused fault
         return {"ok": False, "error": f"bad request: {type(e).__name__}: {e}"}
+    except Exception as e:     # the service's own bug: the agent gets it as one line, and the connection lives
+        return {"ok": False, "error": f"router service error: {type(e).__name__}: {e}"}
 
 
 def _serve_connection(table: FaultTable, conn: socket.socket) -> None:

@@ -82,6 +82,19 @@ def test_the_agent_gets_the_refusal_as_one_lab_error(served):
         remote.add(build(ROUTER_SPECS[0]))
 
 
+def test_a_service_error_is_one_line_and_the_connection_stays(served):
+    # an unexpected error in the service answers as a refusal; it no longer drops the connection,
+    # which the agent would have read as a dead router after its one reconnect
+    remote, table = served
+    remote.setup()
+    sock = remote._sock
+    table.add = lambda fault: 1 / 0
+    with pytest.raises(LabError, match="router service refused add: router service error: ZeroDivisionError"):
+        remote.add(build(ROUTER_SPECS[0]))
+    remote.clear_all()
+    assert remote._sock is sock and table.cleared == 1
+
+
 def test_an_unreachable_router_service_is_one_lab_error():
     ls = socket.create_server(("127.0.0.1", 0))
     port = ls.getsockname()[1]
