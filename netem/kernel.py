@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 from netem.errors import NoPrivilege, NetemError
 from netem.nfqueue import NfQueue
 from netem.iptables import PROBE_CHAIN
-from netem.realtime import fifo_refusal
+from netem.realtime import fifo_refusal, zero_wakeup_latency
 
 NETNS_DIR = "/run/netns"
 CLONE_NEWNET = 0x40000000
@@ -212,6 +212,15 @@ class Prober:
         os.waitpid(pid, 0)
         return (True, "") if said == "ok" else (False, said or "no answer")
 
+    def try_wake_latency(self) -> tuple[bool, str]:
+        """Whether the zero wake-up latency request may be held here (it is let go at once; taking
+        it wakes the idle CPUs for a moment). (ok, the note on why not)"""
+        fd, note = zero_wakeup_latency()
+        if fd is None:
+            return False, note or "refused"
+        os.close(fd)
+        return True, ""
+
     def can_make_netns(self) -> bool:
         name = f"ll-probe-{os.getpid()}-n"
         if self.run(["ip", "netns", "add", name])[0] != 0:
@@ -305,6 +314,13 @@ def _realtime(p: Prober, c, f: Feature) -> bool:
     return ok
 
 
+def _wake_latency(p: Prober, c, f: Feature) -> bool:
+    ok, err = p.try_wake_latency()
+    if err:
+        c.notes.append(f"{err} (the real-time workers and fault changes of a quiet VM wait for it)")
+    return ok
+
+
 def _netem(p: Prober, c, f: Feature) -> bool | Unasked:
     if not _admin(c):
         return Unasked("sch_netem could not be probed (needs root / CAP_NET_ADMIN)")
@@ -353,8 +369,13 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
             "can hold packets", _nfqueue_bind),
     # SCHED_FIFO refused is no missing feature: the workers run, their timing as good as the load allows
     Feature("realtime", "SCHED_FIFO", None, _realtime, for_kinds=False,
-            aside=("  (the delay worker and the relay watcher wake on time under load)",
-                   "  (the delay worker and the relay watcher wait behind other work under load)")),
+            aside=("  (the delay worker, the relay watcher and fault changes wake on time under load)",
+                   "  (the delay worker, the relay watcher and fault changes wait behind other work under load)")),
+    # the PM QoS request netem.realtime holds for a real-time worker or fault table: without it, a
+    # quiet VM's idle CPUs halt, and a real-time wake-up waits for one (docs/benchmarks.md)
+    Feature("wake_latency", "idle CPUs kept awake", None, _wake_latency, for_kinds=False,
+            aside=("  (/dev/cpu_dma_latency: while a real-time worker or fault table lives)",
+                   "  (idle CPUs may halt: a real-time wake-up can wait for one)")),
     Feature("netem", "tc qdisc netem", "sch_netem: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM)", _netem),
     Feature("netns", "network namespaces", "network namespaces cannot be created here (the netns topology needs "
             "root and CAP_SYS_ADMIN)", _netns, for_kinds=False),

@@ -1,4 +1,5 @@
 """Capability detection with a fake Prober: what is missing is named, in one line each."""
+import os
 import pickle
 
 from netem.faults import needing
@@ -8,10 +9,10 @@ from netem.kernel import FEATURES, Capabilities, Prober, probe
 class FakeProber(Prober):
     def __init__(self, root=True, tools=("iptables", "iptables-restore", "ip", "tcpdump", "tshark", "editcap", "mergecap"),
                  restore_fails=(), restore_broken=False, netem=(False, "namespace ll-probe-1", "No such file or directory (errno 2)"),
-                 nflog_dev=True, nfqueue_bind=(True, ""), realtime=(True, "")):
+                 nflog_dev=True, nfqueue_bind=(True, ""), realtime=(True, ""), wake_latency=(True, "")):
         self.root, self.tools, self.restore_fails = root, set(tools), restore_fails
         self.restore_broken, self.netem, self.nflog_dev = restore_broken, netem, nflog_dev
-        self.nfqueue_bind, self.realtime = nfqueue_bind, realtime
+        self.nfqueue_bind, self.realtime, self.wake_latency = nfqueue_bind, realtime, wake_latency
         self.inputs = []
 
     def euid(self):
@@ -46,6 +47,9 @@ class FakeProber(Prober):
 
     def try_realtime(self):
         return self.realtime
+
+    def try_wake_latency(self):
+        return self.wake_latency
 
     def can_make_netns(self):
         return self.root
@@ -114,8 +118,25 @@ def test_sched_fifo_refused_is_said_as_a_note_not_as_missing():
     assert "SCHED_FIFO           yes" in probe(FakeProber()).summary()
 
 
+def test_idle_cpus_kept_awake_is_a_fact_with_a_note_not_a_missing_feature():
+    c = probe(FakeProber(wake_latency=(False, "no /dev/cpu_dma_latency (No such file or directory): idle CPUs may halt")))
+    assert not c.wake_latency and c.missing == [FEATURES["netem"].missing]
+    assert any(n.startswith("no /dev/cpu_dma_latency") and "wait for it" in n for n in c.notes)
+    assert "idle CPUs kept awake NO  (idle CPUs may halt" in c.summary()
+    assert probe(FakeProber()).wake_latency
+
+
+def test_the_real_wake_latency_probe_lets_the_request_go(tmp_path, monkeypatch):
+    from netem import realtime
+    dev = tmp_path / "cpu_dma_latency"
+    dev.write_bytes(b"")
+    monkeypatch.setattr(realtime, "PM_QOS_DEVICE", str(dev))
+    before = set(os.listdir("/proc/self/fd"))
+    assert Prober().try_wake_latency() == (True, "")
+    assert dev.read_bytes() == (0).to_bytes(4, "little") and set(os.listdir("/proc/self/fd")) == before
+
+
 def test_the_real_sched_fifo_probe_answers_without_changing_this_process():
-    import os
     before = os.sched_getscheduler(0)
     ok, err = Prober().try_realtime()
     assert os.sched_getscheduler(0) == before
