@@ -102,7 +102,7 @@ class TwinCore:
         acts = self.sessions.admit(c, kind, body, now)
         if acts is None:
             acts = self._deliver(c, kind, body, now)
-        return self._sent(acts)
+        return self._sent(acts) if acts else acts    # most frames (a microphone chunk) answer nothing
 
     def connection_ended(self, conn_id: int, how: str, now: float) -> list[Action]:
         return self.sessions.ended(conn_id, how, now)

@@ -56,9 +56,11 @@ SAY_OTHER = booking().answers["other"]
 SAY_PENDING_OTHER = _say("other_pending")
 
 
+@functools.lru_cache(maxsize=256)
 def classify(text: str) -> str:
     """The intent of one user line in the booking story: STOP, STATUS, GREETING (the shared
-    vocabulary, lab.conversation.intents), BOOK (the word "book"), else OTHER."""
+    vocabulary, lab.conversation.intents), BOOK (the word "book"), else OTHER. Cached: a harness
+    says the same few lines again and again (a status question after every turn)."""
     it = intents.intent(text, BOOKING.words)
     if it != intents.OTHER:
         return it

@@ -256,6 +256,9 @@ class Sessions:
 
     def conn(self, conn_id: int) -> Conn:
         """A connection still open (events from the shell name one)."""
+        c = self.conns.get(conn_id)
+        if c is not None:
+            return c
         c = self.find(conn_id)
         if c is None:
             raise UnknownConnection(f"connection {conn_id} already ended")

@@ -392,7 +392,7 @@ class Turns:
         return p.last_audio_at + self._silence_s(p) + 0.1
 
     def _on_audio(self, sid: str, conn: int, pcm: bytes, rate: int, now: float) -> list:
-        p = self.play(sid)
+        p = self.plays[sid]     # the caller's session, looked up (and checked) by deliver()
         if not p.activity.automatic:
             return self._window_audio(sid, conn, pcm, rate, now)
         p.last_audio_at = now
@@ -419,7 +419,8 @@ class Turns:
             p.heard_ms += len(pcm) / 2 / rate * 1000
         if voiced:
             p.voiced_ms += len(pcm) / 2 / rate * 1000
-        acts += self._detector_events(sid, conn, events, now)
+        if events:
+            acts += self._detector_events(sid, conn, events, now)
         if p.started and not p.ending:
             acts += self._transcribe_heard(sid, conn, now)
         if (det.in_voice or det.candidate) and not p.flush_armed:
@@ -618,7 +619,7 @@ class Turns:
             acts.append(Log("twin.interrupted", {"conn": conn, "session": sid, "speaking": t.speaking}))
             at = now + draw(self.prm.interrupt_turn_complete_s, self.rng)
             acts += self.outlet.before_turn_complete(sid, at)      # as for any turnComplete
-            acts.append(self.wire.send(conn, self._turn_complete_frame(p, t), at))
+            acts.append(self.wire.send_plain(conn, self._turn_complete_frame(p, t), at))
             p.drop_turn()
         p.queue.clear()
         return acts
@@ -708,14 +709,14 @@ class Turns:
         acts: list = []
         if not t.generated:
             t.generated = True
-            acts.append(self.wire.send(conn, wire.generation_complete(), now))
+            acts.append(self.wire.send_plain(conn, wire.generation_complete(), now))
         played_at = (t.first_audio_at or now) + t.audio_s
         if played_at > now + 1e-6:
             return acts + [Timer(Step(sid, t.gen), played_at)]
         t.speaking = False
         # a per-turn handle goes out before turnComplete, so receive() still sees it
         acts += self.outlet.before_turn_complete(sid, now)
-        acts.append(self.wire.send(conn, self._turn_complete_frame(p, t), now))
+        acts.append(self.wire.send_plain(conn, self._turn_complete_frame(p, t), now))
         return acts + self._advance(sid, p, now)
 
     def _turn_complete_frame(self, p: Playback, t: Turn) -> dict:
@@ -736,7 +737,7 @@ class Turns:
             # the chunk's piece of outputTranscription in the same serverContent frame (fidelity.md
             # §3, §8 F13: audio and transcript together in one frame, not split)
             frame["serverContent"].update(wire.output_transcription(piece)["serverContent"])
-        acts: list = [self.wire.send(conn, frame, now)]
+        acts: list = [self.wire.send(conn, frame, now) if piece else self.wire.send_plain(conn, frame, now)]
         t.audio_s += chunk_s
         p.usage.said_audio(chunk_s)
         t.chunks_left -= 1

@@ -68,3 +68,43 @@ def test_bad_base64_is_still_refused(bad):
 def test_frames_taken_without_the_output_scan_are_still_json_dumps(frame):
     # the fast path (no float, ASCII strings) must not change a byte either
     assert wire.encode_frame(frame) == _old_encode(frame)
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_the_frames_a_reply_sends_unchecked_are_still_json_dumps(binary):
+    # send_plain trusts its callers' builders (audio chunk, generationComplete, turnComplete with
+    # usageMetadata): every frame of a spoken reply, cut or not, must encode as encode_frame would
+    import heapq
+
+    from lab.model_id import DEFAULT_MODEL
+    from lab.twin.core import TwinCore
+    from lab.twin.io_actions import Send, Timer
+
+    core = TwinCore("developer-api", ["reply_delay_s=0", "new_setup_s=0.01",
+                                      f"frame_type={'binary' if binary else 'text'}"], seed=1)
+    heap, sent, seq = [], [], iter(range(10 ** 6))
+
+    def run(acts):
+        for a in acts:
+            if isinstance(a, Timer):
+                heapq.heappush(heap, (a.at, next(seq), a.key))
+            elif isinstance(a, Send):
+                sent.append(a)
+
+    def until(t):
+        while heap and heap[0][0] <= t:
+            at, _, key = heapq.heappop(heap)
+            run(core.timer_fired(key, at))
+
+    run(core.connection_opened(1, 0.0, "v1", "127.0.0.1:1", ""))
+    run(core.frame_received(1, json.dumps({"setup": {"model": f"models/{DEFAULT_MODEL}"}}), 0.0))
+    until(1.0)
+    for i, line in enumerate(["Did you book it?", "Hello?", "Can you book 3pm for two?"]):
+        run(core.frame_received(1, json.dumps({"realtimeInput": {"text": line}}), 1.0 + i * 5))
+        until(1.0 + i * 5 + 0.05)
+        run(core.frame_received(1, json.dumps({"realtimeInput": {"text": "Did you book it?"}}), 1.06 + i * 5))
+        until(1.0 + i * 5 + 4.9)
+    kinds = {k for s in sent for k in s.frame.get("serverContent", s.frame)}
+    assert {"modelTurn", "generationComplete", "turnComplete", "interrupted"} <= kinds, kinds
+    for s in sent:
+        assert s.data == wire.encode_frame(s.frame, binary), s.frame
