@@ -173,7 +173,7 @@ class FaultTable:
         self._prev_handlers: dict[int, object] = {}
         self.last_apply: tuple[float, float] | None = None  # (wall time before, after) the last change
         self._awake_fd: int | None = None     # the zero wake-up latency request, while it is held
-        self.awake_note: str | None = None    # why it is not (None: held, or not wanted)
+        self.awake_note: str | None = None    # why it is not (None: held, or no real-time changes)
 
     # ------------------------------------------------------------------------------- plumbing
     def _exec(self, argv: list[str], input: str | None = None) -> tuple[int, str, str]:
@@ -237,11 +237,11 @@ class FaultTable:
 
         Why: a real-time change wakes its iptables-restore on an idle CPU, where the scheduler puts
         a woken real-time task, and on a VM a halted vCPU waits for its host to run it again. On a
-        quiet machine that wake-up was the onset's tail: alternated passes of `lab bench faults --
-        --router-only`, p99 1.20, 10.00 and 4.19 ms without the request, 0.67, 0.75 and 0.90 ms
-        with it (docs/benchmarks.md). The cost: while a table lives, idle CPUs poll instead of
+        quiet machine that wake-up was the onset's tail (docs/benchmarks.md has the passes with and
+        without the request). The cost: while a table lives, idle CPUs poll instead of
         halting (the host sees them busy). LIVELAB_IDLE_CPUS_AWAKE=0 lets them halt."""
         if os.environ.get(IDLE_AWAKE_ENV, "1") == "0":
+            self.awake_note = f"{IDLE_AWAKE_ENV}=0: idle CPUs may halt"
             return
         self._awake_fd, self.awake_note = realtime.zero_wakeup_latency()
 

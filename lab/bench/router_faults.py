@@ -72,6 +72,7 @@ def measure(local, router, dst: str, n: int, gap: float = 0.05) -> dict:
     out["fifo_refused"] = local.fifo_refused
     out["router_fifo_refused"] = router.fifo_refused
     out["awake"], out["router_awake"] = local.cpus_held_awake, router.cpus_held_awake
+    out["awake_note"], out["router_awake_note"] = local.awake_note, router.awake_note
     return out
 
 
@@ -95,9 +96,10 @@ def lines(where: str, res: dict) -> list[str]:
     met = "met" if a99 <= GOAL_P99_MS else "NOT met"
     policy = "; ".join(
         f"{who}'s fault changes " + ("under SCHED_FIFO" if why is None else f"as ordinary tasks (SCHED_FIFO refused: {why})")
-        + (", idle CPUs kept awake" if awake else "")
-        for who, why, awake in (("the router", res.get("router_fifo_refused"), res.get("router_awake")),
-                                ("the agent", res.get("fifo_refused"), res.get("awake"))))
+        + (", idle CPUs kept awake" if awake else f", idle CPUs not kept awake ({note})" if note else "")
+        for who, why, awake, note in (
+            ("the router", res.get("router_fifo_refused"), res.get("router_awake"), res.get("router_awake_note")),
+            ("the agent", res.get("fifo_refused"), res.get("awake"), res.get("awake_note"))))
     return [
         f"router faults ({where}), n={len(a)}, {load_average()}; {policy}:",
         f"  anchor -> rule in force at the router  p50 {a50:.2f} / p99 {a99:.2f} ms   "

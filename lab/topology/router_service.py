@@ -72,7 +72,8 @@ def answer(table: FaultTable, request: dict) -> dict:
             table.clear_all()
             return {"ok": True}
         if op == "ping":
-            return {"ok": True, "fifo_refused": fifo_refused(), "cpus_awake": table.cpus_held_awake}
+            return {"ok": True, "fifo_refused": fifo_refused(), "cpus_awake": table.cpus_held_awake,
+                    "awake_note": table.awake_note}
         return {"ok": False, "error": f"unknown request {op!r} (add, clear, ping)"}
     except (NetemError, LabError) as e:
         return {"ok": False, "error": str(e)}
@@ -146,9 +147,10 @@ class RemoteTable:
         # router's own clock is the host's (containers share CLOCK_REALTIME), as FaultTable.last_apply
         self.last_apply: tuple[float, float] | None = None
         # why the service's fault changes run as ordinary tasks (None: under SCHED_FIFO), and whether
-        # its table holds idle CPUs awake (FaultTable.cpus_held_awake), from setup()
+        # its table holds idle CPUs awake (FaultTable.cpus_held_awake) and if not why, from setup()
         self.fifo_refused: str | None = None
         self.cpus_held_awake = False
+        self.awake_note: str | None = None
 
     def _connect(self) -> None:
         host, port = self.address.rsplit(":", 1)
@@ -186,6 +188,7 @@ class RemoteTable:
         if self._sock is None:
             reply = self._ask({"op": "ping"})
             self.fifo_refused, self.cpus_held_awake = reply.get("fifo_refused"), bool(reply.get("cpus_awake"))
+            self.awake_note = reply.get("awake_note")
         return self
 
     def add(self, fault):

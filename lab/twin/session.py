@@ -257,10 +257,8 @@ class Sessions:
     def conn(self, conn_id: int) -> Conn:
         """A connection still open (events from the shell name one)."""
         c = self.conns.get(conn_id)
-        if c is not None:
-            return c
-        c = self.find(conn_id)
         if c is None:
+            self.find(conn_id)      # raises for an id never opened
             raise UnknownConnection(f"connection {conn_id} already ended")
         return c
 

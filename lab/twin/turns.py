@@ -392,7 +392,7 @@ class Turns:
         return p.last_audio_at + self._silence_s(p) + 0.1
 
     def _on_audio(self, sid: str, conn: int, pcm: bytes, rate: int, now: float) -> list:
-        p = self.plays[sid]     # the caller's session, looked up (and checked) by deliver()
+        p = self.play(sid)
         if not p.activity.automatic:
             return self._window_audio(sid, conn, pcm, rate, now)
         p.last_audio_at = now

@@ -13,6 +13,7 @@ class ClockTable:
         self.last_apply = None
         self.fifo_refused = None
         self.cpus_held_awake = False
+        self.awake_note = None
 
     def setup(self):
         self.set_up += 1
@@ -67,8 +68,13 @@ def test_the_router_services_own_policy_is_said_beside_the_agents(monkeypatch):
     assert table.fifo_refused == "Operation not permitted"
     monkeypatch.setattr(router_service, "fifo_refused", lambda: None)
     class Held:
-        cpus_held_awake = True
-    assert router_service.answer(Held(), {"op": "ping"}) == {"ok": True, "fifo_refused": None, "cpus_awake": True}
+        cpus_held_awake, awake_note = True, None
+    assert router_service.answer(Held(), {"op": "ping"}) == {"ok": True, "fifo_refused": None, "cpus_awake": True,
+                                                              "awake_note": None}
+    monkeypatch.setattr(table, "_ask", lambda req: {"ok": True, "cpus_awake": False, "awake_note": "refused"})
+    table._sock = None
+    table.setup()
+    assert (table.cpus_held_awake, table.awake_note) == (False, "refused")
     res = {"first_ms": [1.0, 1.0], "at_router_ms": [1.0], "returned_ms": [1.1], "service_ms": [0.5], "local_ms": [0.5],
            "router_fifo_refused": None, "fifo_refused": "Operation not permitted"}
     head = router_faults.lines("test", res)[0]
@@ -93,5 +99,9 @@ def test_each_tables_own_policy_is_what_the_rows_say(monkeypatch):
     head = router_faults.lines("test", res)[0]
     assert "the agent's fault changes under SCHED_FIFO, idle CPUs kept awake" in head
     assert "the router's fault changes as ordinary tasks (SCHED_FIFO refused: no budget);" in head
+    # a table that could not hold them awake says why, where the figure is read
+    router.awake_note = "no /dev/cpu_dma_latency (Permission denied): idle CPUs may halt"
+    head = router_faults.lines("test", router_faults.measure(local, router, "10.0.0.1", n=1))[0]
+    assert "no budget), idle CPUs not kept awake (no /dev/cpu_dma_latency (Permission denied)" in head
     monkeypatch.setattr(realtime, "_fifo_refused", "Operation not permitted")
     assert FaultTable(handle_signals=False).fifo_refused == "Operation not permitted"

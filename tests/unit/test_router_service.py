@@ -25,7 +25,7 @@ class StandInTable:
     def __init__(self, refuse: str | None = None):
         self.added, self.cleared, self.refuse = [], 0, refuse
         self.last_apply = (1.0, 1.002)
-        self.cpus_held_awake = True
+        self.cpus_held_awake, self.awake_note = True, None
 
     def add(self, fault):
         if self.refuse:
