@@ -138,15 +138,10 @@ class _Session:
             await self.ask()
 
 
-async def run_level(url: str, ca_path: str, n: int, mode: str, duration_s: float,
-                    progress: Callable[[str], None], mark: Callable[[str], None]) -> Tally:
-    """Open n sessions, run `mode` on all of them for duration_s, close them; the tally.
-    mark("open") is called once all are open and mark("end") before any closes (the caller reads
-    the server's memory there)."""
-    if mode not in MODES:
-        raise ValueError(f"mode {mode!r}")
+async def open_all(url: str, ca_path: str, n: int, tally: Tally,
+                   progress: Callable[[str], None]) -> list[_Session]:
+    """n sessions opened (OPEN_AT_ONCE at a time): those that opened; a refusal is in tally.errors."""
     ctx = ssl.create_default_context(cafile=ca_path)
-    tally = Tally()
     sessions = [_Session(i, tally) for i in range(n)]
     gate = asyncio.Semaphore(OPEN_AT_ONCE)
 
@@ -166,10 +161,14 @@ async def run_level(url: str, ca_path: str, n: int, mode: str, duration_s: float
         if not opening.done():
             progress(f"opening: {tally.opened}/{n} after {time.monotonic() - t_open:.0f} s")
     live = [s for s, ok in zip(sessions, opening.result()) if ok]
-    open_s = time.monotonic() - t_open
-    progress(f"{len(live)}/{n} open in {open_s:.1f} s; {mode} for {duration_s:g} s")
-    mark("open")
+    tally.open_s += time.monotonic() - t_open
+    return live
 
+
+async def traffic(live: list[_Session], mode: str, duration_s: float, tally: Tally,
+                  progress: Callable[[str], None]) -> int:
+    """`mode` on every live session for duration_s (a turn under way is played out): how many are
+    still open after it."""
     loop = asyncio.get_running_loop()
     until = loop.time() + duration_s
 
@@ -194,8 +193,54 @@ async def run_level(url: str, ca_path: str, n: int, mode: str, duration_s: float
         if not running.done():
             progress(f"{time.monotonic() - t_run:.0f}/{duration_s:g} s: {len(tally.lats_ms)} replies, "
                      f"{tally.underruns} underruns, mic late <= {tally.mic_late_ms:.0f} ms")
-    tally.held = sum(1 for ok in running.result() if ok)
-    tally.open_s = open_s
-    mark("end")
+    return sum(1 for ok in running.result() if ok)
+
+
+async def _close_all(live: list[_Session]) -> None:
     await asyncio.gather(*(s.ws.close() for s in live), return_exceptions=True)
+
+
+async def run_level(url: str, ca_path: str, n: int, mode: str, duration_s: float,
+                    progress: Callable[[str], None], mark: Callable[[str], None]) -> Tally:
+    """Open n sessions, run `mode` on all of them for duration_s, close them; the tally.
+    mark("open") is called once all are open and mark("end") before any closes (the caller reads
+    the server's memory there)."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r}")
+    tally = Tally()
+    live = await open_all(url, ca_path, n, tally, progress)
+    progress(f"{len(live)}/{n} open in {tally.open_s:.1f} s; {mode} for {duration_s:g} s")
+    mark("open")
+    tally.held = await traffic(live, mode, duration_s, tally, progress)
+    mark("end")
+    await _close_all(live)
     return tally
+
+
+async def run_alternating(targets: list[tuple[str, str]], n: int, mode: str, slice_s: float, slices: int,
+                          progress: Callable[[int, str], None], mark: Callable[[int, str, Tally], None]
+                          ) -> list[Tally]:
+    """n sessions open on each target (url, ca_path) at once, then `slices` rounds in which each
+    target's sessions in turn run `mode` for slice_s while the others' wait idle; one tally a target.
+    mark(i, "open", tally) once target i's sessions are all open, mark(i, "start"/"end", tally) around
+    each of its slices (the caller reads the server's CPU there). A target's held sessions are those
+    open after its last slice."""
+    if mode not in ("text", "stream"):
+        raise ValueError(f"mode {mode!r}: alternating runs are for traffic, not idle sessions")
+    tallies = [Tally() for _ in targets]
+    lives: list[list[_Session]] = []
+    try:
+        for i, (url, ca_path) in enumerate(targets):
+            lives.append(await open_all(url, ca_path, n, tallies[i], lambda line, i=i: progress(i, line)))
+            progress(i, f"{len(lives[i])}/{n} open in {tallies[i].open_s:.1f} s")
+            mark(i, "open", tallies[i])
+        for k in range(slices):
+            for i, live in enumerate(lives):
+                mark(i, "start", tallies[i])
+                tallies[i].held = await traffic(live, mode, slice_s, tallies[i],
+                                                lambda line, i=i: progress(i, line))
+                mark(i, "end", tallies[i])
+    finally:
+        for live in lives:
+            await _close_all(live)
+    return tallies

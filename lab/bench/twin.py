@@ -1,12 +1,20 @@
 """`lab bench twin`: how many sessions the twin holds, how fast it answers, what each costs. Prints figures only.
 
-Each level (a mode and a number of concurrent sessions) runs twice on a fresh server process: first
-against the baseline (lab.bench.echo: a bare websockets server with the twin's TLS, loop and
-settings, none of its logic), then against `lab twin serve` with the model's reply delays set to 0
-(so what is measured is the twin itself). The twin's figures print as ratios to the baseline's.
+Each level (a mode and a number of concurrent sessions) compares the twin (`lab twin serve` with the
+model's reply delays set to 0, so what is measured is the twin itself) with the baseline
+(lab.bench.echo: a bare websockets server with the twin's TLS, loop and settings, none of its
+logic); the twin's figures print as ratios to the baseline's.
 
-The load (lab.bench.load) runs in this process; the server in its own. With two or more CPUs each
-is pinned to its own (server on the first, load on the second), so the twin's figures are one core's
+A traffic level (`stream`, `text`) starts both servers, opens its sessions on each, and lets their
+traffic take turns: `--slices K` slices of duration/K seconds each, baseline then twin, the other's
+sessions idle meanwhile. A machine shared with other work is slower in one minute than the next, and
+a ratio of two runs a minute apart measures that as much as the twin; with the slices interleaved
+every few seconds each server's figures (the sum of its slices) meet the same minutes. The round's
+line also prints the slice-by-slice ratios' spread. An `idle` level, whose figure is memory, runs
+the two one after the other, each on a fresh server process.
+
+The load (lab.bench.load) runs in this process; the servers in their own. With two or more CPUs the
+servers are pinned to the first and the load to the second, so the twin's figures are one core's
 work and a starved load generator shows up in its own column (mic late) instead of in the twin's.
 
 Modes (lab.bench.load): `stream` every session streams 16 kHz audio in 100 ms chunks in real time,
@@ -15,8 +23,8 @@ sessions held without traffic, one question each at the end. Memory per session 
 resident-set growth (VmRSS) from before the first session to all open (idle) or to the end
 (text, stream), divided by the sessions.
 
-`--rounds N` runs each level N times, baseline then twin, and the goals use the median of the
-rounds' ratios: on a shared machine the load of one minute is not the next one's.
+`--rounds N` runs each level N times on fresh server processes, and the goals use the median of the
+rounds' ratios.
 
 Goals to compare against (not asserted), as ratios to the same level's baseline where the machine
 decides the figure: 200 streaming sessions held, no underrun, server CPU per client frame <= 1.15x
@@ -33,11 +41,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import uvloop
 
-from lab.bench.load import MODES, PATH, Tally, run_level
+from lab.bench.load import MODES, PATH, Tally, run_alternating, run_level
 from lab.errors import LabError
 from lab.stats.order import percentile
 
@@ -45,6 +53,15 @@ from lab.stats.order import percentile
 BENCH_SETTINGS = ["reply_delay_s=0", "tool_call_delay_s=0", "speech_ms_per_char=5", "new_setup_s=0.01",
                   "freeze_close_s=3600", "conversation_scope=session"]
 DEFAULT_SESSIONS = {"stream": "1,50,200", "text": "1,50,200", "idle": "1000"}
+# Both servers' C allocator (glibc) keeps 64 MiB of free heap above its top instead of giving it back
+# at once. Without it a server as small as the baseline, whose every frame frees what it allocated,
+# moves its heap's top up and down: one to three page faults a frame, a quarter of its CPU, as many
+# or as few from one process to the next. The twin's own heap holds its sessions and was not
+# touched by this. Both pay the same allocator, so the ratio is the twin's logic, not the baseline's
+# page faults. (A name glibc reads at start; another C library ignores it.)
+SERVER_ALLOCATOR = {"MALLOC_TOP_PAD_": str(64 << 20)}
+DEFAULT_SLICES = 6
+MIN_SLICE_S = 0.5     # a slice shorter than a few question turns measures its own start and end
 STREAM_FLOORS = {"sessions": 200, "cpu_ratio": 1.15, "p99_ratio": 1.2, "kib": 200.0}
 IDLE_FLOORS = {"sessions": 1000, "kib": 64.0}
 
@@ -70,7 +87,8 @@ class _Server:
     def __init__(self, argv: list[str], cpu: int | None):
         pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=pin)
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **SERVER_ALLOCATOR},
+                                     preexec_fn=pin)
         base = ca = None
         t0 = time.monotonic()
         while (base is None or ca is None) and time.monotonic() - t0 < 30:
@@ -107,6 +125,7 @@ class Row:
     server_cores: float
     load_cores: float
     server_cpu_s: float
+    slice_us: list[float] = field(default_factory=list)   # us/frame of each slice (an alternating level)
 
     @property
     def us_per_frame(self) -> float:
@@ -148,6 +167,53 @@ def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, c
                (cpu_b - cpu_a) / span, (load_b - load_a) / span, cpu_b - cpu_a)
 
 
+def _frames(t: Tally) -> int:
+    return len(t.lats_ms) + t.mic_chunks
+
+
+def _run_alternating(servers: list[tuple[str, list[str]]], mode: str, n: int, duration: float, slices: int,
+                     cpus: list[int]) -> list[Row]:
+    """Both servers up at once on the same CPU, n sessions open on each, their traffic taking turns
+    in `slices` slices of duration/slices seconds: what the machine does in one minute falls on
+    both, and each server's figures are the sum of its slices. One row a server, in order."""
+    procs: list[_Server] = []
+    try:
+        for _name, argv in servers:
+            procs.append(_Server(argv, cpus[0] if len(cpus) > 1 else None))
+        pids = [p.proc.pid for p in procs]
+        rss0 = [_rss_kib(pid) for pid in pids]
+        rss_end = list(rss0)
+        cpu = [0.0] * len(procs)
+        load = [0.0] * len(procs)
+        span = [0.0] * len(procs)
+        slice_us: list[list[float]] = [[] for _ in procs]
+        began: dict[int, tuple[float, float, float, int]] = {}
+
+        def mark(i: int, at: str, tally: Tally) -> None:
+            now = (_cpu_s(pids[i]), time.process_time(), time.monotonic(), _frames(tally))
+            if at == "start":
+                began[i] = now
+            elif at == "end":
+                (c0, l0, t0, f0), (c1, l1, t1, f1) = began.pop(i), now
+                cpu[i] += c1 - c0
+                load[i] += l1 - l0
+                span[i] += t1 - t0
+                slice_us[i].append((c1 - c0) / (f1 - f0) * 1e6 if f1 > f0 else math.nan)
+                rss_end[i] = _rss_kib(pids[i])
+
+        def progress(i: int, line: str) -> None:
+            print(f"  .. {servers[i][0]} {mode} {n}: {line}", flush=True)
+
+        tallies = uvloop.run(run_alternating([(p.url, p.ca) for p in procs], n, mode, duration / slices, slices,
+                                             progress, mark))
+    finally:
+        for p in procs:
+            p.stop()
+    return [Row(name, mode, n, t, (rss_end[i] - rss0[i]) / max(1, t.opened), cpu[i] / max(1e-9, span[i]),
+                load[i] / max(1e-9, span[i]), cpu[i], slice_us[i])
+            for i, ((name, _argv), t) in enumerate(zip(servers, tallies))]
+
+
 def _baseline_argv(cert_dir: str) -> list[str]:
     return [sys.executable, "-m", "lab.bench.echo", "--cert-dir", cert_dir]
 
@@ -172,6 +238,13 @@ def _line(r: Row) -> str:
             f"{r.p50:>7.2f} {r.p99:>7.2f} {mx:>7.1f} {t.audio_chunks:>6} {t.underruns:>8} "
             f"{t.mic_late_ms:>6.0f}ms {r.kib_per_session:>8.1f} {r.server_cores:>7.2f} {r.load_cores:>8.2f} "
             f"{r.us_per_frame:>8.0f}")
+
+
+def _slice_ratios(b: Row, t: Row) -> str:
+    """Each slice's twin over the baseline's slice just before it (how much one slice's figure
+    moves), or "" for a level of one slice."""
+    xs = [y / x for x, y in zip(b.slice_us, t.slice_us) if x and not math.isnan(x) and not math.isnan(y)]
+    return f"slice by slice {min(xs):.2f}-{max(xs):.2f}x, median {_median(xs):.2f}x" if len(xs) > 1 else ""
 
 
 def _ratio(a: float, b: float) -> str:
@@ -215,9 +288,13 @@ def _floors(rows: list[Row]) -> None:
                 cpus = [t.us_per_frame / bb.us_per_frame for bb, t in pairs]
                 p99s = [t.p99 / bb.p99 for bb, t in pairs]
                 cpu, p99 = _median(cpus), _median(p99s)
-                each = (f" (median of {len(pairs)} rounds: cpu {', '.join(f'{x:.2f}' for x in cpus)}; "
-                        f"p99 {', '.join(f'{x:.2f}' for x in p99s)})") if len(pairs) > 1 else \
-                    f" ({pairs[0][1].p99:.1f} vs {pairs[0][0].p99:.1f} ms)"
+                if len(pairs) > 1:
+                    each = (f" (median of {len(pairs)} rounds: cpu {', '.join(f'{x:.2f}' for x in cpus)}; "
+                            f"p99 {', '.join(f'{x:.2f}' for x in p99s)})")
+                else:
+                    spread = _slice_ratios(*pairs[0])
+                    each = (f" ({pairs[0][1].p99:.1f} vs {pairs[0][0].p99:.1f} ms"
+                            + (f"; cpu {spread}" if spread else "") + ")")
                 line += (f"; cpu per client frame {cpu:.2f}x the baseline (<= {g['cpu_ratio']:g}x: "
                          f"{_met(cpu <= g['cpu_ratio'])}); p99 {p99:.2f}x (<= {g['p99_ratio']:g}x: "
                          f"{_met(p99 <= g['p99_ratio'])}){each}")
@@ -259,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1,
                     help="baseline-then-twin rounds per level; the goals use the median of the rounds' ratios "
                          "(on a shared machine one round's load differs from the next)")
+    ap.add_argument("--slices", type=int, default=DEFAULT_SLICES,
+                    help=f"a traffic level's baseline and twin take turns in this many slices of "
+                         f"duration/slices s each, both servers up (default {DEFAULT_SLICES}; idle levels run one after the other)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the bare-websockets baseline runs")
     ap.add_argument("--no-pin", action="store_true",
                     help="let server and load share every CPU (on a busy machine one pinned CPU may be the smaller share)")
@@ -270,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
         raise LabError(f"bad --rounds {args.rounds}: at least 1")
     if not args.duration > 0:
         raise LabError(f"bad --duration {args.duration}: seconds > 0")
+    if args.slices < 1 or args.duration / args.slices < MIN_SLICE_S:
+        raise LabError(f"bad --slices {args.slices}: at least 1, and slices of at least {MIN_SLICE_S:g} s "
+                       f"(--duration {args.duration:g} s)")
     gc.freeze()   # the load's own collector pauses would count as the server's latency
     all_cpus = os.sched_getaffinity(0)
     cpus = sorted(all_cpus)[:1] if args.no_pin else sorted(all_cpus)   # one CPU listed: nothing is pinned
@@ -287,16 +370,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="livelab-bench-") as d:
             for mode, n in levels:
-                servers = [] if args.no_baseline else [("baseline", _baseline_argv(d))]
-                servers.append(("twin", _twin_argv(args.profile, d, args.overrides)))
+                # a directory each: both may be up at once, and each makes its own CA
+                servers = [] if args.no_baseline else [("baseline", _baseline_argv(os.path.join(d, "baseline")))]
+                servers.append(("twin", _twin_argv(args.profile, os.path.join(d, "twin"), args.overrides)))
                 for k in range(args.rounds):
-                    level = []
-                    for name, sargv in servers:
-                        print(f"level: {name}, {mode}, {n} sessions"
-                              + (f", round {k + 1}/{args.rounds}" if args.rounds > 1 else ""), flush=True)
-                        level.append(_run_one(name, sargv, mode, n, args.duration, cpus))
-                        for e in level[-1].tally.errors[:3]:
-                            print(f"  error: {e}", flush=True)
+                    rnd = f", round {k + 1}/{args.rounds}" if args.rounds > 1 else ""
+                    if len(servers) == 2 and mode != "idle":
+                        print(f"level: baseline and twin taking turns in {args.slices} slices of "
+                              f"{args.duration / args.slices:.3g} s, {mode}, {n} sessions{rnd}", flush=True)
+                        level = _run_alternating(servers, mode, n, args.duration, args.slices, cpus)
+                    else:
+                        level = []
+                        for name, sargv in servers:
+                            print(f"level: {name}, {mode}, {n} sessions{rnd}", flush=True)
+                            level.append(_run_one(name, sargv, mode, n, args.duration, cpus))
+                    for r in level:
+                        for e in r.tally.errors[:3]:
+                            print(f"  error ({r.server}): {e}", flush=True)
                     print(HEADER)
                     for r in level:
                         print(_line(r), flush=True)
@@ -304,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
                         b, t = level
                         print(f"  twin / baseline: p50 {_ratio(t.p50, b.p50)}, p99 {_ratio(t.p99, b.p99)}, "
                               f"KiB/session {_ratio(t.kib_per_session, b.kib_per_session)}, "
-                              f"server cpu per client frame {_ratio(t.us_per_frame, b.us_per_frame)}", flush=True)
+                              f"server cpu per client frame {_ratio(t.us_per_frame, b.us_per_frame)}"
+                              + (f" ({_slice_ratios(b, t)})" if _slice_ratios(b, t) else ""), flush=True)
                     rows += level
     finally:
         os.sched_setaffinity(0, all_cpus)

@@ -57,3 +57,40 @@ def test_the_baseline_sends_the_twins_frames_and_completes_its_turns_when_the_tw
         assert [k for _, k in b] == [tuple(x for x in k if x != "usageMetadata") for _, k in t], (b, t)
         # the audio at once, the turn complete no sooner than the chunk has played
         assert b[-1][0] >= echo.REPLY_CHUNK_S * 1000 and t[-1][0] >= echo.REPLY_CHUNK_S * 1000, (b, t)
+
+
+def test_an_alternating_level_runs_one_servers_traffic_at_a_time_and_sums_its_slices():
+    # both servers up, each with its sessions open; while one's slice runs the other's sessions
+    # send nothing, so what a minute of the machine does falls on both and on neither's figure twice
+    from lab.bench import twin
+    from lab.bench.load import run_alternating
+
+    with tempfile.TemporaryDirectory() as d:
+        servers = [("baseline", _baseline_argv(f"{d}/b")), ("twin", _twin_argv("developer-api", f"{d}/t", []))]
+        procs = [_Server(argv, None) for _, argv in servers]
+        seen: list[tuple[int, str, tuple[int, ...]]] = []
+        tallies_seen: list = []
+
+        def mark(i, at, tally):
+            if tally not in tallies_seen:
+                tallies_seen.append(tally)
+            seen.append((i, at, tuple(len(t.lats_ms) + t.mic_chunks for t in tallies_seen)))
+
+        try:
+            tallies = asyncio.run(run_alternating([(p.url, p.ca) for p in procs], 3, "stream", 0.8, 2,
+                                                  lambda i, line: None, mark))
+        finally:
+            for p in procs:
+                p.stop()
+        rows = twin._run_alternating(servers, "stream", 2, 1.2, 2, [0])
+    assert [(i, at) for i, at, _ in seen] == [(0, "open"), (1, "open")] + [(0, "start"), (0, "end"), (1, "start"),
+                                                                       (1, "end")] * 2
+    for k in range(2, len(seen), 2):     # each slice: only its own server's tally moved
+        (i, _, before), (_, _, after) = seen[k], seen[k + 1]
+        assert after[i] > before[i] and all(a == b for j, (a, b) in enumerate(zip(before, after)) if j != i), seen
+    for t in tallies:
+        assert (t.opened, t.held) == (3, 3) and t.lats_ms and t.mic_chunks and not t.errors, t
+
+    assert [r.server for r in rows] == ["baseline", "twin"]
+    for r in rows:
+        assert r.tally.held == 2 and len(r.slice_us) == 2 and r.server_cpu_s > 0

@@ -68,7 +68,9 @@ def test_a_run_the_agent_never_ended_is_refused(tmp_path):
                                          (["--sessions", "1,x"], "bad --sessions"),
                                          (["--sessions", "0"], "bad --sessions"),
                                          (["--duration", "0"], "bad --duration"),
-                                         (["--rounds", "0"], "bad --rounds")])
+                                         (["--rounds", "0"], "bad --rounds"),
+                                         (["--slices", "0"], "bad --slices"),
+                                         (["--duration", "2", "--slices", "5"], "slices of at least 0.5 s")])
 def test_bad_twin_bench_flags_are_one_clear_error_before_anything_starts(argv, words):
     with pytest.raises(LabError, match=words):
         twin.main(argv)
@@ -109,3 +111,15 @@ def test_the_twin_core_bench_sends_the_stream_mix_and_the_core_answers():
     _cpu, written = twin_core.drive(2, todo)
     # each question is a user turn and a model decision in the twin's record, at least
     assert written >= 2 * len(asked)
+
+
+def test_an_alternating_rounds_line_says_how_far_its_slices_moved(capsys):
+    # the figure is the sum of the slices; the spread of the slice-by-slice ratios says how far to trust it
+    b, t = _row("baseline", 1.0, 10.0), _row("twin", 1.1, 11.0)
+    b.slice_us, t.slice_us = [100.0, 200.0, 100.0], [110.0, 200.0, 130.0]
+    assert twin._slice_ratios(b, t) == "slice by slice 1.00-1.30x, median 1.10x"
+    b.slice_us, t.slice_us = [100.0], [110.0]
+    assert twin._slice_ratios(b, t) == ""      # one slice: the level's own ratio says it
+    b.slice_us, t.slice_us = [100.0, 200.0], [110.0, 220.0]
+    twin._floors([b, t])
+    assert "(11.0 vs 10.0 ms; cpu slice by slice 1.10-1.10x, median 1.10x)" in capsys.readouterr().out
