@@ -24,7 +24,10 @@ resident-set growth (VmRSS) from before the first session to all open (idle) or 
 (text, stream), divided by the sessions.
 
 `--rounds N` runs each level N times on fresh server processes, and the goals use the median of the
-rounds' ratios.
+rounds' ratios. `faults/frame` is the server's minor page faults per client frame: a server whose
+CPU goes to its allocator shows it there (SERVER_ALLOCATOR). `--breakdown` runs each traffic level's
+twin once more with its calls timed (lab.bench.timed_twin) and prints where its server CPU goes: not
+a figure run, since the timing costs CPU of its own.
 
 Goals to compare against (not asserted), as ratios to the same level's baseline where the machine
 decides the figure: 200 streaming sessions held, no underrun, server CPU per client frame <= 1.15x
@@ -45,6 +48,7 @@ from dataclasses import dataclass, field
 
 import uvloop
 
+from lab.bench import timed_twin
 from lab.bench.load import MODES, PATH, Tally, run_alternating, run_level
 from lab.errors import LabError
 from lab.stats.order import percentile
@@ -74,11 +78,12 @@ def _rss_kib(pid: int) -> int:
     raise LabError(f"no VmRSS for pid {pid}")
 
 
-def _cpu_s(pid: int) -> float:
-    """utime + stime of a process, in seconds (/proc/PID/stat fields 14 and 15)."""
+def _cpu_s(pid: int) -> tuple[float, int]:
+    """(utime + stime in seconds, minor page faults) of a process (/proc/PID/stat fields 14, 15
+    and 10): the faults say when a server's CPU is its allocator's (SERVER_ALLOCATOR)."""
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[7])
 
 
 class _Server:
@@ -89,6 +94,7 @@ class _Server:
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1", **SERVER_ALLOCATOR},
                                      preexec_fn=pin)
+        self.out: str | None = None
         base = ca = None
         t0 = time.monotonic()
         while (base is None or ca is None) and time.monotonic() - t0 < 30:
@@ -105,7 +111,8 @@ class _Server:
         self.url = base.replace("https://", "wss://") + PATH
         self.ca = ca
 
-    def stop(self) -> None:
+    def stop(self) -> str:
+        """Stop it; what it printed after its address (a timed twin's totals)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -113,6 +120,9 @@ class _Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.out is None:
+            self.out = self.proc.stdout.read() if self.proc.stdout else ""
+        return self.out
 
 
 @dataclass
@@ -126,6 +136,13 @@ class Row:
     load_cores: float
     server_cpu_s: float
     slice_us: list[float] = field(default_factory=list)   # us/frame of each slice (an alternating level)
+    server_faults: int = 0      # the server's minor page faults over the span its CPU is counted
+    timed: dict[str, tuple[int, float]] = field(default_factory=dict)   # a timed twin's calls (lab.bench.timed_twin)
+
+    @property
+    def faults_per_frame(self) -> float:
+        frames = len(self.tally.lats_ms) + self.tally.mic_chunks
+        return self.server_faults / frames if frames else math.nan
 
     @property
     def us_per_frame(self) -> float:
@@ -143,28 +160,34 @@ class Row:
         return percentile(self.tally.lats_ms, 99, default=math.nan)
 
 
-def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, cpus: list[int]) -> Row:
+def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, cpus: list[int],
+             timed: bool = False) -> Row:
+    """One server's level on a fresh process. `timed`: the server is a timed twin, told where the
+    span its CPU figure covers begins and ends (lab.bench.timed_twin)."""
     srv = _Server(argv, cpus[0] if len(cpus) > 1 else None)
     try:
         pid = srv.proc.pid
         rss0 = _rss_kib(pid)
-        marks: dict[str, tuple[int, float, float, float]] = {}
+        marks: dict[str, tuple[int, tuple[float, int], float, float]] = {}
 
-        def mark(at: str) -> None:   # (rss KiB, server cpu s, load cpu s, wall s)
+        def mark(at: str) -> None:   # (rss KiB, (server cpu s, faults), load cpu s, wall s)
             marks[at] = (_rss_kib(pid), _cpu_s(pid), time.process_time(), time.monotonic())
+            if timed:
+                os.kill(pid, signal.SIGUSR1 if at == "open" else signal.SIGUSR2)
 
         def progress(line: str) -> None:
             print(f"  .. {server} {mode} {n}: {line}", flush=True)
 
         tally = uvloop.run(run_level(srv.url, srv.ca, n, mode, duration, progress, mark))
     finally:
-        srv.stop()
-    none = (rss0, 0.0, 0.0, 0.0)
+        out = srv.stop()
+    none = (rss0, (0.0, 0), 0.0, 0.0)
     grown_at = marks.get("open" if mode == "idle" else "end", none)[0]
-    (_, cpu_a, load_a, t_a), (_, cpu_b, load_b, t_b) = marks.get("open", none), marks.get("end", none)
+    (_, (cpu_a, pf_a), load_a, t_a), (_, (cpu_b, pf_b), load_b, t_b) = marks.get("open", none), marks.get("end", none)
     span = max(1e-9, t_b - t_a)
     return Row(server, mode, n, tally, (grown_at - rss0) / max(1, tally.opened),
-               (cpu_b - cpu_a) / span, (load_b - load_a) / span, cpu_b - cpu_a)
+               (cpu_b - cpu_a) / span, (load_b - load_a) / span, cpu_b - cpu_a, server_faults=pf_b - pf_a,
+               timed=timed_twin.parse(out) if timed else {})
 
 
 def _frames(t: Tally) -> int:
@@ -186,16 +209,18 @@ def _run_alternating(servers: list[tuple[str, list[str]]], mode: str, n: int, du
         cpu = [0.0] * len(procs)
         load = [0.0] * len(procs)
         span = [0.0] * len(procs)
+        faults = [0] * len(procs)
         slice_us: list[list[float]] = [[] for _ in procs]
-        began: dict[int, tuple[float, float, float, int]] = {}
+        began: dict[int, tuple[tuple[float, int], float, float, int]] = {}
 
         def mark(i: int, at: str, tally: Tally) -> None:
             now = (_cpu_s(pids[i]), time.process_time(), time.monotonic(), _frames(tally))
             if at == "start":
                 began[i] = now
             elif at == "end":
-                (c0, l0, t0, f0), (c1, l1, t1, f1) = began.pop(i), now
+                ((c0, p0), l0, t0, f0), ((c1, p1), l1, t1, f1) = began.pop(i), now
                 cpu[i] += c1 - c0
+                faults[i] += p1 - p0
                 load[i] += l1 - l0
                 span[i] += t1 - t0
                 slice_us[i].append((c1 - c0) / (f1 - f0) * 1e6 if f1 > f0 else math.nan)
@@ -210,7 +235,7 @@ def _run_alternating(servers: list[tuple[str, list[str]]], mode: str, n: int, du
         for p in procs:
             p.stop()
     return [Row(name, mode, n, t, (rss_end[i] - rss0[i]) / max(1, t.opened), cpu[i] / max(1e-9, span[i]),
-                load[i] / max(1e-9, span[i]), cpu[i], slice_us[i])
+                load[i] / max(1e-9, span[i]), cpu[i], slice_us[i], faults[i])
             for i, ((name, _argv), t) in enumerate(zip(servers, tallies))]
 
 
@@ -218,9 +243,9 @@ def _baseline_argv(cert_dir: str) -> list[str]:
     return [sys.executable, "-m", "lab.bench.echo", "--cert-dir", cert_dir]
 
 
-def _twin_argv(profile: str, cert_dir: str, overrides: list[str]) -> list[str]:
-    argv = [sys.executable, "-m", "lab", "twin", "serve", "--port", "0", "--profile", profile,
-            "--cert-dir", cert_dir, "--seed", "1"]
+def _twin_argv(profile: str, cert_dir: str, overrides: list[str], timed: bool = False) -> list[str]:
+    argv = [sys.executable, "-m", "lab.bench.timed_twin" if timed else "lab", "twin", "serve", "--port", "0",
+            "--profile", profile, "--cert-dir", cert_dir, "--seed", "1"]
     for s in BENCH_SETTINGS + overrides:
         argv += ["--set", s]
     return argv
@@ -228,7 +253,7 @@ def _twin_argv(profile: str, cert_dir: str, overrides: list[str]) -> list[str]:
 
 HEADER = (f"{'server':>8} {'mode':>6} {'sessions':>8} {'held':>9} {'open s':>6} {'replies':>7} {'p50 ms':>7} "
           f"{'p99 ms':>7} {'max ms':>7} {'audio':>6} {'underrun':>8} {'mic late':>8} {'KiB/sess':>8} "
-          f"{'srv cpu':>7} {'load cpu':>8} {'us/frame':>8}")
+          f"{'srv cpu':>7} {'load cpu':>8} {'us/frame':>8} {'faults/frame':>12}")
 
 
 def _line(r: Row) -> str:
@@ -237,7 +262,7 @@ def _line(r: Row) -> str:
     return (f"{r.server:>8} {r.mode:>6} {r.n:>8} {t.held:>4}/{r.n:<4} {t.open_s:>6.1f} {len(t.lats_ms):>7} "
             f"{r.p50:>7.2f} {r.p99:>7.2f} {mx:>7.1f} {t.audio_chunks:>6} {t.underruns:>8} "
             f"{t.mic_late_ms:>6.0f}ms {r.kib_per_session:>8.1f} {r.server_cores:>7.2f} {r.load_cores:>8.2f} "
-            f"{r.us_per_frame:>8.0f}")
+            f"{r.us_per_frame:>8.0f} {r.faults_per_frame:>12.2f}")
 
 
 def _slice_ratios(b: Row, t: Row) -> str:
@@ -309,6 +334,20 @@ def _floors(rows: list[Row]) -> None:
                   + (f", {_median(kibs):.2f}x the baseline's" if kibs else ""))
 
 
+def _breakdown(r: Row) -> None:
+    print(f"level: twin with its calls timed, {r.mode}, {r.n} sessions (not a figure run: the timers cost CPU)")
+    print(HEADER)
+    print(_line(r))
+    if not r.timed:
+        print("  the timed twin printed no totals (it did not exit cleanly)")
+        return
+    span = r.server_cpu_s / r.server_cores if r.server_cores else 0.0
+    print(f"where the twin's server CPU goes ({r.server_cpu_s:.2f} s over {span:.1f} s; a client frame's "
+          f"time is the core's answer to it, the shell's writes of that answer are their own line):")
+    for line in timed_twin.lines(r.timed, span, r.server_cpu_s):
+        print(line)
+
+
 def _levels(args) -> list[tuple[str, int]]:
     modes = [m.strip() for m in args.mode.split(",") if m.strip()]
     for m in modes:
@@ -340,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"a traffic level's baseline and twin take turns in this many slices of "
                          f"duration/slices s each, both servers up (default {DEFAULT_SLICES}; idle levels run one after the other)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the bare-websockets baseline runs")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="after a traffic level's rounds, run its twin once more with its calls timed and print "
+                         "where its server CPU goes (a separate run: the timing costs CPU of its own)")
     ap.add_argument("--no-pin", action="store_true",
                     help="let server and load share every CPU (on a busy machine one pinned CPU may be the smaller share)")
     ap.add_argument("--profile", default="developer-api")
@@ -365,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
     print("latency = a question's send -> the first frame of its reply; KiB/sess = server VmRSS growth / sessions; "
           "cpu = cores used while the level ran; us/frame = server CPU per client frame (its cost, whatever share "
-          "of a busy CPU it got)", flush=True)
+          "of a busy CPU it got); faults/frame = the server's minor page faults per client frame", flush=True)
     rows: list[Row] = []
     try:
         with tempfile.TemporaryDirectory(prefix="livelab-bench-") as d:
@@ -397,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
                               f"server cpu per client frame {_ratio(t.us_per_frame, b.us_per_frame)}"
                               + (f" ({_slice_ratios(b, t)})" if _slice_ratios(b, t) else ""), flush=True)
                     rows += level
+                if args.breakdown and mode != "idle":
+                    _breakdown(_run_one("timed", _twin_argv(args.profile, os.path.join(d, "timed"), args.overrides,
+                                                            timed=True), mode, n, args.duration, cpus, timed=True))
     finally:
         os.sched_setaffinity(0, all_cpus)
     print("summary")

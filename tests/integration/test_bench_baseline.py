@@ -94,3 +94,16 @@ def test_an_alternating_level_runs_one_servers_traffic_at_a_time_and_sums_its_sl
     assert [r.server for r in rows] == ["baseline", "twin"]
     for r in rows:
         assert r.tally.held == 2 and len(r.slice_us) == 2 and r.server_cpu_s > 0
+
+
+def test_a_timed_twin_counts_the_calls_of_the_span_the_cpu_figure_covers():
+    # the bench signals the timed twin when its sessions are open and before they close: the calls
+    # it reports are that span's, the load's own frames and no setup
+    from lab.bench import timed_twin, twin
+
+    with tempfile.TemporaryDirectory() as d:
+        r = twin._run_one("timed", _twin_argv("developer-api", d, [], timed=True), "stream", 2, 1.5, [0], timed=True)
+    assert r.tally.held == 2 and r.timed, r.timed
+    assert r.timed[timed_twin.OTHER_FRAME][0] == len(r.tally.lats_ms)
+    assert r.tally.mic_chunks - 2 <= r.timed[timed_twin.MIC][0] <= r.tally.mic_chunks
+    assert r.timed[timed_twin.WRITE][0] >= len(r.tally.lats_ms) and r.timed["core: a timer (Step)"][0] > 0

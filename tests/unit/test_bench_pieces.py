@@ -123,3 +123,27 @@ def test_an_alternating_rounds_line_says_how_far_its_slices_moved(capsys):
     b.slice_us, t.slice_us = [100.0, 200.0], [110.0, 220.0]
     twin._floors([b, t])
     assert "(11.0 vs 10.0 ms; cpu slice by slice 1.10-1.10x, median 1.10x)" in capsys.readouterr().out
+
+
+def test_a_rows_page_faults_print_per_client_frame():
+    # a server whose CPU goes to its allocator shows it here (the baseline once paid 1-3 a frame)
+    r = _row("baseline", 1.0, 10.0, frames=1000)
+    r.server_faults = 500
+    assert r.faults_per_frame == 0.5
+    assert twin._line(r).endswith(" 0.50") and twin.HEADER.endswith("faults/frame")
+
+
+def test_a_timed_twins_totals_are_read_back_and_printed_costliest_first():
+    from lab.bench import timed_twin
+
+    out = "twin: stopped\ntimed " + '{"core: a microphone chunk": [2000, 0.12], "shell: arm a timer": [300, 0.003]}\n'
+    totals = timed_twin.parse(out)
+    assert totals == {timed_twin.MIC: (2000, 0.12), timed_twin.SCHEDULE: (300, 0.003)}
+    assert timed_twin.parse("twin: stopped\n") == {}     # a twin that did not exit cleanly
+    got = timed_twin.lines(totals, span_s=10.0, server_cpu_s=0.5)
+    assert got[1].split() == ["core:", "a", "microphone", "chunk", "200", "60.0", "24%"]
+    assert got[2].split()[-3:] == ["30", "10.0", "1%"] and got[-1].split()[-1] == "75%"
+    # a frame is named before it is parsed, text or binary
+    assert timed_twin.frame_name('{"realtime_input":{"audio":{"data":"AAAA') == timed_twin.MIC
+    assert timed_twin.frame_name(b'{"realtimeInput":{"audio":{') == timed_twin.MIC
+    assert timed_twin.frame_name('{"realtime_input":{"text":"Did you book it?"}}') == timed_twin.OTHER_FRAME
