@@ -12,12 +12,18 @@ which the shell makes after the core has answered.
 """
 from __future__ import annotations
 
+import argparse
 import atexit
 import signal
 import sys
 import time
 
 import orjson
+
+from lab.errors import ONE_LINE_ERRORS
+from lab.twin import cli as twin_cli
+from lab.twin.core import TwinCore
+from lab.twin.server import TwinServer, _ConnIO
 
 TIMED_PREFIX = "timed "
 MIC = "core: a microphone chunk"
@@ -59,9 +65,6 @@ def _timed(fn, name_of):
 
 
 def _instrument() -> None:
-    from lab.twin.core import TwinCore
-    from lab.twin.server import TwinServer, _ConnIO
-
     TwinCore.frame_received = _timed(TwinCore.frame_received, lambda _core, _conn, data, _now: frame_name(data))
     TwinCore.timer_fired = _timed(TwinCore.timer_fired, lambda _core, key, _now: TIMER.format(type(key).__name__))
     TwinServer._schedule = _timed(TwinServer._schedule, lambda _server, _timer: SCHEDULE)
@@ -105,13 +108,21 @@ def lines(totals: dict[str, tuple[int, float]], span_s: float, server_cpu_s: flo
 
 
 def main(argv: list[str]) -> int:
-    from lab.cli import main as lab_main
-
+    # `twin serve` parsed as `lab` parses it (lab.twin.cli), without the orchestration above the twin
+    ap = argparse.ArgumentParser(prog="python -m lab.bench.timed_twin", description=__doc__.splitlines()[0])
+    twin_cli.add_parser(ap.add_subparsers(dest="command"))
+    args = ap.parse_args(argv)
+    if not getattr(args, "func", None):
+        ap.error("usage: python -m lab.bench.timed_twin twin serve ARGS")
     _instrument()
     signal.signal(signal.SIGUSR1, _restart)
     signal.signal(signal.SIGUSR2, _keep)
     atexit.register(_report)
-    return lab_main(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ONE_LINE_ERRORS as e:
+        print(f"timed twin: {e}", file=sys.stderr)
+        return e.code
 
 
 if __name__ == "__main__":

@@ -604,13 +604,18 @@ class Sessions:
         if s is None or s.conn != c.id:
             return []
         c.phase = Phase.LIVE
-        acts: list = [self.wire.send(c.id, wire.setup_complete(), now),
-                      Log("twin.accept", {"conn": c.id, "session": s.id, "resume": c.resumed,
-                                          "setup_ms": round((now - c.opened_at) * 1000, 1),
-                                          "drawn_ms": round(c.setup_drawn_s * 1000, 1)})]
+        d = None
         if c.resumption:
             wait = self.prm.resumed_handle_update_delay_s if c.resumed else self.prm.handle_update_delay_s
             d = 0.0 if wait is None else draw(wait, self.rng)
+        # the delays as drawn, beside what the twin's clock saw: on a loaded machine a timer fires
+        # late, and a client's figure is the draw plus that lateness plus the path
+        acts: list = [self.wire.send(c.id, wire.setup_complete(), now),
+                      Log("twin.accept", {"conn": c.id, "session": s.id, "resume": c.resumed,
+                                          "setup_ms": round((now - c.opened_at) * 1000, 1),
+                                          "drawn_ms": round(c.setup_drawn_s * 1000, 1),
+                                          "handle_drawn_ms": None if d is None else round(d * 1000, 1)})]
+        if d is not None:
             if d > 0:
                 acts.append(Timer(HandleUpdate(c.id), now + d))
             else:

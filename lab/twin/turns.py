@@ -694,8 +694,11 @@ class Turns:
             frame = wire.tool_calls([(c.id, c.name, c.args) for c in calls])
             p.usage.said_text(len(str(frame)))
             acts = [self.wire.send(conn, frame, now)]
+            # drawn_ms: the call step's own delay as drawn (tool_call_delay_s when the call opens its
+            # turn), beside the record's time, which a timer fired late on a loaded machine moves
             acts += [Log("twin.tool_call", {"conn": conn, "session": sid, "id": c.id, "name": c.name,
-                                            "args": c.args, "blocking": c.blocking}) for c in calls]
+                                            "args": c.args, "blocking": c.blocking,
+                                            "drawn_ms": round(step.delay * 1000, 1)}) for c in calls]
             return acts + self._advance(sid, p, now)
         if step.kind == "turn_complete":
             return self._end_turn(sid, p, conn, now)

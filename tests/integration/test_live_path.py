@@ -23,8 +23,9 @@ FAKE_KEY = "AIzaSyFAKE-livelab-test-key-0123456789ab"
 class TwinOnUplink:
     """An endpoint hook: once the topology is up, serve a twin on the uplink's host side."""
 
-    def __init__(self, tmp_path, api_key=FAKE_KEY, overrides=None):
-        self.tmp, self.api_key, self.overrides = tmp_path, api_key, overrides or {}
+    def __init__(self, tmp_path, api_key=FAKE_KEY, overrides=None, seed=None):
+        # seed: the k-th twin served draws from seed + k (None: each draws afresh)
+        self.tmp, self.api_key, self.overrides, self.seed = tmp_path, api_key, overrides or {}, seed
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -36,7 +37,8 @@ class TwinOnUplink:
         ip = topo.uplink_host_ip
         twin = TwinServer(host=ip, port=0, cert_dir=self.tmp / f"certs-{len(self.twins)}", san=[ip],
                           api_key=self.api_key, overrides=self.overrides,
-                          log_path=self.tmp / f"twin-{len(self.twins)}.jsonl")
+                          log_path=self.tmp / f"twin-{len(self.twins)}.jsonl",
+                          seed=None if self.seed is None else self.seed + len(self.twins))
         asyncio.run_coroutine_threadsafe(twin.start(), self.loop).result(20)
         self.twins.append(twin)
         return twin.base_url, str(twin.ca_path)
