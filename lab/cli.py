@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-from lab.errors import ONE_LINE_ERRORS
+from lab.errors import run_command
 
 # (module, what it adds): each module exposes add_parser(subparsers) and sets args.func.
 SUBCOMMAND_MODULES = [
@@ -50,11 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        rc = args.func(args)
-        return int(rc or 0)
-    except ONE_LINE_ERRORS as e:
-        print(f"lab: {e}", file=sys.stderr)
-        return e.code
+        return run_command(args.func, args)
     except KeyboardInterrupt:
         print("lab: interrupted; what was recorded so far is kept", file=sys.stderr)
         return 130

@@ -3,6 +3,9 @@
 Every room raises a LabError (or a subclass) for bad input or a missing capability; the CLI prints
 `lab: <message>` and exits with `code`. Nothing already recorded is removed on the way out.
 """
+import sys
+from typing import Any, Callable
+
 from netem.errors import NetemError
 
 # A close or error text that starts with this is the lab's own configuration error reported from
@@ -37,3 +40,14 @@ class BudgetError(LabError):
 # netem stands alone (it imports nothing from lab), so its errors are not LabErrors; they carry the
 # same one line and `code`. Where lab turns an error into one line (the CLI, the agent) it catches these.
 ONE_LINE_ERRORS = (LabError, NetemError)
+
+
+def run_command(func: Callable[[Any], Any], args: Any, who: str = "lab") -> int:
+    """func(args) as an exit code; one of the ONE_LINE_ERRORS is its line on stderr (`who: why`)
+    and its code instead of a traceback. Every entry point a user starts asks it (lab, the proxy,
+    the bench's timed twin)."""
+    try:
+        return int(func(args) or 0)
+    except ONE_LINE_ERRORS as e:
+        print(f"{who}: {e}", file=sys.stderr)
+        return e.code

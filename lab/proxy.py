@@ -31,7 +31,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
-from lab.errors import LabError
+from lab.errors import LabError, run_command
 
 MAX_HEAD = 16 * 1024            # a CONNECT request head larger than this is refused (431)
 DEFAULT_HOLD_LIMIT = 64 << 20   # per direction: past this, a frozen tunnel stops reading (backpressure)
@@ -739,11 +739,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.proxy")
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["proxy", *(argv if argv is not None else sys.argv[1:])])
-    try:
-        return int(args.func(args) or 0)
-    except LabError as e:
-        print(f"lab: {e}", file=sys.stderr)
-        return e.code
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,11 @@ class Tally:
     open_s: float = 0.0
     errors: list[str] = field(default_factory=list)
 
+    @property
+    def frames(self) -> int:
+        """The client frames the sessions sent: every question and microphone chunk."""
+        return len(self.lats_ms) + self.mic_chunks
+
 
 def _is_reply(frame: dict) -> bool:
     return "serverContent" in frame or "toolCall" in frame

@@ -20,7 +20,7 @@ import time
 
 import orjson
 
-from lab.errors import ONE_LINE_ERRORS
+from lab.errors import run_command
 from lab.twin import cli as twin_cli
 from lab.twin.core import TwinCore
 from lab.twin.server import TwinServer, _ConnIO
@@ -118,11 +118,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGUSR1, _restart)
     signal.signal(signal.SIGUSR2, _keep)
     atexit.register(_report)
-    try:
-        return int(args.func(args) or 0)
-    except ONE_LINE_ERRORS as e:
-        print(f"timed twin: {e}", file=sys.stderr)
-        return e.code
+    return run_command(args.func, args, who="timed twin")
 
 
 if __name__ == "__main__":

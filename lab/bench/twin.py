@@ -78,7 +78,7 @@ def _rss_kib(pid: int) -> int:
     raise LabError(f"no VmRSS for pid {pid}")
 
 
-def _cpu_s(pid: int) -> tuple[float, int]:
+def _cpu_and_faults(pid: int) -> tuple[float, int]:
     """(utime + stime in seconds, minor page faults) of a process (/proc/PID/stat fields 14, 15
     and 10): the faults say when a server's CPU is its allocator's (SERVER_ALLOCATOR)."""
     with open(f"/proc/{pid}/stat") as fh:
@@ -141,14 +141,14 @@ class Row:
 
     @property
     def faults_per_frame(self) -> float:
-        frames = len(self.tally.lats_ms) + self.tally.mic_chunks
+        frames = self.tally.frames
         return self.server_faults / frames if frames else math.nan
 
     @property
     def us_per_frame(self) -> float:
         """The server's CPU per client frame (questions and mic chunks): its cost, whatever share of
         a contended CPU it got. /proc counts CPU in clock ticks (10 ms), so a small level reads coarse."""
-        frames = len(self.tally.lats_ms) + self.tally.mic_chunks
+        frames = self.tally.frames
         return self.server_cpu_s / frames * 1e6 if frames else math.nan
 
     @property
@@ -171,7 +171,7 @@ def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, c
         marks: dict[str, tuple[int, tuple[float, int], float, float]] = {}
 
         def mark(at: str) -> None:   # (rss KiB, (server cpu s, faults), load cpu s, wall s)
-            marks[at] = (_rss_kib(pid), _cpu_s(pid), time.process_time(), time.monotonic())
+            marks[at] = (_rss_kib(pid), _cpu_and_faults(pid), time.process_time(), time.monotonic())
             if timed:
                 os.kill(pid, signal.SIGUSR1 if at == "open" else signal.SIGUSR2)
 
@@ -188,10 +188,6 @@ def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, c
     return Row(server, mode, n, tally, (grown_at - rss0) / max(1, tally.opened),
                (cpu_b - cpu_a) / span, (load_b - load_a) / span, cpu_b - cpu_a, server_faults=pf_b - pf_a,
                timed=timed_twin.parse(out) if timed else {})
-
-
-def _frames(t: Tally) -> int:
-    return len(t.lats_ms) + t.mic_chunks
 
 
 def _run_alternating(servers: list[tuple[str, list[str]]], mode: str, n: int, duration: float, slices: int,
@@ -214,7 +210,7 @@ def _run_alternating(servers: list[tuple[str, list[str]]], mode: str, n: int, du
         began: dict[int, tuple[tuple[float, int], float, float, int]] = {}
 
         def mark(i: int, at: str, tally: Tally) -> None:
-            now = (_cpu_s(pids[i]), time.process_time(), time.monotonic(), _frames(tally))
+            now = (_cpu_and_faults(pids[i]), time.process_time(), time.monotonic(), tally.frames)
             if at == "start":
                 began[i] = now
             elif at == "end":
@@ -434,10 +430,11 @@ def main(argv: list[str] | None = None) -> int:
                         print(_line(r), flush=True)
                     if len(level) == 2:
                         b, t = level
+                        spread = _slice_ratios(b, t)
                         print(f"  twin / baseline: p50 {_ratio(t.p50, b.p50)}, p99 {_ratio(t.p99, b.p99)}, "
                               f"KiB/session {_ratio(t.kib_per_session, b.kib_per_session)}, "
                               f"server cpu per client frame {_ratio(t.us_per_frame, b.us_per_frame)}"
-                              + (f" ({_slice_ratios(b, t)})" if _slice_ratios(b, t) else ""), flush=True)
+                              + (f" ({spread})" if spread else ""), flush=True)
                     rows += level
                 if args.breakdown and mode != "idle":
                     _breakdown(_run_one("timed", _twin_argv(args.profile, os.path.join(d, "timed"), args.overrides,

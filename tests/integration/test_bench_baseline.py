@@ -74,7 +74,7 @@ def test_an_alternating_level_runs_one_servers_traffic_at_a_time_and_sums_its_sl
         def mark(i, at, tally):
             if tally not in tallies_seen:
                 tallies_seen.append(tally)
-            seen.append((i, at, tuple(len(t.lats_ms) + t.mic_chunks for t in tallies_seen)))
+            seen.append((i, at, tuple(t.frames for t in tallies_seen)))
 
         try:
             tallies = asyncio.run(run_alternating([(p.url, p.ca) for p in procs], 3, "stream", 0.8, 2,
