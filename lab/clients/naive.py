@@ -35,11 +35,12 @@ class NaiveClient(SdkClient):
     async def _resume_loop(self, lost: Connection) -> None:
         t0 = time.monotonic()
         every, for_s = float(self.p["resume_interval_s"]), float(self.p["resume_for_s"])
-        k = 0
+        k = 0           # the next slot
+        made = 0        # the attempts made (a slot an attempt ran into is skipped, not made)
         while self.current is lost:
             at = t0 + k * every
             if at - t0 >= for_s:
-                self.log.write("resume.gave_up", src=SRC, conn=lost.n, attempts=k,
+                self.log.write("resume.gave_up", src=SRC, conn=lost.n, attempts=made,
                                after_ms=round((time.monotonic() - t0) * 1000, 1))
                 return
             if at > time.monotonic():
@@ -47,6 +48,7 @@ class NaiveClient(SdkClient):
             k += 1
             if self.current is not lost:
                 return
+            made += 1
             c = await self.attempt_resume("loop")
             if c is not None:
                 await self.accept_resume(c)

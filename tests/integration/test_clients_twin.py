@@ -241,11 +241,12 @@ def test_naive_loop_records_refusals_and_never_tells_the_user(tmp_path):
             gave = await lab.log.wait_for("resume.gave_up", timeout=10)
             res = lab.kinds("resume.result")
             # every attempt's refusal is recorded; how many fit in resume_for_s (4 s) depends on
-            # how long each refusal took: four at about a second apart, three on a loaded machine
-            assert len(res) == gave["attempts"] >= 3, (len(res), gave)
+            # how long each refusal took: four at about a second apart; on a loaded machine an
+            # attempt that runs past its second skips the next slot, and two or three are made
+            assert len(res) == gave["attempts"] >= 2, (len(res), gave)
             assert all(r["ok"] is False and r["code"] == 1011 for r in res)
             starts = [e.ms for e in lab.kinds("resume.attempt")]
-            assert all(900 <= b - a <= 1600 for a, b in zip(starts, starts[1:]))
+            assert all(900 <= b - a <= 2600 for a, b in zip(starts, starts[1:])), starts
             assert starts[-1] - starts[0] <= 4000, starts      # none started after it should have given up
             assert not lab.kinds("fallback.start") and not c.ready.is_set()
             await lab.log.wait_for("backend.commit", timeout=6)
