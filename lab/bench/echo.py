@@ -2,7 +2,8 @@
 
 Same process shape as `lab twin serve` (its own process, uvloop, TLS from lab.twin.server's
 make_certs, the same websockets settings), so the twin's own cost prints as a ratio to this.
-It does the least any Live API server must: parses every frame (JSON, and the audio's base64),
+It does the least any Live API server must: parses every frame (JSON, and the audio's base64,
+decoded and checked by the twin's own decoder, so the decoder is not what the ratio measures),
 answers a setup with setupComplete and a sessionResumptionUpdate, and a text question with the frames
 the twin sends for a short spoken reply, when the twin sends them: one audio chunk of the twin's
 recorded size and generationComplete at once, and turnComplete once the chunk
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import ssl
 import sys
 
@@ -59,7 +59,7 @@ async def _handler(ws) -> None:
             rt = body.get("realtime_input") or body.get("realtimeInput") or {}
             audio = rt.get("audio")
             if audio:
-                base64.b64decode(audio["data"])
+                wire.b64decode_any(audio["data"])
             elif rt.get("text"):
                 for f in REPLY_NOW:
                     await ws.send(f)

@@ -5,7 +5,11 @@ sessionResumptionUpdate, then, by mode:
 
 - `text`:   asks "Did you book it?" at random 50-300 ms gaps, waiting for each reply's turnComplete;
 - `stream`: the same questions, while its microphone streams 16 kHz silence in 100 ms chunks on a
-            real-time schedule (chunk k due at start + k * 100 ms), and it plays the server's audio;
+            real-time schedule (chunk k due at start + phase + k * 100 ms), and it plays the server's
+            audio. Each session's phase is its own (uniform in one chunk period, from its seed): phones
+            are not in step, and 200 in step would bring the server one 200-frame burst every 100 ms,
+            so that a question's latency measured the burst's length more than the server's answer.
+            `mic_in_step=True` starts every microphone at once, the burst on purpose;
 - `idle`:   sends nothing until the end, then asks one question: a session is held if it answers.
 
 Latency is a question's send -> the first frame of its reply (serverContent or toolCall; a
@@ -76,10 +80,11 @@ def _audio_s(frame: dict) -> float:
 
 
 class _Session:
-    def __init__(self, i: int, tally: Tally):
+    def __init__(self, i: int, tally: Tally, mic_in_step: bool = False):
         self.rng = random.Random(i)
         self.tally = tally
         self.ws = None
+        self.mic_phase_s = 0.0 if mic_in_step else self.rng.uniform(0.0, MIC_CHUNK_S)
 
     async def open(self, url: str, ctx: ssl.SSLContext) -> None:
         self.ws = await connect(url, ssl=ctx, ping_interval=None, compression=None, open_timeout=60,
@@ -118,7 +123,7 @@ class _Session:
 
     async def mic(self, until: float) -> None:
         loop = asyncio.get_running_loop()
-        start = loop.time()
+        start = loop.time() + self.mic_phase_s
         k = 0
         while True:
             due = start + k * MIC_CHUNK_S
@@ -144,10 +149,10 @@ class _Session:
 
 
 async def open_all(url: str, ca_path: str, n: int, tally: Tally,
-                   progress: Callable[[str], None]) -> list[_Session]:
+                   progress: Callable[[str], None], mic_in_step: bool = False) -> list[_Session]:
     """n sessions opened (OPEN_AT_ONCE at a time): those that opened; a refusal is in tally.errors."""
     ctx = ssl.create_default_context(cafile=ca_path)
-    sessions = [_Session(i, tally) for i in range(n)]
+    sessions = [_Session(i, tally, mic_in_step) for i in range(n)]
     gate = asyncio.Semaphore(OPEN_AT_ONCE)
 
     async def open_one(s: _Session) -> bool:
@@ -206,14 +211,15 @@ async def _close_all(live: list[_Session]) -> None:
 
 
 async def run_level(url: str, ca_path: str, n: int, mode: str, duration_s: float,
-                    progress: Callable[[str], None], mark: Callable[[str], None]) -> Tally:
+                    progress: Callable[[str], None], mark: Callable[[str], None],
+                    mic_in_step: bool = False) -> Tally:
     """Open n sessions, run `mode` on all of them for duration_s, close them; the tally.
     mark("open") is called once all are open and mark("end") before any closes (the caller reads
     the server's memory there)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}")
     tally = Tally()
-    live = await open_all(url, ca_path, n, tally, progress)
+    live = await open_all(url, ca_path, n, tally, progress, mic_in_step)
     progress(f"{len(live)}/{n} open in {tally.open_s:.1f} s; {mode} for {duration_s:g} s")
     mark("open")
     tally.held = await traffic(live, mode, duration_s, tally, progress)
@@ -223,8 +229,8 @@ async def run_level(url: str, ca_path: str, n: int, mode: str, duration_s: float
 
 
 async def run_alternating(targets: list[tuple[str, str]], n: int, mode: str, slice_s: float, slices: int,
-                          progress: Callable[[int, str], None], mark: Callable[[int, str, Tally], None]
-                          ) -> list[Tally]:
+                          progress: Callable[[int, str], None], mark: Callable[[int, str, Tally], None],
+                          mic_in_step: bool = False) -> list[Tally]:
     """n sessions open on each target (url, ca_path) at once, then `slices` rounds in which each
     target's sessions in turn run `mode` for slice_s while the others' wait idle; one tally a target.
     mark(i, "open", tally) once target i's sessions are all open, mark(i, "start"/"end", tally) around
@@ -236,7 +242,8 @@ async def run_alternating(targets: list[tuple[str, str]], n: int, mode: str, sli
     lives: list[list[_Session]] = []
     try:
         for i, (url, ca_path) in enumerate(targets):
-            lives.append(await open_all(url, ca_path, n, tallies[i], lambda line, i=i: progress(i, line)))
+            lives.append(await open_all(url, ca_path, n, tallies[i], lambda line, i=i: progress(i, line),
+                                        mic_in_step))
             progress(i, f"{len(lives[i])}/{n} open in {tallies[i].open_s:.1f} s")
             mark(i, "open", tallies[i])
         for k in range(slices):

@@ -18,7 +18,7 @@ servers are pinned to the first and the load to the second, so the twin's figure
 work and a starved load generator shows up in its own column (mic late) instead of in the twin's.
 
 Modes (lab.bench.load): `stream` every session streams 16 kHz audio in 100 ms chunks in real time,
-asks questions and plays the twin's audio (underruns counted); `text` the questions only; `idle`
+each microphone at its own phase (`--mic-in-step`: all at once, a burst every 100 ms), asks questions and plays the twin's audio (underruns counted); `text` the questions only; `idle`
 sessions held without traffic, one question each at the end. Memory per session is the server's
 resident-set growth (VmRSS) from before the first session to all open (idle) or to the end
 (text, stream), divided by the sessions.
@@ -161,7 +161,7 @@ class Row:
 
 
 def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, cpus: list[int],
-             timed: bool = False) -> Row:
+             timed: bool = False, mic_in_step: bool = False) -> Row:
     """One server's level on a fresh process. `timed`: the server is a timed twin, told where the
     span its CPU figure covers begins and ends (lab.bench.timed_twin)."""
     srv = _Server(argv, cpus[0] if len(cpus) > 1 else None)
@@ -178,7 +178,7 @@ def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, c
         def progress(line: str) -> None:
             print(f"  .. {server} {mode} {n}: {line}", flush=True)
 
-        tally = uvloop.run(run_level(srv.url, srv.ca, n, mode, duration, progress, mark))
+        tally = uvloop.run(run_level(srv.url, srv.ca, n, mode, duration, progress, mark, mic_in_step))
     finally:
         out = srv.stop()
     none = (rss0, (0.0, 0), 0.0, 0.0)
@@ -191,7 +191,7 @@ def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, c
 
 
 def _run_alternating(servers: list[tuple[str, list[str]]], mode: str, n: int, duration: float, slices: int,
-                     cpus: list[int]) -> list[Row]:
+                     cpus: list[int], mic_in_step: bool = False) -> list[Row]:
     """Both servers up at once on the same CPU, n sessions open on each, their traffic taking turns
     in `slices` slices of duration/slices seconds: what the machine does in one minute falls on
     both, and each server's figures are the sum of its slices. One row a server, in order."""
@@ -226,7 +226,7 @@ def _run_alternating(servers: list[tuple[str, list[str]]], mode: str, n: int, du
             print(f"  .. {servers[i][0]} {mode} {n}: {line}", flush=True)
 
         tallies = uvloop.run(run_alternating([(p.url, p.ca) for p in procs], n, mode, duration / slices, slices,
-                                             progress, mark))
+                                             progress, mark, mic_in_step))
     finally:
         for p in procs:
             p.stop()
@@ -374,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slices", type=int, default=DEFAULT_SLICES,
                     help=f"a traffic level's baseline and twin take turns in this many slices of "
                          f"duration/slices s each, both servers up (default {DEFAULT_SLICES}; idle levels run one after the other)")
+    ap.add_argument("--mic-in-step", action="store_true",
+                    help="start every session's microphone at once (a burst of one chunk a session every 100 ms) "
+                         "instead of each at its own phase, as independent phones are")
     ap.add_argument("--no-baseline", action="store_true", help="skip the bare-websockets baseline runs")
     ap.add_argument("--breakdown", action="store_true",
                     help="after a traffic level's rounds, run its twin once more with its calls timed and print "
@@ -416,12 +419,14 @@ def main(argv: list[str] | None = None) -> int:
                     if len(servers) == 2 and mode != "idle":
                         print(f"level: baseline and twin taking turns in {args.slices} slices of "
                               f"{args.duration / args.slices:.3g} s, {mode}, {n} sessions{rnd}", flush=True)
-                        level = _run_alternating(servers, mode, n, args.duration, args.slices, cpus)
+                        level = _run_alternating(servers, mode, n, args.duration, args.slices, cpus,
+                                                 args.mic_in_step)
                     else:
                         level = []
                         for name, sargv in servers:
                             print(f"level: {name}, {mode}, {n} sessions{rnd}", flush=True)
-                            level.append(_run_one(name, sargv, mode, n, args.duration, cpus))
+                            level.append(_run_one(name, sargv, mode, n, args.duration, cpus,
+                                                  mic_in_step=args.mic_in_step))
                     for r in level:
                         for e in r.tally.errors[:3]:
                             print(f"  error ({r.server}): {e}", flush=True)
@@ -438,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
                     rows += level
                 if args.breakdown and mode != "idle":
                     _breakdown(_run_one("timed", _twin_argv(args.profile, os.path.join(d, "timed"), args.overrides,
-                                                            timed=True), mode, n, args.duration, cpus, timed=True))
+                                                            timed=True), mode, n, args.duration, cpus, timed=True,
+                                        mic_in_step=args.mic_in_step))
     finally:
         os.sched_setaffinity(0, all_cpus)
     print("summary")

@@ -5,7 +5,8 @@ Drives `TwinCore` on a simulated clock with the frames `lab bench twin`'s stream
 its timers when due and handing its records to an `EventLog` that records nothing, as `lab twin
 serve` without --log does. Process time, best of `--repeat`. The in-run baseline is what the
 bench's bare server does with the same frames (lab.bench.echo: `orjson.loads`, and the audio's
-base64 decoded), so the ratio is the core's work over the least any server does per frame.
+base64 decoded by the twin's own decoder), so the ratio is the core's work over the least any
+server does per frame.
 Also printed: the events the core writes per client frame, and what one write costs on that log
 against a log that keeps its events (the strict one every test uses).
 
@@ -14,7 +15,6 @@ against a log that keeps its events (the strict one every test uses).
 from __future__ import annotations
 
 import argparse
-import base64
 import heapq
 import itertools
 import random
@@ -28,6 +28,7 @@ from lab.bench.load import MIC_CHUNK, QUESTION, SETUP
 from lab.bench.twin import BENCH_SETTINGS
 from lab.events import EventLog
 from lab.twin import io_actions as A
+from lab.twin import wire
 from lab.twin.core import TwinCore
 
 
@@ -82,7 +83,7 @@ def baseline(todo: list[tuple[float, int, str]]) -> float:
         body = orjson.loads(data)
         audio = (body.get("realtime_input") or {}).get("audio")
         if audio:
-            base64.b64decode(audio["data"])
+            wire.b64decode_any(audio["data"])
     return time.process_time() - cpu0
 
 

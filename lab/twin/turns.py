@@ -656,14 +656,22 @@ class Turns:
         return acts
 
     # ---- output -------------------------------------------------------------------------------
-    def _start_plan(self, sid: str, plan: M.Plan, now: float, emitted: bool = False) -> list:
+    def _start_plan(self, sid: str, plan: M.Plan, now: float, emitted: bool = False, after: float = 0.0) -> list:
+        """The plan's first step `after` seconds from now plus its own delay, on a Step timer; a
+        spoken reply due now is played at once (a reply with no delay needs no timer). Only a say:
+        it leaves the turn under way, as the timer would have, for the rest of the caller's event
+        (a call or a turnComplete played at once could end or hold the turn before the caller's
+        next decision reads it)."""
         p = self.play(sid)
         p.gen += 1
         p.turn = Turn(plan, p.gen, emitted=emitted)
         if not plan.steps:
             p.turn = None
             return []
-        return [Timer(Step(sid, p.gen), now + plan.steps[0].delay)]
+        at = now + after + plan.steps[0].delay
+        if at <= now and plan.steps[0].kind == "say" and len(plan.steps) > 1:
+            return self._on_step(sid, p, now)
+        return [Timer(Step(sid, p.gen), at)]
 
     def _on_step_timer(self, sid: str, p: Playback, key: TimerKey, now: float) -> list:
         assert isinstance(key, TurnTimer)
@@ -763,5 +771,5 @@ class Turns:
             return []
         p.turn = None
         if p.queue:
-            return self._start_plan(sid, p.queue.pop(0), now + after)
+            return self._start_plan(sid, p.queue.pop(0), now, after=after)
         return []
