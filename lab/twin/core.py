@@ -34,6 +34,7 @@ from lab.twin import model as M
 from lab.twin import session as S
 from lab.twin import wire
 from lab.twin.io_actions import Action, Log, Send, TimerKey, UnknownTimer
+from lab.twin.modalities import MIC
 from lab.twin.profile import Profile, load_profile
 from lab.twin.session import Conn, Phase, SessionParams, Sessions, SetupDone
 from lab.twin.turns import SessionTimer, TurnParams, Turns
@@ -96,7 +97,11 @@ class TwinCore:
             return []
         self.sessions.client_data(c, now)
         try:
-            kind, body = wire.parse_client_frame(data, self.max_client_frame_bytes)
+            obj = wire.load_client_frame(data, self.max_client_frame_bytes)
+            mic = wire.mic_chunk(obj) if self.sessions.in_turns(c) else None
+            if mic is not None:
+                return self._mic(c, *mic, now)
+            kind, body = wire.message_of(obj)
         except wire.BadInput as e:
             return self.sessions.bad(c, e.reason, now)
         acts = self.sessions.admit(c, kind, body, now)
@@ -152,6 +157,16 @@ class TwinCore:
             return judged + self.turns.deliver(c.session, c.id, kind, body, now)
         except wire.BadInput as e:
             return judged + self.sessions.bad(c, e.reason, now)
+
+    def _mic(self, c: Conn, body: dict, b64: str, rate: int, now: float) -> list[Action]:
+        """A microphone chunk on a connection whose messages go straight to its turns (most of
+        what a stream sends): what _deliver does with it, read without the general parse. A bad
+        base64 raises wire.BadInput after the chunk is counted, as turns.deliver's decode does."""
+        refused = self.sessions.input_arrived(c, "realtimeInput", body, now, media=MIC)
+        if refused is not None:
+            return self._sent(refused)
+        acts = self.turns.audio(c.session, c.id, wire.b64decode_any(b64, wire.MIC_WHERE), rate, now)
+        return self._sent(acts) if acts else acts
 
     def _drain(self, conn_id: int, now: float) -> list[Action]:
         """The frames a client sent while its setup was in flight, once it is live."""

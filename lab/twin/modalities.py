@@ -83,6 +83,10 @@ def _media(kinds: frozenset[str], stream_end: bool) -> Media:
     return Media(kinds, stream_end)
 
 
+# what a microphone chunk carries (lab.twin.wire.mic_chunk's message): media_of's value for it
+MIC = _media(frozenset((AUDIO,)), False)
+
+
 @dataclass(slots=True)
 class Carried:
     """What a connection (or a whole session) has carried so far."""

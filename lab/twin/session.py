@@ -26,7 +26,7 @@ from lab.events import redact_handle
 from lab.stats.distributions import bounds, draw
 from lab.twin import wire
 from lab.twin.io_actions import Log, Send, Timer, TimerKey, TwinBug, UnknownConnection, UnknownSession, UnknownTimer
-from lab.twin.modalities import Carried, media_of
+from lab.twin.modalities import Carried, Media, media_of
 from lab.twin.transparent import WRONG_REPLAYS, Replays
 
 
@@ -339,16 +339,24 @@ class Sessions:
             return self.bad(c, wire.INVALID_ARGUMENT, now, "second_setup")
         return None
 
-    def input_arrived(self, c: Conn, kind: str, body: dict, now: float) -> list | None:
+    def in_turns(self, c: Conn) -> bool:
+        """Whether a message on `c` other than a setup goes straight to the session's turns: the
+        connection live in a session and no transparent replay to judge, so that admit() and
+        replay_arrived() would pass it on untouched (input_arrived() still counts it)."""
+        return c.phase is Phase.LIVE and c.session is not None and not c.transparent
+
+    def input_arrived(self, c: Conn, kind: str, body: dict, now: float, media: Media | None = None) -> list | None:
         """Count one message on a live connection: the refusal's actions if the session cannot
         take it (002: a resumed session with audio and video history fails once its user has begun
         more turns than av_resume_ok_utterances since the resume; a 3.x model refuses a client turn
-        with no role). Every input's modalities are recorded on the connection and its session."""
+        with no role). Every input's modalities are recorded on the connection and its session
+        (`media`: what media_of(kind, body) is already known to be)."""
         c.msg_index += 1
         if kind not in INPUT_KINDS:
             return None
         c.inputs += 1
-        media = media_of(kind, body)
+        if media is None:
+            media = media_of(kind, body)
         c.media.note(media, now)
         if c.session is not None:
             self.session(c.session).media.note(media, now)

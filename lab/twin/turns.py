@@ -336,7 +336,7 @@ class Turns:
             if "video" in blob.where and not blob.mime.startswith("audio/"):
                 continue        # frames are recorded by the session room; the scripted model does not look
             if blob.mime.startswith("audio/"):
-                acts += self._on_audio(sid, conn, blob.data, blob.audio_rate, now)
+                acts += self.audio(sid, conn, blob.data, blob.audio_rate, now)
         if ri.text is not None:
             acts += self._user_text(sid, conn, ri.text, now, source="realtime_text")
         if not p.activity.automatic:
@@ -391,7 +391,9 @@ class Turns:
     def _vad_flush_due(self, p: Playback) -> float:
         return p.last_audio_at + self._silence_s(p) + 0.1
 
-    def _on_audio(self, sid: str, conn: int, pcm: bytes, rate: int, now: float) -> list:
+    def audio(self, sid: str, conn: int, pcm: bytes, rate: int, now: float) -> list:
+        """One chunk of the client's audio (16-bit PCM at `rate`) on the session's live connection:
+        all a realtimeInput carrying only this audio does; raises wire.BadInput."""
         p = self.play(sid)
         if not p.activity.automatic:
             return self._window_audio(sid, conn, pcm, rate, now)
