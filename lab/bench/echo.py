@@ -39,6 +39,26 @@ REPLY_NOW = (orjson.dumps(wire.audio_chunk(tone(REPLY_CHUNK_S))), orjson.dumps(w
 REPLY_PLAYED = orjson.dumps(wire.turn_complete())
 
 
+def answer(message: bytes | str) -> tuple[bytes, ...] | None:
+    """The frames to send now for one client frame (None for a microphone chunk, read and decoded).
+    One function, so that a timed baseline (lab.bench.timed_server) times what the twin's core does
+    for the same frame: the handler's call of it is the one cost the split adds, a call a frame."""
+    body = orjson.loads(message)
+    if "setup" in body:
+        return SETUP_REPLY
+    rt = body.get("realtime_input") or body.get("realtimeInput") or {}
+    audio = rt.get("audio")
+    if audio:
+        wire.b64decode_any(audio["data"])
+        return None
+    return REPLY_NOW if rt.get("text") else None
+
+
+def played(ws) -> None:
+    """The reply's chunk has played: its turnComplete goes out (a timer's callback)."""
+    ws.loop.create_task(_send_later(ws, REPLY_PLAYED))
+
+
 async def _send_later(ws, frame: bytes) -> None:
     try:
         await ws.send(frame)
@@ -48,22 +68,15 @@ async def _send_later(ws, frame: bytes) -> None:
 
 async def _handler(ws) -> None:
     loop = asyncio.get_running_loop()
-    played = lambda: loop.create_task(_send_later(ws, REPLY_PLAYED))   # noqa: E731
     try:
         async for message in ws:
-            body = orjson.loads(message)
-            if "setup" in body:
-                for f in SETUP_REPLY:
-                    await ws.send(f)
+            reply = answer(message)
+            if reply is None:
                 continue
-            rt = body.get("realtime_input") or body.get("realtimeInput") or {}
-            audio = rt.get("audio")
-            if audio:
-                wire.b64decode_any(audio["data"])
-            elif rt.get("text"):
-                for f in REPLY_NOW:
-                    await ws.send(f)
-                loop.call_later(REPLY_CHUNK_S, played)
+            for f in reply:
+                await ws.send(f)
+            if reply is REPLY_NOW:
+                loop.call_later(REPLY_CHUNK_S, played, ws)
     except ConnectionClosed:
         pass
 

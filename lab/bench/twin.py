@@ -26,8 +26,9 @@ resident-set growth (VmRSS) from before the first session to all open (idle) or 
 `--rounds N` runs each level N times on fresh server processes, and the goals use the median of the
 rounds' ratios. `faults/frame` is the server's minor page faults per client frame: a server whose
 CPU goes to its allocator shows it there (SERVER_ALLOCATOR). `--breakdown` runs each traffic level's
-twin once more with its calls timed (lab.bench.timed_twin) and prints where its server CPU goes: not
-a figure run, since the timing costs CPU of its own.
+baseline and twin once more, one after the other, with their calls timed (lab.bench.timed_server),
+and prints where the twin's server CPU goes and what each of its lines costs beyond the baseline's
+same call: not a figure run, since the timing costs CPU of its own.
 
 Goals to compare against (not asserted), as ratios to the same level's baseline where the machine
 decides the figure: 200 streaming sessions held, no underrun, server CPU per client frame <= 1.15x
@@ -48,7 +49,7 @@ from dataclasses import dataclass, field
 
 import uvloop
 
-from lab.bench import timed_twin
+from lab.bench import timed_server
 from lab.bench.load import MODES, PATH, Tally, run_alternating, run_level
 from lab.errors import LabError
 from lab.stats.order import percentile
@@ -112,7 +113,7 @@ class _Server:
         self.ca = ca
 
     def stop(self) -> str:
-        """Stop it; what it printed after its address (a timed twin's totals)."""
+        """Stop it; what it printed after its address (a timed server's totals)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -137,7 +138,7 @@ class Row:
     server_cpu_s: float
     slice_us: list[float] = field(default_factory=list)   # us/frame of each slice (an alternating level)
     server_faults: int = 0      # the server's minor page faults over the span its CPU is counted
-    timed: dict[str, tuple[int, float]] = field(default_factory=dict)   # a timed twin's calls (lab.bench.timed_twin)
+    timed: dict[str, tuple[int, float]] = field(default_factory=dict)   # a timed server's calls (lab.bench.timed_server)
 
     @property
     def faults_per_frame(self) -> float:
@@ -162,8 +163,8 @@ class Row:
 
 def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, cpus: list[int],
              timed: bool = False, mic_in_step: bool = False) -> Row:
-    """One server's level on a fresh process. `timed`: the server is a timed twin, told where the
-    span its CPU figure covers begins and ends (lab.bench.timed_twin)."""
+    """One server's level on a fresh process. `timed`: the server is a timed one, told where the
+    span its CPU figure covers begins and ends (lab.bench.timed_server)."""
     srv = _Server(argv, cpus[0] if len(cpus) > 1 else None)
     try:
         pid = srv.proc.pid
@@ -187,7 +188,7 @@ def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, c
     span = max(1e-9, t_b - t_a)
     return Row(server, mode, n, tally, (grown_at - rss0) / max(1, tally.opened),
                (cpu_b - cpu_a) / span, (load_b - load_a) / span, cpu_b - cpu_a, server_faults=pf_b - pf_a,
-               timed=timed_twin.parse(out) if timed else {})
+               timed=timed_server.parse(out) if timed else {})
 
 
 def _run_alternating(servers: list[tuple[str, list[str]]], mode: str, n: int, duration: float, slices: int,
@@ -235,12 +236,13 @@ def _run_alternating(servers: list[tuple[str, list[str]]], mode: str, n: int, du
             for i, ((name, _argv), t) in enumerate(zip(servers, tallies))]
 
 
-def _baseline_argv(cert_dir: str) -> list[str]:
-    return [sys.executable, "-m", "lab.bench.echo", "--cert-dir", cert_dir]
+def _baseline_argv(cert_dir: str, timed: bool = False) -> list[str]:
+    return [sys.executable, "-m", *(["lab.bench.timed_server", "echo"] if timed else ["lab.bench.echo"]),
+            "--cert-dir", cert_dir]
 
 
 def _twin_argv(profile: str, cert_dir: str, overrides: list[str], timed: bool = False) -> list[str]:
-    argv = [sys.executable, "-m", "lab.bench.timed_twin" if timed else "lab", "twin", "serve", "--port", "0",
+    argv = [sys.executable, "-m", "lab.bench.timed_server" if timed else "lab", "twin", "serve", "--port", "0",
             "--profile", profile, "--cert-dir", cert_dir, "--seed", "1"]
     for s in BENCH_SETTINGS + overrides:
         argv += ["--set", s]
@@ -330,17 +332,26 @@ def _floors(rows: list[Row]) -> None:
                   + (f", {_median(kibs):.2f}x the baseline's" if kibs else ""))
 
 
-def _breakdown(r: Row) -> None:
-    print(f"level: twin with its calls timed, {r.mode}, {r.n} sessions (not a figure run: the timers cost CPU)")
+def _timed_span(r: Row) -> timed_server.Span:
+    return timed_server.Span(r.timed, r.server_cpu_s / r.server_cores if r.server_cores else 0.0,
+                             r.server_cpu_s, r.tally.frames)
+
+
+def _breakdown(base: Row, twin: Row) -> None:
+    print(f"level: both servers with their calls timed, {twin.mode}, {twin.n} sessions, one after the other "
+          "(not a figure run: the timers cost CPU)")
     print(HEADER)
-    print(_line(r))
-    if not r.timed:
+    print(_line(base))
+    print(_line(twin))
+    if not twin.timed:
         print("  the timed twin printed no totals (it did not exit cleanly)")
         return
-    span = r.server_cpu_s / r.server_cores if r.server_cores else 0.0
-    print(f"where the twin's server CPU goes ({r.server_cpu_s:.2f} s over {span:.1f} s; a client frame's "
-          f"time is the core's answer to it, the shell's writes of that answer are their own line):")
-    for line in timed_twin.lines(r.timed, span, r.server_cpu_s):
+    sp = _timed_span(twin)
+    print(f"where the twin's server CPU goes ({sp.cpu_s:.2f} s over {sp.span_s:.1f} s; a client frame's time is "
+          "the core's answer to it, the shell's writes of that answer are their own line)"
+          + (", and what each line costs beyond the baseline's same call, per client frame:" if base.timed else
+             " (the timed baseline printed no totals):"))
+    for line in timed_server.lines(sp, _timed_span(base) if base.timed else None):
         print(line)
 
 
@@ -379,8 +390,9 @@ def main(argv: list[str] | None = None) -> int:
                          "instead of each at its own phase, as independent phones are")
     ap.add_argument("--no-baseline", action="store_true", help="skip the bare-websockets baseline runs")
     ap.add_argument("--breakdown", action="store_true",
-                    help="after a traffic level's rounds, run its twin once more with its calls timed and print "
-                         "where its server CPU goes (a separate run: the timing costs CPU of its own)")
+                    help="after a traffic level's rounds, run its baseline and twin once more with their calls timed "
+                         "and print where the twin's server CPU goes and what each line costs beyond the baseline's "
+                         "(a separate run: the timing costs CPU of its own)")
     ap.add_argument("--no-pin", action="store_true",
                     help="let server and load share every CPU (on a busy machine one pinned CPU may be the smaller share)")
     ap.add_argument("--profile", default="developer-api")
@@ -442,9 +454,12 @@ def main(argv: list[str] | None = None) -> int:
                               + (f" ({spread})" if spread else ""), flush=True)
                     rows += level
                 if args.breakdown and mode != "idle":
-                    _breakdown(_run_one("timed", _twin_argv(args.profile, os.path.join(d, "timed"), args.overrides,
-                                                            timed=True), mode, n, args.duration, cpus, timed=True,
-                                        mic_in_step=args.mic_in_step))
+                    timed = [_run_one(f"timed {name}", argv, mode, n, args.duration, cpus, timed=True,
+                                      mic_in_step=args.mic_in_step)
+                             for name, argv in (("baseline", _baseline_argv(os.path.join(d, "timed-b"), timed=True)),
+                                                ("twin", _twin_argv(args.profile, os.path.join(d, "timed"),
+                                                                    args.overrides, timed=True)))]
+                    _breakdown(*timed)
     finally:
         os.sched_setaffinity(0, all_cpus)
     print("summary")

@@ -99,11 +99,26 @@ def test_an_alternating_level_runs_one_servers_traffic_at_a_time_and_sums_its_sl
 def test_a_timed_twin_counts_the_calls_of_the_span_the_cpu_figure_covers():
     # the bench signals the timed twin when its sessions are open and before they close: the calls
     # it reports are that span's, the load's own frames and no setup
-    from lab.bench import timed_twin, twin
+    from lab.bench import timed_server, twin
 
     with tempfile.TemporaryDirectory() as d:
         r = twin._run_one("timed", _twin_argv("developer-api", d, [], timed=True), "stream", 2, 1.5, [0], timed=True)
     assert r.tally.held == 2 and r.timed, r.timed
-    assert r.timed[timed_twin.OTHER_FRAME][0] == len(r.tally.lats_ms)
-    assert r.tally.mic_chunks - 2 <= r.timed[timed_twin.MIC][0] <= r.tally.mic_chunks
-    assert r.timed[timed_twin.WRITE][0] >= len(r.tally.lats_ms) and r.timed["core: a timer (Step)"][0] > 0
+    assert r.timed[timed_server.OTHER_FRAME][0] == len(r.tally.lats_ms)
+    assert r.tally.mic_chunks - 2 <= r.timed[timed_server.MIC][0] <= r.tally.mic_chunks
+    assert r.timed[timed_server.WRITE][0] >= len(r.tally.lats_ms) and r.timed[timed_server.TIMER.format("Step")][0] > 0
+
+
+def test_a_timed_baseline_counts_the_same_calls_under_the_same_names():
+    # so that the breakdown can set each of the twin's lines against the baseline's same call
+    from lab.bench import timed_server, twin
+
+    with tempfile.TemporaryDirectory() as d:
+        r = twin._run_one("timed baseline", _baseline_argv(d, timed=True), "stream", 2, 1.5, [0], timed=True)
+    assert r.tally.held == 2 and r.timed, r.timed
+    questions = len(r.tally.lats_ms)
+    assert r.timed[timed_server.OTHER_FRAME][0] == questions
+    assert r.tally.mic_chunks - 2 <= r.timed[timed_server.MIC][0] <= r.tally.mic_chunks
+    # each question's audio and generationComplete at once, its turnComplete from the timer
+    assert r.timed[timed_server.WRITE][0] >= 3 * questions - 2
+    assert questions - 2 <= r.timed[timed_server.BASELINE_TIMER][0] <= questions

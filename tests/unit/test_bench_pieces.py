@@ -133,17 +133,37 @@ def test_a_rows_page_faults_print_per_client_frame():
     assert twin._line(r).endswith(" 0.50") and twin.HEADER.endswith("faults/frame")
 
 
-def test_a_timed_twins_totals_are_read_back_and_printed_costliest_first():
-    from lab.bench import timed_twin
+def test_a_timed_servers_totals_are_read_back_and_printed_costliest_first():
+    from lab.bench import timed_server
+    from lab.bench.timed_server import Span
 
-    out = "twin: stopped\ntimed " + '{"core: a microphone chunk": [2000, 0.12], "shell: arm a timer": [300, 0.003]}\n'
-    totals = timed_twin.parse(out)
-    assert totals == {timed_twin.MIC: (2000, 0.12), timed_twin.SCHEDULE: (300, 0.003)}
-    assert timed_twin.parse("twin: stopped\n") == {}     # a twin that did not exit cleanly
-    got = timed_twin.lines(totals, span_s=10.0, server_cpu_s=0.5)
-    assert got[1].split() == ["core:", "a", "microphone", "chunk", "200", "60.0", "24%"]
+    out = "twin: stopped\ntimed " + '{"a microphone chunk": [2000, 0.12], "arm a timer": [300, 0.003]}\n'
+    totals = timed_server.parse(out)
+    assert totals == {timed_server.MIC: (2000, 0.12), timed_server.SCHEDULE: (300, 0.003)}
+    assert timed_server.parse("twin: stopped\n") == {}     # a server that did not exit cleanly
+    got = timed_server.lines(Span(totals, span_s=10.0, cpu_s=0.5, frames=2000))
+    assert got[1].split() == ["a", "microphone", "chunk", "200", "60.0", "24%"]
     assert got[2].split()[-3:] == ["30", "10.0", "1%"] and got[-1].split()[-1] == "75%"
     # a frame is named before it is parsed, text or binary
-    assert timed_twin.frame_name('{"realtime_input":{"audio":{"data":"AAAA') == timed_twin.MIC
-    assert timed_twin.frame_name(b'{"realtimeInput":{"audio":{') == timed_twin.MIC
-    assert timed_twin.frame_name('{"realtime_input":{"text":"Did you book it?"}}') == timed_twin.OTHER_FRAME
+    assert timed_server.frame_name('{"realtime_input":{"audio":{"data":"AAAA') == timed_server.MIC
+    assert timed_server.frame_name(b'{"realtimeInput":{"audio":{') == timed_server.MIC
+    assert timed_server.frame_name('{"realtime_input":{"text":"Did you book it?"}}') == timed_server.OTHER_FRAME
+
+
+def test_beside_the_baseline_each_line_says_what_it_costs_the_twin_per_client_frame():
+    from lab.bench import timed_server
+    from lab.bench.timed_server import Span
+
+    twin = Span({timed_server.MIC: (1000, 0.030), timed_server.TIMER.format("Step"): (100, 0.002)},
+                span_s=1.0, cpu_s=0.100, frames=1000)
+    base = Span({timed_server.MIC: (2000, 0.030), timed_server.BASELINE_TIMER: (50, 0.001)},
+                span_s=2.0, cpu_s=0.120, frames=2000)
+    got = {" ".join(line.split()[:3]): line.split() for line in timed_server.lines(twin, base)}
+    # 30 us a frame against 15: 15 more per client frame
+    assert got["a microphone chunk"][-2:] == ["15.0", "15.0"]
+    # a call only one server makes is all extra (or all saved), its missing side printed "-"
+    assert got["a timer (Step)"][-2:] == ["-", "2.0"]
+    assert got["a timer (turnComplete)"][3:6] == ["-", "-", "-"] and got["a timer (turnComplete)"][-1] == "-0.5"
+    # what the calls leave (68 us a frame against 44.5) and the whole: 100 against 60 us a frame
+    assert got["the rest (websockets"][-1] == "23.5"
+    assert got["all (us per"][-3:] == ["100.0", "60.0", "40.0"]
