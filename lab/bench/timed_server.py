@@ -66,7 +66,8 @@ def _timed(fn, name_of):
         try:
             return fn(*args)
         finally:
-            _count(name_of(*args), clock() - t)
+            spent = clock() - t         # before naming the call: its name is not its cost
+            _count(name_of(*args), spent)
     return timed
 
 
