@@ -27,8 +27,13 @@ import time
 from dataclasses import dataclass
 
 import orjson
+from websockets.asyncio.server import ServerConnection
 
+from lab.bench import echo
 from lab.errors import run_command
+from lab.twin import cli as twin_cli
+from lab.twin.core import TwinCore
+from lab.twin.server import TwinServer, _ConnIO
 
 TIMED_PREFIX = "timed "
 MIC = "a microphone chunk"
@@ -85,9 +90,6 @@ def _timed_async(fn, name: str):
 
 
 def _instrument_twin() -> None:
-    from lab.twin.core import TwinCore
-    from lab.twin.server import TwinServer, _ConnIO
-
     TwinCore.frame_received = _timed(TwinCore.frame_received, lambda _core, _conn, data, _now: frame_name(data))
     TwinCore.timer_fired = _timed(TwinCore.timer_fired, lambda _core, key, _now: TIMER.format(type(key).__name__))
     TwinServer._schedule = _timed(TwinServer._schedule, lambda _server, _timer: SCHEDULE)
@@ -95,10 +97,6 @@ def _instrument_twin() -> None:
 
 
 def _instrument_echo() -> None:
-    from websockets.asyncio.server import ServerConnection
-
-    from lab.bench import echo
-
     echo.answer = _timed(echo.answer, frame_name)
     echo.played = _timed(echo.played, lambda _ws: BASELINE_TIMER)
     ServerConnection.send = _timed_async(ServerConnection.send, WRITE)   # the baseline's only writer
@@ -177,14 +175,10 @@ def lines(twin: Span, base: Span | None = None) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["echo"]:
-        from lab.bench import echo
-
         _instrument_echo()
         _count_and_report()
         return echo.main(argv[1:])
     # `twin serve` parsed as `lab` parses it (lab.twin.cli), without the orchestration above the twin
-    from lab.twin import cli as twin_cli
-
     ap = argparse.ArgumentParser(prog="python -m lab.bench.timed_server", description=__doc__.splitlines()[0])
     twin_cli.add_parser(ap.add_subparsers(dest="command"))
     args = ap.parse_args(argv)
