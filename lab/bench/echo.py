@@ -6,12 +6,13 @@ It does the least any Live API server must: parses every frame (JSON, and the au
 decoded and checked by the twin's own decoder, so the decoder is not what the ratio measures),
 answers a setup with setupComplete and a sessionResumptionUpdate, and a text question with the frames
 the twin sends for a short spoken reply, when the twin sends them: one audio chunk of the twin's
-recorded size and generationComplete at once, and turnComplete once the chunk
-has played. The pacing matters to the comparison: the load asks its next question after a
+recorded size at once, generationComplete when the twin's generation of it is over (the chunk's
+length over its send speed, the profile's audio_chunk_ms / audio_send_speed), and turnComplete once
+the chunk has played. The pacing matters to the comparison: the load asks its next question after a
 turnComplete, so a baseline that answered the whole turn at once would be asked about twice as many
 questions per second as the twin over the same microphone stream, and its CPU per client frame
-would measure another mix of work. It has no sessions, turns, VAD or log; its one timer per
-question is the turnComplete.
+would measure another mix of work. It has no sessions, turns, VAD or log; its two timers per
+question are the generationComplete and the turnComplete, as the twin's are.
 
     python -m lab.bench.echo --cert-dir DIR     # prints "base_url URL" and "ca_path PATH", serves until SIGTERM
 """
@@ -29,14 +30,18 @@ from websockets.exceptions import ConnectionClosed
 
 from lab.twin import wire
 from lab.twin.model import tone
+from lab.twin.profile import load_profile
 from lab.twin.server import make_certs, stop_signal
 
-REPLY_CHUNK_S = 0.31    # the twin's audio_chunk_ms (developer-api profile, from the records)
+_PROFILE = load_profile("developer-api")    # the profile `lab bench twin` serves the twin with
+REPLY_CHUNK_S = _PROFILE["audio_chunk_ms"] / 1000.0
+GENERATED_S = REPLY_CHUNK_S / _PROFILE["audio_send_speed"]
 SETUP_REPLY = (orjson.dumps(wire.setup_complete()), orjson.dumps(wire.resumption_update("baseline")))
 # the twin's frames for a short spoken reply to the load's setup (which asks for no transcription):
-# the audio, generationComplete, and later turnComplete
-REPLY_NOW = (orjson.dumps(wire.audio_chunk(tone(REPLY_CHUNK_S))), orjson.dumps(wire.generation_complete()))
-REPLY_PLAYED = orjson.dumps(wire.turn_complete())
+# the audio now, generationComplete and turnComplete later
+REPLY_NOW = (orjson.dumps(wire.audio_chunk(tone(REPLY_CHUNK_S))),)
+GENERATED = orjson.dumps(wire.generation_complete())
+PLAYED = orjson.dumps(wire.turn_complete())
 
 
 def answer(message: bytes | str) -> tuple[bytes, ...] | None:
@@ -54,9 +59,9 @@ def answer(message: bytes | str) -> tuple[bytes, ...] | None:
     return REPLY_NOW if rt.get("text") else None
 
 
-def played(ws) -> None:
-    """The reply's chunk has played: its turnComplete goes out (a timer's callback)."""
-    ws.loop.create_task(_send_later(ws, REPLY_PLAYED))
+def due(ws, frame: bytes) -> None:
+    """A timer's callback: its frame (the reply's generationComplete or turnComplete) goes out."""
+    ws.loop.create_task(_send_later(ws, frame))
 
 
 async def _send_later(ws, frame: bytes) -> None:
@@ -76,7 +81,8 @@ async def _handler(ws) -> None:
             for f in reply:
                 await ws.send(f)
             if reply is REPLY_NOW:
-                loop.call_later(REPLY_CHUNK_S, played, ws)
+                loop.call_later(GENERATED_S, due, ws, GENERATED)
+                loop.call_later(REPLY_CHUNK_S, due, ws, PLAYED)
     except ConnectionClosed:
         pass
 

@@ -9,7 +9,7 @@ where a call costs more than the same call in a tight loop (`lab bench twin-core
 calls are counted under the same names, so that the bench can print, line by line, what the twin
 pays beyond the baseline: a client frame (the twin's core answering it; the baseline reading and
 decoding it), a write of a frame (the twin shell's; the baseline's `send`), a timer (the twin's
-core answering it; the baseline's turnComplete callback) and, for the twin, the arming of a timer.
+core answering it; the baseline's callback for a frame due) and, for the twin, the arming of a timer.
 SIGUSR1 starts the count afresh and SIGUSR2 keeps it as it stands (the bench sends them when its
 sessions are all open and before they close, the span its CPU figure covers); on exit one line
 goes to stdout: `timed {"name": [calls, seconds]}`. The names do not nest: a client frame's time
@@ -41,7 +41,7 @@ OTHER_FRAME = "another client frame"
 TIMER = "a timer ({})"
 SCHEDULE = "arm a timer"
 WRITE = "write a frame"
-BASELINE_TIMER = TIMER.format("turnComplete")
+BASELINE_TIMER = TIMER.format("a frame due")
 
 _totals: dict[str, list] = {}
 _kept: dict[str, list] | None = None
@@ -98,7 +98,7 @@ def _instrument_twin() -> None:
 
 def _instrument_echo() -> None:
     echo.answer = _timed(echo.answer, frame_name)
-    echo.played = _timed(echo.played, lambda _ws: BASELINE_TIMER)
+    echo.due = _timed(echo.due, lambda _ws, _frame: BASELINE_TIMER)
     ServerConnection.send = _timed_async(ServerConnection.send, WRITE)   # the baseline's only writer
 
 
