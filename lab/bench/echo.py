@@ -11,7 +11,8 @@ length over its send speed, the profile's audio_chunk_ms / audio_send_speed), an
 the chunk has played. The pacing matters to the comparison: the load asks its next question after a
 turnComplete, so a baseline that answered the whole turn at once would be asked about twice as many
 questions per second as the twin over the same microphone stream, and its CPU per client frame
-would measure another mix of work. It has no sessions, turns, VAD or log; its two timers per
+would measure another mix of work. It writes a frame as the twin's shell does
+(lab.twin.server.write_now). It has no sessions, turns, VAD or log; its two timers per
 question are the generationComplete and the turnComplete, as the twin's are.
 
     python -m lab.bench.echo --cert-dir DIR     # prints "base_url URL" and "ca_path PATH", serves until SIGTERM
@@ -31,7 +32,7 @@ from websockets.exceptions import ConnectionClosed
 from lab.twin import wire
 from lab.twin.model import tone
 from lab.twin.profile import load_profile
-from lab.twin.server import make_certs, stop_signal
+from lab.twin.server import make_certs, stop_signal, write_now
 
 _PROFILE = load_profile("developer-api")    # the profile `lab bench twin` serves the twin with
 REPLY_CHUNK_S = _PROFILE["audio_chunk_ms"] / 1000.0
@@ -60,8 +61,10 @@ def answer(message: bytes | str) -> tuple[bytes, ...] | None:
 
 
 def due(ws, frame: bytes) -> None:
-    """A timer's callback: its frame (the reply's generationComplete or turnComplete) goes out."""
-    ws.loop.create_task(_send_later(ws, frame))
+    """A timer's callback: its frame (the reply's generationComplete or turnComplete) goes out, as the
+    twin's shell writes one: at once when the connection need not wait, else by websockets' send."""
+    if not write_now(ws, frame):
+        ws.loop.create_task(_send_later(ws, frame))
 
 
 async def _send_later(ws, frame: bytes) -> None:
@@ -79,7 +82,8 @@ async def _handler(ws) -> None:
             if reply is None:
                 continue
             for f in reply:
-                await ws.send(f)
+                if not write_now(ws, f):    # as the twin's shell writes a frame due now
+                    await ws.send(f)
             if reply is REPLY_NOW:
                 loop.call_later(GENERATED_S, due, ws, GENERATED)
                 loop.call_later(REPLY_CHUNK_S, due, ws, PLAYED)

@@ -8,8 +8,9 @@ run is the separate one that says where a server's CPU goes, inside a server ful
 where a call costs more than the same call in a tight loop (`lab bench twin-core`). Both servers'
 calls are counted under the same names, so that the bench can print, line by line, what the twin
 pays beyond the baseline: a client frame (the twin's core answering it; the baseline reading and
-decoding it), a write of a frame (the twin shell's; the baseline's `send`), a timer (the twin's
-core answering it; the baseline's callback for a frame due) and, for the twin, the arming of a timer.
+decoding it), a write of a frame (both write as the twin's shell does, lab.twin.server.write_now,
+or by websockets' `send` when the connection must wait), a timer (the twin's core answering it;
+the baseline's callback for a frame due) and, for the twin, the arming of a timer.
 SIGUSR1 starts the count afresh and SIGUSR2 keeps it as it stands (the bench sends them when its
 sessions are all open and before they close, the span its CPU figure covers); on exit one line
 goes to stdout: `timed {"name": [calls, seconds]}`. The names do not nest: a client frame's time
@@ -99,7 +100,8 @@ def _instrument_twin() -> None:
 def _instrument_echo() -> None:
     echo.answer = _timed(echo.answer, frame_name)
     echo.due = _timed(echo.due, lambda _ws, _frame: BASELINE_TIMER)
-    ServerConnection.send = _timed_async(ServerConnection.send, WRITE)   # the baseline's only writer
+    echo.write_now = _timed(echo.write_now, lambda _ws, _data: WRITE)     # how the baseline writes a frame
+    ServerConnection.send = _timed_async(ServerConnection.send, WRITE)   # and when it must wait
 
 
 def _restart(*_) -> None:

@@ -298,6 +298,23 @@ def _tune_socket(sock: socket.socket, user_timeout_s: float | None) -> None:
         pass
 
 
+def write_now(ws: ServerConnection, data: bytes | str) -> bool:
+    """What websockets' send does when it need not wait: the frame, then the socket write; False
+    (nothing written) when it would have to wait (not open, paused by flow control, a send under
+    way, the transport closing). The cheapest correct write of a frame, for the twin's outbox and
+    the bench's baseline alike."""
+    transport = ws.transport
+    if (ws.protocol.state is not State.OPEN or ws.paused or ws.send_in_progress is not None
+            or transport is None or transport.is_closing()):
+        return False
+    if isinstance(data, str):
+        ws.protocol.send_text(data.encode())
+    else:
+        ws.protocol.send_binary(data)
+    ws.send_data()
+    return True
+
+
 def _how_closed(ws: ServerConnection, exc: BaseException | None) -> str:
     proto = ws.protocol
     if getattr(proto, "close_rcvd", None) is not None:
@@ -344,18 +361,7 @@ class _ConnIO:
             self.writer = self.ws.loop.create_task(self._run())
 
     def _write_now(self, data: bytes | str) -> bool:
-        """What websockets' send does when it need not wait: the frame, then the socket write."""
-        ws = self.ws
-        transport = ws.transport
-        if (ws.protocol.state is not State.OPEN or ws.paused or ws.send_in_progress is not None
-                or transport is None or transport.is_closing()):
-            return False
-        if isinstance(data, str):
-            ws.protocol.send_text(data.encode())
-        else:
-            ws.protocol.send_binary(data)
-        ws.send_data()
-        return True
+        return write_now(self.ws, data)
 
     async def stop(self) -> None:
         self.closed = True
