@@ -13,9 +13,8 @@ or by websockets' `send` when the connection must wait), a timer (the twin's cor
 the baseline's callback for a frame due) and, for the twin, the arming of a timer.
 SIGUSR1 starts the count afresh and SIGUSR2 keeps it as it stands (the bench sends them when its
 sessions are all open and before they close, the span its CPU figure covers); on exit one line
-goes to stdout: `timed {"name": [calls, seconds]}`. The names do not nest: a client frame's time
-includes the timers it does not fire, but not its writes, which the server makes after the frame
-has been answered.
+goes to stdout: `timed {"name": [calls, seconds]}`. A line's time is its calls' own: a timed call
+made inside another (the baseline's timer callback writing its frame) counts on its own line only.
 """
 from __future__ import annotations
 
@@ -63,22 +62,30 @@ def frame_name(data: bytes | str) -> str:
     return MIC if (b'"audio"' in head if isinstance(head, bytes) else '"audio"' in head) else OTHER_FRAME
 
 
+_inner = [0.0]    # the time of timed calls made inside the timed call under way (synchronous ones)
+
+
 def _timed(fn, name_of):
-    """fn, counting each call's wall time under name_of(*its arguments)."""
+    """fn, counting each call's own wall time under name_of(*its arguments): less the timed calls
+    it makes itself (the baseline's timer callback writes its frame, and that write is a line of
+    its own), so that no second is counted on two lines."""
     clock = time.perf_counter
 
     def timed(*args):
+        outer, _inner[0] = _inner[0], 0.0
         t = clock()
         try:
             return fn(*args)
         finally:
             spent = clock() - t         # before naming the call: its name is not its cost
-            _count(name_of(*args), spent)
+            nested, _inner[0] = _inner[0], outer + spent
+            _count(name_of(*args), spent - nested)
     return timed
 
 
 def _timed_async(fn, name: str):
-    """The coroutine function fn, each call's wall time from its start to its return counted under name."""
+    """The coroutine function fn, each call's wall time from its start to its return counted under
+    name (only the baseline's send when the connection must wait: no timed call encloses it)."""
     clock = time.perf_counter
 
     async def timed(*args, **kw):

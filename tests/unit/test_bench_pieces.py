@@ -167,3 +167,17 @@ def test_beside_the_baseline_each_line_says_what_it_costs_the_twin_per_client_fr
     # what the calls leave (68 us a frame against 44.5) and the whole: 100 against 60 us a frame
     assert got["the rest (websockets"][-1] == "23.5"
     assert got["all (us per"][-3:] == ["100.0", "60.0", "40.0"]
+
+
+def test_a_timed_call_inside_another_counts_on_its_own_line_only(monkeypatch):
+    import time as _time
+
+    from lab.bench import timed_server
+
+    clock = iter([0.0, 1.0, 3.0, 10.0]).__next__     # outer in, inner in, inner out, outer out
+    monkeypatch.setattr(_time, "perf_counter", clock)
+    monkeypatch.setattr(timed_server, "_totals", {})
+    inner = timed_server._timed(lambda: None, lambda: "write a frame")
+    outer = timed_server._timed(lambda: inner(), lambda: "a timer (a frame due)")
+    outer()
+    assert timed_server._totals == {"write a frame": [1, 2.0], "a timer (a frame due)": [1, 8.0]}
