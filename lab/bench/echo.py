@@ -46,7 +46,8 @@ PLAYED = orjson.dumps(wire.turn_complete())
 
 
 def answer(message: bytes | str) -> tuple[bytes, ...] | None:
-    """The frames to send now for one client frame (None for a microphone chunk, read and decoded).
+    """The frames to send now for one client frame; None when none is due (a microphone chunk, read
+    and decoded, or anything but a setup or a question).
     One function, so that a timed baseline (lab.bench.timed_server) times what the twin's core does
     for the same frame: the handler's call of it is the one cost the split adds, a call a frame."""
     body = orjson.loads(message)

@@ -8,9 +8,9 @@ run is the separate one that says where a server's CPU goes, inside a server ful
 where a call costs more than the same call in a tight loop (`lab bench twin-core`). Both servers'
 calls are counted under the same names, so that the bench can print, line by line, what the twin
 pays beyond the baseline: a client frame (the twin's core answering it; the baseline reading and
-decoding it), a write of a frame (both write as the twin's shell does, lab.twin.server.write_now,
-or by websockets' `send` when the connection must wait), a timer (the twin's core answering it;
-the baseline's callback for a frame due) and, for the twin, the arming of a timer.
+decoding it), a write of a frame due now (lab.twin.server.write_now, which both use; a frame that
+must wait goes by websockets' `send`, in neither server's lines), a timer (the twin's core
+answering it; the baseline's callback for a frame due) and, for the twin, the arming of a timer.
 SIGUSR1 starts the count afresh and SIGUSR2 keeps it as it stands (the bench sends them when its
 sessions are all open and before they close, the span its CPU figure covers); on exit one line
 goes to stdout: `timed {"name": [calls, seconds]}`. A line's time is its calls' own: a timed call
@@ -27,13 +27,13 @@ import time
 from dataclasses import dataclass
 
 import orjson
-from websockets.asyncio.server import ServerConnection
 
 from lab.bench import echo
 from lab.errors import run_command
 from lab.twin import cli as twin_cli
 from lab.twin.core import TwinCore
-from lab.twin.server import TwinServer, _ConnIO
+from lab.twin import server as twin_server
+from lab.twin.server import TwinServer
 
 TIMED_PREFIX = "timed "
 MIC = "a microphone chunk"
@@ -83,32 +83,17 @@ def _timed(fn, name_of):
     return timed
 
 
-def _timed_async(fn, name: str):
-    """The coroutine function fn, each call's wall time from its start to its return counted under
-    name (only the baseline's send when the connection must wait: no timed call encloses it)."""
-    clock = time.perf_counter
-
-    async def timed(*args, **kw):
-        t = clock()
-        try:
-            return await fn(*args, **kw)
-        finally:
-            _count(name, clock() - t)
-    return timed
-
-
 def _instrument_twin() -> None:
     TwinCore.frame_received = _timed(TwinCore.frame_received, lambda _core, _conn, data, _now: frame_name(data))
     TwinCore.timer_fired = _timed(TwinCore.timer_fired, lambda _core, key, _now: TIMER.format(type(key).__name__))
     TwinServer._schedule = _timed(TwinServer._schedule, lambda _server, _timer: SCHEDULE)
-    _ConnIO._write_now = _timed(_ConnIO._write_now, lambda _io, _data: WRITE)
+    twin_server.write_now = _timed(twin_server.write_now, lambda _ws, _data: WRITE)   # the outbox's frame due now
 
 
 def _instrument_echo() -> None:
     echo.answer = _timed(echo.answer, frame_name)
     echo.due = _timed(echo.due, lambda _ws, _frame: BASELINE_TIMER)
-    echo.write_now = _timed(echo.write_now, lambda _ws, _data: WRITE)     # how the baseline writes a frame
-    ServerConnection.send = _timed_async(ServerConnection.send, WRITE)   # and when it must wait
+    echo.write_now = _timed(echo.write_now, lambda _ws, _data: WRITE)
 
 
 def _restart(*_) -> None:
@@ -148,15 +133,15 @@ def lines(twin: Span, base: Span | None = None) -> list[str]:
     """One line a timed call of the twin's, the costliest first: calls a second, µs a call, share of
     its CPU; with the baseline's span, the baseline's µs a call and what the line costs the twin
     beyond it per client frame (the lines' extras add up to the two servers' us/frame difference).
-    A line only the baseline has (its turnComplete timer) prints with the twin's columns empty."""
+    A line only the baseline has (its timer callback) prints with the twin's columns empty."""
     def per_frame(sp: Span, seconds: float) -> float:
         return seconds / sp.frames * 1e6 if sp.frames else math.nan
 
     def share(s: float) -> str:
         return f"{s / twin.cpu_s * 100:12.0f}%" if twin.cpu_s > 0 else f"{'-':>13}"
 
-    # the timed calls do not nest (a server writes and arms after the frame is answered), so what
-    # they leave is websockets' reading, TLS, the loop and the rest; a call's time is its wall time
+    # each line's time is its calls' own (_timed takes nested timed calls out), so what the lines
+    # leave is websockets' reading, TLS, the loop and the rest
     def rest(sp: Span) -> float:
         return sp.cpu_s - sum(s for _n, s in sp.totals.values())
 

@@ -352,16 +352,13 @@ class _ConnIO:
         if self.closed:
             return
         if (self.writer is None and type(action) is Send and action.at <= self.ws.loop.time()
-                and self._write_now(action.data)):
+                and write_now(self.ws, action.data)):
             return
         if self.pending is None:
             self.pending = collections.deque()
         self.pending.append(action)
         if self.writer is None:
             self.writer = self.ws.loop.create_task(self._run())
-
-    def _write_now(self, data: bytes | str) -> bool:
-        return write_now(self.ws, data)
 
     async def stop(self) -> None:
         self.closed = True
