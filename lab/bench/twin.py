@@ -80,11 +80,20 @@ def _rss_kib(pid: int) -> int:
 
 
 def _cpu_and_faults(pid: int) -> tuple[float, int]:
-    """(utime + stime in seconds, minor page faults) of a process (/proc/PID/stat fields 14, 15
-    and 10): the faults say when a server's CPU is its allocator's (SERVER_ALLOCATOR)."""
+    """(CPU seconds of every thread, minor page faults) of a live process. The CPU is read from the
+    process's own CPU clock, to the nanosecond: /proc's utime and stime count whole clock ticks
+    (10 ms), so a short slice of a light server read 0. The faults (/proc/PID/stat field 10) say
+    when a server's CPU is its allocator's (SERVER_ALLOCATOR)."""
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[7])
+    return time.clock_gettime(_process_cpu_clock(pid)), int(fields[7])
+
+
+def _process_cpu_clock(pid: int) -> int:
+    """Linux's clock id for another process's CPU time (what clock_getcpuclockid(3) returns, which
+    Python does not wrap): the pid complemented, shifted past the clock kind, kind 2 (CPUCLOCK_SCHED,
+    the scheduler's runtime, summed over the process's threads, live and exited)."""
+    return (~pid << 3) | 2
 
 
 class _Server:
@@ -148,7 +157,7 @@ class Row:
     @property
     def us_per_frame(self) -> float:
         """The server's CPU per client frame (questions and mic chunks): its cost, whatever share of
-        a contended CPU it got. /proc counts CPU in clock ticks (10 ms), so a small level reads coarse."""
+        a contended CPU it got (read from the process's CPU clock, _cpu_and_faults)."""
         frames = self.tally.frames
         return self.server_cpu_s / frames * 1e6 if frames else math.nan
 

@@ -125,3 +125,24 @@ def test_a_timed_baseline_counts_the_same_calls_under_the_same_names():
     # each question's audio at once, its generationComplete and turnComplete from two timers
     assert r.timed[timed_server.WRITE][0] >= 3 * questions - 4
     assert 2 * questions - 4 <= r.timed[timed_server.BASELINE_TIMER][0] <= 2 * questions
+
+
+def test_a_servers_cpu_is_read_to_well_under_a_clock_tick():
+    # a slice of a light server spends a few ms of CPU: read in /proc's 10 ms ticks it was 0, and
+    # its us/frame with it. The child reports its own CPU clock and then blocks, so the bench's
+    # reading of that child must agree with the child's report to a fraction of a tick
+    import subprocess
+    import sys
+
+    from lab.bench.twin import _cpu_and_faults
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time\nsum(range(300000))\n"
+                              "print(time.process_time(), flush=True)\nsys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        own = float(child.stdout.readline())
+        seen, faults = _cpu_and_faults(child.pid)
+    finally:
+        child.stdin.close()
+        child.wait(timeout=10)
+    assert 0 <= seen - own < 0.002 and faults > 0, (seen, own)
