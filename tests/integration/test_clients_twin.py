@@ -32,11 +32,17 @@ class Lab:
         return await self.log.wait_for("model.text", timeout=timeout, after_ms=ev.ms)
 
 
+# The twins' draws are seeded: each test judges a client's policy on the profile's usual figures, and
+# drawn afresh one run in a hundred or so reaches a tail that takes another path (the refusal delay's
+# reaches 1.8 s; test_recovery_falls_back_when_a_refusal_from_the_tail_leaves_no_time_to_retry)
+SEED = 3
+
+
 async def _lab(tmp_path, name, params=None, overrides=None, commit_after_s=4.0, speech=False):
     from lab.twin.server import TwinServer
     twin = TwinServer(profile="developer-api", host="127.0.0.1", port=0, tls=True,
                       cert_dir=tmp_path / "certs", overrides=overrides or {},
-                      log_path=tmp_path / "twin.jsonl")
+                      log_path=tmp_path / "twin.jsonl", seed=SEED)
     await twin.start()
     log = EventLog(tmp_path / "events.jsonl")
     be = Backend(log, commit_after_s=commit_after_s)
@@ -124,6 +130,41 @@ def test_recovery_idle_abort_recovers_and_answers_truthfully(tmp_path):
             assert lab.backend.bookings() == 1
             assert len(lab.kinds("tool.call")) == 1        # the model never re-issued the call
             assert c.last_answer == ans["text"]
+        finally:
+            await _down(lab)
+    run(main())
+
+
+def test_recovery_falls_back_when_a_refusal_from_the_tail_leaves_no_time_to_retry(tmp_path):
+    async def main():
+        # the refusal delay's tail (the profile's p98.5 0.755 s to its max 1.818 s, 000's 450 attempts):
+        # refused 1.6 s after an idle abort, the retry a second later has less than a resume's setup
+        # time left in the 3 s closed window and is cut at its end, so the client falls back on its
+        # hedge, and the answer is still the truth
+        lab = await _lab(tmp_path, "recovery", overrides={"refuse_close_s": 1.6})
+        try:
+            c = lab.client
+            await c.say(BOOK, 0)
+            await lab.log.wait_for("tool.call", timeout=5)
+            await c.action("abort")
+            refused = await lab.log.wait_for("resume.result", timeout=4)
+            assert refused["ok"] is False and refused["code"] == 1011
+            fb = await lab.log.wait_for("fallback.start", timeout=4)
+            restored = await lab.log.wait_for("session.restored", timeout=3)
+            assert restored["conn"] == fb["conn"] and not lab.kinds("resume.result", ok=True)
+            retry = [e for e in lab.kinds("resume.result") if e.ms > refused.ms]
+            window_ms = RecoveryClient.DEFAULTS["closed_window_s"] * 1000
+            assert [e["code"] for e in retry] == [None] and retry[0].ms - refused.ms < window_ms - 1000, retry
+            new = [e for e in lab.kinds("conn.open") if e["conn"] == fb["conn"]][0]
+            assert new["purpose"] == "new" and new.ms < refused.ms          # the hedge, opened at the loss
+            await c.ready.wait()
+            await lab.log.wait_for("backend.commit", timeout=6)
+            await asyncio.sleep(2.5)          # let the post-commit reply finish
+            mark = lab.log.write("test.mark", src="test")
+            await c.say(ASK, 1)
+            ans = await lab.answer_after(mark, timeout=10)
+            assert "booked" in ans["text"].lower()
+            assert lab.backend.bookings() == 1 and len(lab.kinds("tool.call")) == 1
         finally:
             await _down(lab)
     run(main())
