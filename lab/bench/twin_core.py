@@ -11,12 +11,15 @@ Also printed: the events the core writes per client frame, and what one write co
 against a log that keeps its events (the strict one every test uses).
 
     lab bench twin-core -- --sessions 50 --seconds 20 --repeat 3
+    lab bench twin-core -- --scale 10,200,1000 --evict 0,1024,4096   (the same frames: more sessions
+                           taking turns, more memory swept between two frames)
 """
 from __future__ import annotations
 
 import argparse
 import heapq
 import itertools
+import math
 import random
 import statistics
 import time
@@ -48,8 +51,13 @@ def frames(sessions: int, seconds: float, seed: int = 3) -> list[tuple[float, in
     return out
 
 
-def drive(sessions: int, todo: list[tuple[float, int, str]]) -> tuple[float, int]:
-    """(process seconds, events written) for one pass of a fresh core over `todo`."""
+def drive(sessions: int, todo: list[tuple[float, int, str]], warm_s: float = 0.0,
+          evict: bytearray | None = None) -> tuple[float, int]:
+    """(seconds, events written) for one pass of a fresh core over `todo`: process seconds for the
+    whole pass; with warm_s, the wall seconds of the core's own calls after that simulated second
+    (the frames before it, and their timers, are the sessions' setups and first turns). evict:
+    copied over itself before each frame, untimed: a memory copy that pushes that much of what
+    the core touched out of the caches, as a server's TLS and socket work does between frames."""
     core, log = TwinCore("developer-api", list(BENCH_SETTINGS), seed=1), EventLog(keep=False)
     heap: list = []
     seq = itertools.count()
@@ -67,13 +75,65 @@ def drive(sessions: int, todo: list[tuple[float, int, str]]) -> tuple[float, int
     for c in range(1, sessions + 1):
         apply(core.connection_opened(c, 0.0, "v1", "127.0.0.1:1", ""))
         apply(core.frame_received(c, SETUP, 0.0))
-    cpu0 = time.process_time()
+    if warm_s <= 0.0 and evict is None:
+        cpu0 = time.process_time()
+        for at, c, data in todo:
+            while heap and heap[0][0] <= at:
+                due, _, key = heapq.heappop(heap)
+                apply(core.timer_fired(key, due))
+            apply(core.frame_received(c, data, at))
+        return time.process_time() - cpu0, written
+    clock, spent, started = time.perf_counter_ns, 0, False
+    half = len(evict) // 2 if evict is not None else 0
     for at, c, data in todo:
+        if half:
+            evict[:half] = evict[half:]      # one memcpy: the data caches, not the interpreter's code
+        if not started and at >= warm_s:
+            written, started = 0, True
+        t0 = clock()
         while heap and heap[0][0] <= at:
             due, _, key = heapq.heappop(heap)
             apply(core.timer_fired(key, due))
         apply(core.frame_received(c, data, at))
-    return time.process_time() - cpu0, written
+        if started:
+            spent += clock() - t0
+    return spent / 1e9, written
+
+
+SCALE_WARM_S = 3.0      # past every session's setup and first turn
+
+
+def steady(sessions: int, n: int) -> list[tuple[float, int, str]]:
+    """SCALE_WARM_S of warm-up, then about n client frames from `sessions` sessions: the same
+    frames per session-second whatever the count, so only how many sessions take turns differs."""
+    per_s = sessions * (1 / 0.1 + 1 / 0.85)           # a chunk every 100 ms, a question every ~0.85 s
+    return frames(sessions, SCALE_WARM_S + n / per_s)
+
+
+def scale(counts: list[int], evicts_kib: list[int], n: int, repeat: int) -> int:
+    """The core's steady-state time per client frame as more sessions take turns with the same
+    frames, and as more memory is swept between two frames. The work per frame is the same in
+    every cell: a rise along a row is per-session state falling out of the caches, down a column
+    what a server's other work between frames (TLS, sockets, the loop) does to the core's own. The
+    in-run baseline is the first cell: the fewest sessions, the least swept."""
+    todos = {c: steady(c, n) for c in counts}
+    sweeps = {k: bytearray(k * 1024 * 2) if k else None for k in evicts_kib}
+    best: dict[tuple[int, int], float] = {}
+    for _ in range(max(1, repeat)):          # cells alternated, so a loaded minute falls on all
+        for k in evicts_kib:
+            for c in counts:
+                todo = todos[c]
+                timed = sum(1 for at, _, _ in todo if at >= SCALE_WARM_S)
+                secs, _ = drive(c, todo, warm_s=SCALE_WARM_S, evict=sweeps[k])
+                best[c, k] = min(best.get((c, k), math.inf), secs / timed * 1e6)
+    base = best[counts[0], evicts_kib[0]]
+    print(f"twin core, us a client frame (its own calls, wall; the ratio to the first cell), ~{n} frames a cell "
+          f"after {SCALE_WARM_S:g} simulated s of warm-up, best of {repeat}")
+    print("  swept between frames " + "".join(f"{f'{c} sessions':>22}" for c in counts))
+    for k in evicts_kib:
+        cells = "".join(f"{best[c, k]:>13.1f} ({best[c, k] / base:4.2f}x)" for c in counts)
+        print(f"  {f'{k} KiB':>20} {cells}")
+    return 0
 
 
 def baseline(todo: list[tuple[float, int, str]]) -> float:
@@ -95,12 +155,37 @@ def write_cost_us(log: EventLog, n: int = 20000) -> float:
     return t / n * 1e6
 
 
+def _ints(text: str, least: int, what: str) -> list[int]:
+    try:
+        xs = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of {what}: {text!r}") from None
+    if min(xs) < least:
+        raise argparse.ArgumentTypeError(f"{what} are {least} or more: {text!r}")
+    return xs
+
+
+def _counts(text: str) -> list[int]:
+    return _ints(text, 1, "session counts")
+
+
+def _counts_or_zero(text: str) -> list[int]:
+    return _ints(text, 0, "sizes in KiB")
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="lab bench twin-core", description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=20.0, help="simulated seconds of traffic")
     ap.add_argument("--repeat", type=int, default=3, help="passes; the best is the figure")
+    ap.add_argument("--scale", type=_counts, metavar="N,N,...",
+                    help="instead: the steady-state cost per frame at each session count (same frames)")
+    ap.add_argument("--evict", type=_counts_or_zero, default=[0], metavar="KIB,KIB,...",
+                    help="with --scale: memory swept between two frames, untimed (default 0)")
+    ap.add_argument("--frames", type=int, default=20000, help="with --scale: client frames timed per cell")
     args = ap.parse_args(argv)
+    if args.scale:
+        return scale(args.scale, args.evict, args.frames, args.repeat)
     todo = frames(args.sessions, args.seconds)
     core_s, base_s, written = [], [], 0
     for _ in range(max(1, args.repeat)):   # alternated, so a loaded minute falls on both

@@ -60,6 +60,19 @@ async def _down(lab):
     lab.log.close()
 
 
+async def _asked_once_committed(lab):
+    """Once the client is back and the booking committed, "did you book it?" is answered with the
+    truth, and the booking was made once: the answer."""
+    await lab.client.ready.wait()
+    await lab.log.wait_for("backend.commit", timeout=6)
+    await asyncio.sleep(2.5)          # let the post-commit reply finish
+    mark = lab.log.write("test.mark", src="test")
+    await lab.client.say(ASK, 1)
+    ans = await lab.answer_after(mark, timeout=10)
+    assert "booked" in ans["text"].lower() and lab.backend.bookings() == 1, ans
+    return ans
+
+
 def freeze(conn):
     """The client stops reading the socket: no frames, no pongs; the server still holds it."""
     conn.ws.transport.pause_reading()
@@ -120,14 +133,8 @@ def test_recovery_idle_abort_recovers_and_answers_truthfully(tmp_path):
             assert [r["code"] for r in refusals] == [1011] and 900 <= ok[0].ms - refusals[0].ms <= 1800
             spare = [e["conn"] for e in lab.kinds("conn.open", purpose="new")]
             await lab.log.wait_for("conn.closed", timeout=3, conn=spare[0])
-            await c.ready.wait()
-            await lab.log.wait_for("backend.commit", timeout=6)
-            await asyncio.sleep(2.5)          # let the post-commit reply finish
-            say = lab.log.write("test.mark", src="test")
-            await c.say(ASK, 1)
-            ans = await lab.answer_after(say, timeout=10)
-            assert "booked" in ans["text"].lower() and "booking the" not in ans["text"].lower()
-            assert lab.backend.bookings() == 1
+            ans = await _asked_once_committed(lab)
+            assert "booking the" not in ans["text"].lower()
             assert len(lab.kinds("tool.call")) == 1        # the model never re-issued the call
             assert c.last_answer == ans["text"]
         finally:
@@ -157,14 +164,8 @@ def test_recovery_falls_back_when_a_refusal_from_the_tail_leaves_no_time_to_retr
             assert [e["code"] for e in retry] == [None] and retry[0].ms - refused.ms < window_ms - 1000, retry
             new = [e for e in lab.kinds("conn.open") if e["conn"] == fb["conn"]][0]
             assert new["purpose"] == "new" and new.ms < refused.ms          # the hedge, opened at the loss
-            await c.ready.wait()
-            await lab.log.wait_for("backend.commit", timeout=6)
-            await asyncio.sleep(2.5)          # let the post-commit reply finish
-            mark = lab.log.write("test.mark", src="test")
-            await c.say(ASK, 1)
-            ans = await lab.answer_after(mark, timeout=10)
-            assert "booked" in ans["text"].lower()
-            assert lab.backend.bookings() == 1 and len(lab.kinds("tool.call")) == 1
+            await _asked_once_committed(lab)
+            assert len(lab.kinds("tool.call")) == 1
         finally:
             await _down(lab)
     run(main())

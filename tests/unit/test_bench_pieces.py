@@ -113,6 +113,36 @@ def test_the_twin_core_bench_sends_the_stream_mix_and_the_core_answers():
     assert written >= 2 * len(asked)
 
 
+def test_the_twin_core_scale_keeps_the_frames_per_session_and_times_only_the_steady_state(capsys):
+    from lab.bench import twin_core
+
+    # the same frames per session-second at every count, so a cell differs only in how many
+    # sessions take turns; about n of them after the warm-up
+    for sessions in (5, 50):
+        todo = twin_core.steady(sessions, 2000)
+        after = [f for f in todo if f[0] >= twin_core.SCALE_WARM_S]
+        assert 1800 <= len(after) <= 2200 and len({c for _, c, _ in after}) == sessions
+    # the warm-up's setups and first turns are not in the figure: its events are the timed part's
+    todo = twin_core.steady(5, 500)
+    _, all_events = twin_core.drive(5, todo)
+    _, timed_events = twin_core.drive(5, todo, warm_s=twin_core.SCALE_WARM_S, evict=bytearray(2048))
+    assert 0 < timed_events < all_events
+    assert twin_core.scale([2, 4], [0, 1], 200, 1) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "2 sessions" in out[1] and "4 sessions" in out[1]
+    assert [ln.split()[:2] for ln in out[2:]] == [["0", "KiB"], ["1", "KiB"]]
+    assert "(1.00x)" in out[2].split("KiB", 1)[1].split()[1]
+
+
+@pytest.mark.parametrize("flag", ["--scale=0,5", "--scale=a", "--evict=-1"])
+def test_bad_twin_core_scale_flags_are_one_clear_error(flag, capsys):
+    from lab.bench import twin_core
+
+    with pytest.raises(SystemExit) as e:
+        twin_core.main([flag, "--scale=1" if flag.startswith("--evict") else "--frames=10"])
+    assert e.value.code == 2 and capsys.readouterr().err.count("error:") == 1
+
+
 def test_an_alternating_rounds_line_says_how_far_its_slices_moved(capsys):
     # the figure is the sum of the slices; the spread of the slice-by-slice ratios says how far to trust it
     b, t = _row("baseline", 1.0, 10.0), _row("twin", 1.1, 11.0)
