@@ -18,7 +18,6 @@ made inside another (the baseline's timer callback writing its frame) counts on 
 """
 from __future__ import annotations
 
-import argparse
 import atexit
 import math
 import signal
@@ -172,12 +171,8 @@ def main(argv: list[str]) -> int:
         _instrument_echo()
         _count_and_report()
         return echo.main(argv[1:])
-    # `twin serve` parsed as `lab` parses it (lab.twin.cli), without the orchestration above the twin
-    ap = argparse.ArgumentParser(prog="python -m lab.bench.timed_server", description=__doc__.splitlines()[0])
-    twin_cli.add_parser(ap.add_subparsers(dest="command"))
-    args = ap.parse_args(argv)
-    if not getattr(args, "func", None):
-        ap.error("usage: python -m lab.bench.timed_server twin serve ARGS | echo --cert-dir DIR")
+    args = twin_cli.parse_twin_command(argv, "python -m lab.bench.timed_server", __doc__.splitlines()[0],
+                                       "twin serve ARGS | echo --cert-dir DIR")
     _instrument_twin()
     _count_and_report()
     return run_command(args.func, args, who="timed twin")

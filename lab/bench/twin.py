@@ -30,6 +30,13 @@ baseline and twin once more, one after the other, with their calls timed (lab.be
 and prints where the twin's server CPU goes and what each of its lines costs beyond the baseline's
 same call: not a figure run, since the timing costs CPU of its own.
 
+The floor beside the figure: a traffic level also runs, in the same slices, the twin's own server
+with the baseline's answers (lab.bench.shell_twin, the `shell` row): its ratio to the baseline is
+what the twin's shell, TLS set-up and process cost, which no change to the core can move, and the
+twin's ratio to it is the core's part. The goal line adds what the twin would read if its core ran
+inside the server as fast as in a tight loop (lab.bench.twin_core's hot figures for each kind of
+frame, weighed by the level's own mix). `--no-floor` leaves the shell out.
+
 Goals to compare against (not asserted), as ratios to the same level's baseline where the machine
 decides the figure: 200 streaming sessions held, no underrun, server CPU per client frame <= 1.15x
 the baseline's, p99 <= 1.2x the baseline's, <= 200 KiB each; 1000 idle sessions held, <= 64 KiB each.
@@ -49,14 +56,12 @@ from dataclasses import dataclass, field
 
 import uvloop
 
-from lab.bench import timed_server
+from lab.bench import timed_server, twin_core
+from lab.bench.twin_core import BENCH_SETTINGS, Kinds
 from lab.bench.load import MODES, PATH, Tally, run_alternating, run_level
 from lab.errors import LabError
 from lab.stats.order import percentile
 
-# conversation_scope=session: the bench's sessions all come from one address but stand for different users
-BENCH_SETTINGS = ["reply_delay_s=0", "tool_call_delay_s=0", "speech_ms_per_char=5", "new_setup_s=0.01",
-                  "freeze_close_s=3600", "conversation_scope=session"]
 DEFAULT_SESSIONS = {"stream": "1,50,200", "text": "1,50,200", "idle": "1000"}
 # Both servers' C allocator (glibc) keeps 64 MiB of free heap above its top instead of giving it back
 # at once. Without it a server as small as the baseline, whose every frame frees what it allocated,
@@ -250,6 +255,12 @@ def _baseline_argv(cert_dir: str, timed: bool = False) -> list[str]:
             "--cert-dir", cert_dir]
 
 
+def _shell_argv(profile: str, cert_dir: str, overrides: list[str]) -> list[str]:
+    """The floor: `lab twin serve` with the same arguments, answering as the baseline does."""
+    argv = _twin_argv(profile, cert_dir, overrides)
+    return [argv[0], "-m", "lab.bench.shell_twin", *argv[3:]]
+
+
 def _twin_argv(profile: str, cert_dir: str, overrides: list[str], timed: bool = False) -> list[str]:
     argv = [sys.executable, "-m", "lab.bench.timed_server" if timed else "lab", "twin", "serve", "--port", "0",
             "--profile", profile, "--cert-dir", cert_dir, "--seed", "1"]
@@ -292,14 +303,36 @@ def _median(xs: list[float]) -> float:
     return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else math.nan
 
 
+def _of(rows: list[Row], server: str, mode: str, n: int) -> list[Row]:
+    return [r for r in rows if r.server == server and (r.mode, r.n) == (mode, n)]
+
+
 def _pairs(rows: list[Row], mode: str, n: int) -> list[tuple[Row, Row]]:
     """(baseline, twin) of each round of one level, in the order they ran."""
-    base = [r for r in rows if r.server == "baseline" and (r.mode, r.n) == (mode, n)]
-    twin = [r for r in rows if r.server == "twin" and (r.mode, r.n) == (mode, n)]
-    return list(zip(base, twin))
+    return list(zip(_of(rows, "baseline", mode, n), _of(rows, "twin", mode, n)))
 
 
-def _floors(rows: list[Row]) -> None:
+def _floor_line(rows: list[Row], mode: str, n: int, hot: Kinds | None) -> str:
+    """The floor beside the level's figure: the shell's cpu ratio to the baseline (median of the
+    rounds) and, with the core's hot figures, what the twin would read with a core as fast inside
+    the server as in a tight loop; "" without shell rows."""
+    trios = list(zip(_of(rows, "baseline", mode, n), _of(rows, "twin", mode, n), _of(rows, "shell", mode, n)))
+    if not trios:
+        return ""
+    shell = _median([s.us_per_frame / b.us_per_frame for b, _t, s in trios])
+    core = _median([t.us_per_frame / s.us_per_frame for _b, t, s in trios])
+    line = (f"; floor: the twin's own server answering as the baseline does {shell:.2f}x the baseline, "
+            f"the twin {core:.2f}x that")
+    if hot is not None:
+        tight = _median([(s.us_per_frame + hot.extra_us(t.tally.mic_chunks, len(t.tally.lats_ms))) / b.us_per_frame
+                         for b, t, s in trios])
+        line += (f"; with a core as fast in the server as in a tight loop ({hot.extra_us(1, 0):.1f} us a "
+                 f"microphone chunk and {hot.question_us - hot.base_question_us:.1f} us a question with its "
+                 f"timers beyond the baseline's answers, lab bench twin-core) it would read {tight:.2f}x")
+    return line
+
+
+def _floors(rows: list[Row], hot: Kinds | None = None) -> None:
     seen = set()
     for r in rows:
         if r.server != "twin" or (r.mode, r.n) in seen:
@@ -329,7 +362,7 @@ def _floors(rows: list[Row]) -> None:
                             + (f"; cpu {spread}" if spread else "") + ")")
                 line += (f"; cpu per client frame {cpu:.2f}x the baseline (<= {g['cpu_ratio']:g}x: "
                          f"{_met(cpu <= g['cpu_ratio'])}); p99 {p99:.2f}x (<= {g['p99_ratio']:g}x: "
-                         f"{_met(p99 <= g['p99_ratio'])}){each}")
+                         f"{_met(p99 <= g['p99_ratio'])}){each}" + _floor_line(rows, r.mode, r.n, hot))
             else:
                 line += "; cpu and p99 ratios need the baseline (drop --no-baseline)"
             print(line)
@@ -398,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="start every session's microphone at once (a burst of one chunk a session every 100 ms) "
                          "instead of each at its own phase, as independent phones are")
     ap.add_argument("--no-baseline", action="store_true", help="skip the bare-websockets baseline runs")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="skip the floor: the twin's own server answering as the baseline does, in a traffic "
+                         "level's slices beside the other two")
     ap.add_argument("--breakdown", action="store_true",
                     help="after a traffic level's rounds, run its baseline and twin once more with their calls timed "
                          "and print where the twin's server CPU goes and what each line costs beyond the baseline's "
@@ -435,11 +471,13 @@ def main(argv: list[str] | None = None) -> int:
                 # a directory each: both may be up at once, and each makes its own CA
                 servers = [] if args.no_baseline else [("baseline", _baseline_argv(os.path.join(d, "baseline")))]
                 servers.append(("twin", _twin_argv(args.profile, os.path.join(d, "twin"), args.overrides)))
+                if servers[0][0] == "baseline" and mode != "idle" and not args.no_floor:
+                    servers.append(("shell", _shell_argv(args.profile, os.path.join(d, "shell"), args.overrides)))
                 for k in range(args.rounds):
                     rnd = f", round {k + 1}/{args.rounds}" if args.rounds > 1 else ""
-                    if len(servers) == 2 and mode != "idle":
-                        print(f"level: baseline and twin taking turns in {args.slices} slices of "
-                              f"{args.duration / args.slices:.3g} s, {mode}, {n} sessions{rnd}", flush=True)
+                    if len(servers) >= 2 and mode != "idle":
+                        print(f"level: {', '.join(name for name, _ in servers)} taking turns in {args.slices} "
+                              f"slices of {args.duration / args.slices:.3g} s, {mode}, {n} sessions{rnd}", flush=True)
                         level = _run_alternating(servers, mode, n, args.duration, args.slices, cpus,
                                                  args.mic_in_step)
                     else:
@@ -454,13 +492,20 @@ def main(argv: list[str] | None = None) -> int:
                     print(HEADER)
                     for r in level:
                         print(_line(r), flush=True)
-                    if len(level) == 2:
-                        b, t = level
+                    by = {r.server: r for r in level}
+                    b, t, sh = by.get("baseline"), by.get("twin"), by.get("shell")
+                    if b and t:
                         spread = _slice_ratios(b, t)
                         print(f"  twin / baseline: p50 {_ratio(t.p50, b.p50)}, p99 {_ratio(t.p99, b.p99)}, "
                               f"KiB/session {_ratio(t.kib_per_session, b.kib_per_session)}, "
                               f"server cpu per client frame {_ratio(t.us_per_frame, b.us_per_frame)}"
                               + (f" ({spread})" if spread else ""), flush=True)
+                    if b and t and sh:
+                        print(f"  the floor, shell / baseline: server cpu per client frame "
+                              f"{_ratio(sh.us_per_frame, b.us_per_frame)}, p99 {_ratio(sh.p99, b.p99)} (the twin's "
+                              f"own server answering as the baseline does); twin / shell: cpu "
+                              f"{_ratio(t.us_per_frame, sh.us_per_frame)}, p99 {_ratio(t.p99, sh.p99)} (the core's "
+                              "part)", flush=True)
                     rows += level
                 if args.breakdown and mode != "idle":
                     timed = [_run_one(f"timed {name}", argv, mode, n, args.duration, cpus, timed=True,
@@ -475,7 +520,9 @@ def main(argv: list[str] | None = None) -> int:
     print(HEADER)
     for r in rows:
         print(_line(r))
-    _floors(rows)
+    # the core's hot figures, for the floor beside a streaming level's figure (a few seconds, after the levels)
+    hot = twin_core.kinds() if any(r.server == "shell" and r.mode == "stream" for r in rows) else None
+    _floors(rows, hot)
     return 0
 
 

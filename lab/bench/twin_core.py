@@ -25,14 +25,22 @@ import statistics
 import time
 import timeit
 
+from dataclasses import dataclass
+
 import orjson
 
+from lab.bench import echo
 from lab.bench.load import MIC_CHUNK, QUESTION, SETUP
-from lab.bench.twin import BENCH_SETTINGS
 from lab.events import EventLog
 from lab.twin import io_actions as A
 from lab.twin import wire
 from lab.twin.core import TwinCore
+
+# The twin's settings in both benches: the model's reply delays 0, so what is measured is the twin
+# itself. conversation_scope=session: the bench's sessions all come from one address but stand
+# for different users
+BENCH_SETTINGS = ["reply_delay_s=0", "tool_call_delay_s=0", "speech_ms_per_char=5", "new_setup_s=0.01",
+                  "freeze_close_s=3600", "conversation_scope=session"]
 
 
 def frames(sessions: int, seconds: float, seed: int = 3) -> list[tuple[float, int, str]]:
@@ -52,12 +60,14 @@ def frames(sessions: int, seconds: float, seed: int = 3) -> list[tuple[float, in
 
 
 def drive(sessions: int, todo: list[tuple[float, int, str]], warm_s: float = 0.0,
-          evict: bytearray | None = None) -> tuple[float, int]:
+          evict: bytearray | None = None, kinds: dict[str, list] | None = None) -> tuple[float, int]:
     """(seconds, events written) for one pass of a fresh core over `todo`: process seconds for the
     whole pass; with warm_s, the wall seconds of the core's own calls after that simulated second
     (the frames before it, and their timers, are the sessions' setups and first turns). evict:
     copied over itself before each frame, untimed: a memory copy that pushes that much of what
-    the core touched out of the caches, as a server's TLS and socket work does between frames."""
+    the core touched out of the caches, as a server's TLS and socket work does between frames.
+    kinds: with warm_s, filled with [calls, ns] for each kind of client frame (the frame itself) and
+    for "timers" (the timers due before it)."""
     core, log = TwinCore("developer-api", list(BENCH_SETTINGS), seed=1), EventLog(keep=False)
     heap: list = []
     seq = itertools.count()
@@ -75,28 +85,38 @@ def drive(sessions: int, todo: list[tuple[float, int, str]], warm_s: float = 0.0
     for c in range(1, sessions + 1):
         apply(core.connection_opened(c, 0.0, "v1", "127.0.0.1:1", ""))
         apply(core.frame_received(c, SETUP, 0.0))
-    if warm_s <= 0.0 and evict is None:
-        cpu0 = time.process_time()
-        for at, c, data in todo:
-            while heap and heap[0][0] <= at:
-                due, _, key = heapq.heappop(heap)
-                apply(core.timer_fired(key, due))
-            apply(core.frame_received(c, data, at))
-        return time.process_time() - cpu0, written
-    clock, spent, started = time.perf_counter_ns, 0, False
+    # one loop for both figures: per_call times each frame's calls on the wall clock (the sweep
+    # between frames left out); otherwise the whole pass is read once in process time
+    per_call = warm_s > 0.0 or evict is not None
+    clock, spent, started = time.perf_counter_ns, 0, not per_call
     half = len(evict) // 2 if evict is not None else 0
+    t0 = t1 = 0
+    cpu0 = time.process_time()
     for at, c, data in todo:
-        if half:
-            evict[:half] = evict[half:]      # one memcpy: the data caches, not the interpreter's code
-        if not started and at >= warm_s:
-            written, started = 0, True
-        t0 = clock()
+        if per_call:
+            if half:
+                evict[:half] = evict[half:]      # one memcpy: the data caches, not the interpreter's code
+            if not started and at >= warm_s:
+                written, started = 0, True
+            t0 = clock()
+        fired = 0
         while heap and heap[0][0] <= at:
             due, _, key = heapq.heappop(heap)
             apply(core.timer_fired(key, due))
+            fired += 1
+        if per_call:
+            t1 = clock()
         apply(core.frame_received(c, data, at))
-        if started:
-            spent += clock() - t0
+        if per_call and started:
+            t2 = clock()
+            spent += t2 - t0
+            if kinds is not None:
+                for k, calls, ns in (("timers", fired, t1 - t0), (data, 1, t2 - t1)):
+                    tally = kinds.setdefault(k, [0, 0])
+                    tally[0] += calls
+                    tally[1] += ns
+    if not per_call:
+        return time.process_time() - cpu0, written
     return spent / 1e9, written
 
 
@@ -134,6 +154,39 @@ def scale(counts: list[int], evicts_kib: list[int], n: int, repeat: int) -> int:
         cells = "".join(f"{best[c, k]:>13.1f} ({best[c, k] / base:4.2f}x)" for c in counts)
         print(f"  {f'{k} KiB':>20} {cells}")
     return 0
+
+
+@dataclass(frozen=True)
+class Kinds:
+    """What the core and the baseline spend on each kind of the stream's client frames, hot (no
+    sockets, best of several passes), microseconds: the least each costs in a server."""
+    mic_us: float           # the core's answer to a microphone chunk
+    question_us: float      # the core's answer to a question, with the timers of its turn
+    base_mic_us: float      # the baseline's (lab.bench.echo.answer) to a microphone chunk
+    base_question_us: float
+
+    def extra_us(self, mic_chunks: int, questions: int) -> float:
+        """The core's cost beyond the baseline's answers per client frame, for that mix of frames."""
+        n = mic_chunks + questions
+        return ((mic_chunks * (self.mic_us - self.base_mic_us) + questions * (self.question_us - self.base_question_us))
+                / n if n else math.nan)
+
+
+def kinds(sessions: int = 50, n: int = 20000, repeat: int = 3) -> Kinds:
+    """Each kind's hot cost in the steady state (lab.bench.echo.answer for the baseline's). Every
+    timer of this mix is a question's turn's (its generationComplete and turnComplete)."""
+    todo = steady(sessions, n)
+    best: dict[str, float] = {}
+    for _ in range(max(1, repeat)):
+        got: dict[str, list] = {}
+        drive(sessions, todo, warm_s=SCALE_WARM_S, kinds=got)
+        q = got[QUESTION][0]
+        per = {"mic": got[MIC_CHUNK][1] / got[MIC_CHUNK][0] / 1e3,
+               "question": (got[QUESTION][1] + got["timers"][1]) / q / 1e3 if q else math.nan,
+               "base_mic": min(timeit.repeat(lambda: echo.answer(MIC_CHUNK), number=2000, repeat=3)) / 2000 * 1e6,
+               "base_question": min(timeit.repeat(lambda: echo.answer(QUESTION), number=2000, repeat=3)) / 2000 * 1e6}
+        best = {k: min(v, best.get(k, math.inf)) for k, v in per.items()}
+    return Kinds(best["mic"], best["question"], best["base_mic"], best["base_question"])
 
 
 def baseline(todo: list[tuple[float, int, str]]) -> float:

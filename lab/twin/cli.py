@@ -7,6 +7,7 @@ Prints the base URL and the CA path (the PEM a client must trust) and serves unt
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import json
@@ -59,6 +60,18 @@ def add_parser(sub) -> None:
                    help="fewest records for a parameter to be set in the overlay (default 5)")
     c.set_defaults(func=_calibrate)
     p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
+
+
+def parse_twin_command(argv: list[str], prog: str, description: str, usage: str) -> argparse.Namespace:
+    """`twin ...` parsed as `lab` parses it, without the orchestration above the twin: for the
+    programs that run a twin with something of their own first (the bench's timed and floor servers).
+    Exits 2 with one usage line when argv names no twin command."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    add_parser(ap.add_subparsers(dest="command"))
+    args = ap.parse_args(argv)
+    if not getattr(args, "func", None):
+        ap.error(f"usage: {prog} {usage}")
+    return args
 
 
 def _calibrate(args) -> int:

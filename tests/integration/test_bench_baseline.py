@@ -15,7 +15,7 @@ from websockets.asyncio.client import connect
 
 from lab.bench import echo
 from lab.bench.load import QUESTION, SETUP
-from lab.bench.twin import _baseline_argv, _Server, _twin_argv
+from lab.bench.twin import _baseline_argv, _Server, _shell_argv, _twin_argv
 
 
 def _kinds(frame: dict) -> tuple[str, ...]:
@@ -60,6 +60,35 @@ def test_the_baseline_sends_the_twins_frames_and_completes_its_turns_when_the_tw
         for frames in (b, t):
             (gen_ms, _), = [f for f in frames if f[1] == ("generationComplete",)]
             assert echo.GENERATED_S * 1000 - 1 <= gen_ms < echo.REPLY_CHUNK_S * 1000 <= frames[-1][0], (b, t)
+
+
+def test_the_floor_server_is_the_twins_own_setup_then_the_baselines_answers():
+    # lab.bench.shell_twin: the twin's server and session set-up, a question answered with the
+    # baseline's frames at the baseline's times (no usageMetadata: the core did not answer it)
+    async def setup_then_ask(url: str, ca: str) -> tuple[dict, list]:
+        async with connect(url, ssl=ssl.create_default_context(cafile=ca), max_size=None) as ws:
+            await ws.send(SETUP)
+            assert "setupComplete" in orjson.loads(await ws.recv())
+            update = orjson.loads(await ws.recv())
+            t0, frames = time.monotonic(), []
+            await ws.send(QUESTION)
+            while not frames or "turnComplete" not in frames[-1][1]:
+                frame = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+                frames.append(((time.monotonic() - t0) * 1000, _kinds(frame)))
+            return update, frames
+
+    with tempfile.TemporaryDirectory() as d:
+        base = _serve_and_ask(_baseline_argv(d), 1)[0]
+        srv = _Server(_shell_argv("developer-api", d, []), None)
+        try:
+            update, shell = asyncio.run(setup_then_ask(srv.url, srv.ca))
+        finally:
+            srv.stop()
+    handle = update["sessionResumptionUpdate"]["newHandle"]
+    assert handle != "baseline" and len(handle) > 16, update       # the twin's own session handle
+    assert [k for _, k in shell] == [k for _, k in base], (shell, base)
+    (gen_ms, _), = [f for f in shell if f[1] == ("generationComplete",)]
+    assert echo.GENERATED_S * 1000 - 1 <= gen_ms < echo.REPLY_CHUNK_S * 1000 <= shell[-1][0], shell
 
 
 def test_an_alternating_level_runs_one_servers_traffic_at_a_time_and_sums_its_slices():

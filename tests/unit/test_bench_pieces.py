@@ -98,6 +98,40 @@ def test_with_several_rounds_the_goal_is_the_median_of_each_rounds_own_ratio(cap
     assert "p99 1.10x (<= 1.2x: met)" in out and "median of 3 rounds: cpu 1.10, 2.00, 1.20" in out
 
 
+def test_the_floor_beside_the_figure_is_the_shells_ratio_and_a_tight_loop_cores(capsys):
+    # the shell row (the twin's own server answering as the baseline does) is what no change to
+    # the core can move; with the core's hot costs, what a core as fast in the server would read
+    from lab.bench.twin_core import Kinds
+
+    rows = [_row("baseline", 1.0, 10.0), _row("twin", 1.6, 16.0), _row("shell", 1.1, 12.0)]
+    hot = Kinds(mic_us=15.0, question_us=50.0, base_mic_us=10.0, base_question_us=0.0)
+    # 900 chunks 5 us over, 100 questions 50 us over: 9.5 us a frame beyond the shell's 1100 us
+    assert hot.extra_us(900, 100) == pytest.approx(9.5)
+    line = twin._floor_line(rows, "stream", 200, hot)
+    assert "the baseline does 1.10x the baseline, the twin 1.45x that" in line
+    assert "5.0 us a microphone chunk and 50.0 us a question" in line and "it would read 1.11x" in line
+    assert twin._floor_line(rows[:2], "stream", 200, hot) == ""      # no shell row, no floor
+    twin._floors(rows)
+    out = capsys.readouterr().out
+    assert "cpu per client frame 1.60x" in out and "1.10x the baseline, the twin 1.45x that" in out
+    assert "tight loop" not in out      # without the core's hot figures only the shell's part
+
+
+def test_the_twin_core_times_each_kind_of_frame_and_the_timers_of_the_turns():
+    from lab.bench import twin_core
+    from lab.bench.load import MIC_CHUNK, QUESTION
+
+    todo = twin_core.steady(4, 400)
+    after = [d for at, _c, d in todo if at >= twin_core.SCALE_WARM_S]
+    got: dict = {}
+    twin_core.drive(4, todo, warm_s=twin_core.SCALE_WARM_S, kinds=got)
+    assert got[MIC_CHUNK][0] == after.count(MIC_CHUNK) and got[QUESTION][0] == after.count(QUESTION)
+    # a question's turn fires two timers here (generationComplete, turnComplete), give or take
+    # the turns still under way at either end
+    assert abs(got["timers"][0] - 2 * after.count(QUESTION)) <= 2 * 4
+    assert all(ns > 0 for _n, ns in got.values())
+
+
 def test_the_twin_core_bench_sends_the_stream_mix_and_the_core_answers():
     from lab.bench import twin_core
     from lab.bench.load import MIC_CHUNK, QUESTION

@@ -1,0 +1,79 @@
+"""The floor of `lab bench twin`: the twin's own server with the baseline's answers.
+
+    python -m lab.bench.shell_twin twin serve ARGS    # `lab twin serve`, its core's answers swapped
+
+`lab twin serve` whole (its shell, the TLS and websockets set-up, the session set-up its core does
+for a setup frame), except that on a live connection a client frame is answered the way the
+baseline answers it (lab.bench.echo.answer: the frame parsed, a microphone chunk's audio decoded, a
+question given the same audio chunk at once and generationComplete and turnComplete on two timers,
+at the baseline's times), through the shell's own actions (Send, Timer) and its own outbox. What
+it costs beyond the baseline is the shell's and the process's; what the twin costs beyond it is the
+core's answering of those frames. So `twin / shell` is the ratio the core's work can move, and
+`shell / baseline` the part no change to the core can.
+
+The connection is still looked up and its client data still noted (two attribute writes), so the
+session stays what the twin's rules say it is for the rest of the level; nothing else of the core
+runs for those frames.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from lab.bench import echo
+from lab.errors import run_command
+from lab.twin import cli as twin_cli
+from lab.twin.core import TwinCore
+from lab.twin.io_actions import Send, Timer, TimerKey
+
+
+@dataclass(frozen=True)
+class Due(TimerKey):
+    """One of the baseline's later frames of a reply (generationComplete, turnComplete)."""
+    conn: int
+    data: bytes
+
+
+def _answered(core: TwinCore, conn_id: int, data: bytes | str, now: float) -> list | None:
+    """The shell's actions for a frame on a live connection, as the baseline answers it; None for a
+    frame the core answers itself (a setup, anything on a connection not yet or no longer live)."""
+    c = core.sessions.conns.get(conn_id)
+    if c is None or not core.sessions.in_turns(c):
+        return None
+    reply = echo.answer(data)
+    if reply is None:
+        core.sessions.client_data(c, now)
+        return []
+    if reply is not echo.REPLY_NOW:
+        return None
+    core.sessions.client_data(c, now)
+    return [Send(conn_id, f, {}, now) for f in reply] + [
+        Timer(Due(conn_id, echo.GENERATED), now + echo.GENERATED_S),
+        Timer(Due(conn_id, echo.PLAYED), now + echo.REPLY_CHUNK_S)]
+
+
+def _swap_answers() -> None:
+    frame_received, timer_fired = TwinCore.frame_received, TwinCore.timer_fired
+
+    def answer_frame(core: TwinCore, conn_id: int, data: bytes | str, now: float) -> list:
+        acts = _answered(core, conn_id, data, now)
+        return frame_received(core, conn_id, data, now) if acts is None else acts
+
+    def answer_timer(core: TwinCore, key: TimerKey, now: float) -> list:
+        if type(key) is Due:
+            return [Send(key.conn, key.data, {}, now)]
+        return timer_fired(core, key, now)
+
+    TwinCore.frame_received = answer_frame      # type: ignore[method-assign]
+    TwinCore.timer_fired = answer_timer         # type: ignore[method-assign]
+
+
+def main(argv: list[str]) -> int:
+    args = twin_cli.parse_twin_command(argv, "python -m lab.bench.shell_twin", __doc__.splitlines()[0],
+                                       "twin serve ARGS")
+    _swap_answers()
+    return run_command(args.func, args, who="shell twin")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
