@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(_line(r))
     # the core's hot figures, for the floor beside a streaming level's figure (a few seconds, after the levels)
-    hot = twin_core.kinds() if any(r.server == "shell" and r.mode == "stream" for r in rows) else None
+    hot = twin_core.kinds() if _of(rows, "shell", "stream", STREAM_FLOORS["sessions"]) else None
     _floors(rows, hot)
     return 0
 
