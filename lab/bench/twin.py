@@ -5,9 +5,9 @@ model's reply delays set to 0, so what is measured is the twin itself) with the 
 (lab.bench.echo: a bare websockets server with the twin's TLS, loop and settings, none of its
 logic); the twin's figures print as ratios to the baseline's.
 
-A traffic level (`stream`, `text`) starts both servers, opens its sessions on each, and lets their
-traffic take turns: `--slices K` slices of duration/K seconds each, baseline then twin, the other's
-sessions idle meanwhile. A machine shared with other work is slower in one minute than the next, and
+A traffic level (`stream`, `text`) starts its servers (the baseline, the twin and the floor's shell,
+below), opens its sessions on each, and lets their traffic take turns: `--slices K` slices of
+duration/K seconds each, one server after another, the others' sessions idle meanwhile. A machine shared with other work is slower in one minute than the next, and
 a ratio of two runs a minute apart measures that as much as the twin; with the slices interleaved
 every few seconds each server's figures (the sum of its slices) meet the same minutes. The round's
 line also prints the slice-by-slice ratios' spread. An `idle` level, whose figure is memory, runs
