@@ -34,30 +34,25 @@ class Due(TimerKey):
     data: bytes
 
 
-def _answered(core: TwinCore, conn_id: int, data: bytes | str, now: float) -> list | None:
-    """The shell's actions for a frame on a live connection, as the baseline answers it; None for a
-    frame the core answers itself (a setup, anything on a connection not yet or no longer live)."""
-    c = core.sessions.conns.get(conn_id)
-    if c is None or not core.sessions.in_turns(c):
-        return None
-    reply = echo.answer(data)
-    if reply is None:
-        core.sessions.client_data(c, now)
-        return []
-    if reply is not echo.REPLY_NOW:
-        return None
-    core.sessions.client_data(c, now)
-    return [Send(conn_id, f, {}, now) for f in reply] + [
-        Timer(Due(conn_id, echo.GENERATED), now + echo.GENERATED_S),
-        Timer(Due(conn_id, echo.PLAYED), now + echo.REPLY_CHUNK_S)]
-
-
 def _swap_answers() -> None:
     frame_received, timer_fired = TwinCore.frame_received, TwinCore.timer_fired
 
     def answer_frame(core: TwinCore, conn_id: int, data: bytes | str, now: float) -> list:
-        acts = _answered(core, conn_id, data, now)
-        return frame_received(core, conn_id, data, now) if acts is None else acts
+        # on a live connection, the baseline's answer through the shell's actions; a setup, or a
+        # connection not yet or no longer live, is the core's (one call a frame, as the core is)
+        c = core.sessions.conns.get(conn_id)
+        if c is None or not core.sessions.in_turns(c):
+            return frame_received(core, conn_id, data, now)
+        reply = echo.answer(data)
+        if reply is None:
+            core.sessions.client_data(c, now)
+            return []
+        if reply is not echo.REPLY_NOW:
+            return frame_received(core, conn_id, data, now)
+        core.sessions.client_data(c, now)
+        return [Send(conn_id, f, {}, now) for f in reply] + [
+            Timer(Due(conn_id, echo.GENERATED), now + echo.GENERATED_S),
+            Timer(Due(conn_id, echo.PLAYED), now + echo.REPLY_CHUNK_S)]
 
     def answer_timer(core: TwinCore, key: TimerKey, now: float) -> list:
         if type(key) is Due:
