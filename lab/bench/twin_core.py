@@ -256,6 +256,10 @@ def main(argv: list[str]) -> int:
     print(f"  baseline per client frame       {base_us:7.1f} us   (orjson.loads + the audio's base64: lab.bench.echo)")
     print(f"  twin core / baseline            {core_us / base_us:7.2f}x")
     print(f"  events per client frame         {written / n:7.2f}")
+    k = kinds(args.sessions, repeat=args.repeat)
+    print(f"  by kind, steady state (the core's own calls; the baseline's answer, lab.bench.echo): a microphone "
+          f"chunk {k.mic_us:.1f} us ({k.base_mic_us:.1f}), a question with its turn's timers {k.question_us:.1f} us "
+          f"({k.base_question_us:.1f})")
     idle, kept = write_cost_us(EventLog(keep=False)), write_cost_us(EventLog())
     print(f"  one write, a log that records nothing {idle:.2f} us, a kept log {kept:.2f} us ({idle / kept:.2f}x)")
     return 0
