@@ -44,12 +44,11 @@ def _swap_answers() -> None:
         if c is None or not core.sessions.in_turns(c):
             return frame_received(core, conn_id, data, now)
         reply = echo.answer(data)
-        if reply is None:
-            core.sessions.client_data(c, now)
-            return []
-        if reply is not echo.REPLY_NOW:
+        if reply is not None and reply is not echo.REPLY_NOW:
             return frame_received(core, conn_id, data, now)
         core.sessions.client_data(c, now)
+        if reply is None:
+            return []
         return [Send(conn_id, f, {}, now) for f in reply] + [
             Timer(Due(conn_id, echo.GENERATED), now + echo.GENERATED_S),
             Timer(Due(conn_id, echo.PLAYED), now + echo.REPLY_CHUNK_S)]

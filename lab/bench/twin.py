@@ -326,8 +326,8 @@ def _floor_line(rows: list[Row], mode: str, n: int, hot: Kinds | None) -> str:
     if hot is not None:
         tight = _median([(s.us_per_frame + hot.extra_us(t.tally.mic_chunks, len(t.tally.lats_ms))) / b.us_per_frame
                          for b, t, s in trios])
-        line += (f"; with a core as fast in the server as in a tight loop ({hot.extra_us(1, 0):.1f} us a "
-                 f"microphone chunk and {hot.question_us - hot.base_question_us:.1f} us a question with its "
+        line += (f"; with a core as fast in the server as in a tight loop ({hot.mic_extra_us:.1f} us a "
+                 f"microphone chunk and {hot.question_extra_us:.1f} us a question with its "
                  f"timers beyond the baseline's answers, lab bench twin-core) it would read {tight:.2f}x")
     return line
 
