@@ -123,7 +123,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("max_handle_updates_per_conn", "most handle updates on one connection"),
     # what the user was told
     _m("asked_ms", "the status question was said"),
-    _m("answer_ms", "its answer"),
+    _m("answer_ms", "its answer (its turn's transcript complete)"),
+    _m("answer_said_ms", "its answer began to be heard (the turn's first audio): the moment its claim is judged at"),
     _m("answer_after_question_ms", "question -> answer"),
     _m("answer_text", "the model's answer"),
     _m("told", "what the answer claimed: booked, in_progress, not_booked, unknown, never"),

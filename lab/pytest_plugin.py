@@ -9,9 +9,11 @@ Installing the package is enough (entry point `livelab` in pyproject's `pytest11
 `livelab.run(scenario, client=None, client_cmd=None, conversation=None, topology="auto", **options)`
 plays one run of `scenario` (a catalogue name or a file) through `lab run`'s own batch (so exactly
 what `lab run` does: the topology, the twin, the capture, the verdict, report.html) into a folder
-under the test's tmp path, and returns a `LabRun`: `passed` (the scenario's expectations held and no
-conformance rule failed), `verdict`, `rules`, `events`, `dir`, and `explain()`: each FAIL with what
-to change (lab.report.advice). `options` are lab run's: duration, endpoint, base_url, model, ca.
+under the test's tmp path, and returns a `LabRun`: `passed` (what your agent's user got: each of the
+verdict's user outcomes passed or was n/a, lab/report/outcomes.py), `outcomes`, `reproduces` (the
+study's reproduction rows, for the study's own client; None for yours), `rules` (the how-to behind
+the outcomes), `verdict`, `events`, `dir`, and `explain()`: each FAIL with what to change
+(lab.report.advice), every row named by its kind. `options` are lab run's: duration, endpoint, base_url, model, ca.
 
 Where this machine cannot run a lab (no root for network namespaces, no Docker for Compose) the
 test is skipped, naming what is missing. A failed test's report lists its run folders and pages.
@@ -38,6 +40,20 @@ class LabRun:
     log: list[str] = field(default_factory=list)
 
     @property
+    def outcomes(self) -> dict[str, dict[str, Any]]:
+        """Each user outcome: status (pass, fail, n/a), observed, and on a FAIL its advice and the rules behind it."""
+        return self.verdict.get("outcomes") or {}
+
+    @property
+    def failed_outcomes(self) -> list[str]:
+        return [n for n, o in self.outcomes.items() if o.get("status") == FAIL]
+
+    @property
+    def reproduces(self) -> bool | None:
+        """Whether the study's reproduction rows all held; None when the scenario has none for this client."""
+        return self.verdict.get("reproduces")
+
+    @property
     def rules(self) -> dict[str, dict[str, Any]]:
         """Each conformance rule's outcome: status (pass, fail, n/a), observed, figure, and advice on a FAIL."""
         return self.verdict.get("rules") or {}
@@ -48,8 +64,9 @@ class LabRun:
 
     @property
     def passed(self) -> bool:
-        """The scenario's expectations held (the verdict) and no conformance rule failed."""
-        return bool(self.verdict.get("pass")) and not self.failed_rules
+        """What the user got held: the verdict's `pass` (its user outcomes; a failed rule is the advice
+        behind a failed outcome, not a failure of its own)."""
+        return bool(self.verdict.get("pass"))
 
     @property
     def events(self) -> list[Any]:
@@ -62,13 +79,17 @@ class LabRun:
     def explain(self) -> str:
         """Why the run did not pass, each FAIL with what to change; the folder and page to look at."""
         lines = [f"livelab: {self.verdict.get('scenario')} x {self.verdict.get('client')}: "
-                 + ("passed" if self.passed else "FAILED")]
-        for r in self.verdict.get("expectations") or []:
-            if r.get("held") is False:
-                lines.append(f"- expectation {r['name']}: {r.get('advice') or r.get('observed')}")
+                 + ("passed for the user" if self.passed else "FAILED for the user")
+                 + {True: "; reproduces the study", False: "; does not reproduce the study"}.get(self.reproduces, "")]
+        lines += [f"- user outcome {n}: {self.outcomes[n].get('advice') or self.outcomes[n].get('observed')}"
+                  for n in self.failed_outcomes]
         if self.verdict.get("advice"):
             lines.append(f"- the run: {self.verdict['advice']}")
-        lines += [f"- rule {n}: {self.rules[n].get('advice') or self.rules[n].get('observed')}" for n in self.failed_rules]
+        for r in self.verdict.get("expectations") or []:
+            if r.get("held") is False:
+                lines.append(f"- reproduction row {r['name']} (the study's client): {r.get('advice') or r.get('observed')}")
+        lines += [f"- rule {n} (behind the outcomes): {self.rules[n].get('advice') or self.rules[n].get('observed')}"
+                  for n in self.failed_rules]
         lines.append(f"run folder: {self.dir}  (report: {self.dir / 'report.html'})")
         return "\n".join(lines)
 

@@ -34,7 +34,7 @@ from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
 from lab.clients.frameworks import venvs as framework_venvs
 from lab.events import read_events
 from lab.plan import KEY_ENV, RunPlan
-from lab.report.verdict import headline, verdict_passed   # reads old verdicts (`passed`) too; loads no matplotlib
+from lab.report.verdict import REPRODUCTION, USER, headline, verdict_met   # reads old verdicts too; loads no matplotlib
 from lab.errors import CapabilityError, LabError
 from lab.model_id import DEFAULT_MODEL
 from lab.topology import AUTO, TOPOLOGIES
@@ -172,11 +172,14 @@ class RunSpec:
 
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
                  keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None,
-                 framework=None, app_dir=None, conversation=None):
+                 framework=None, app_dir=None, conversation=None, app_judged_as=False):
         # what the twin's model plays: `lab run --conversation`, else the scenario's own
         self.conversation = conversation or scn.conversation
         self.framework = framework             # a framework client's Build.describe(), for run.json
         self.client_cmd = client_cmd           # a user's app as the client, judged as `client`
+        # the user named the client an app is judged as (`--client`): only then may it stand in for the
+        # study's own client and be held to reproducing it; an app alone is held to its user's outcomes
+        self.app_judged_as = app_judged_as
         self.app_dir = Path(app_dir or os.getcwd())   # where its command line's relative paths start
         self.budget_ledger = budget_ledger     # live: the agent charges each connection against it
         self.scn, self.client, self.topology, self.endpoint = scn, client, topology, endpoint
@@ -253,6 +256,14 @@ class _Reach:
     proxy: Proxy | None = None
 
 
+def held_to(spec: RunSpec) -> str:
+    """What the run is held to (lab.report.verdict): reproducing the study when its client is the
+    scenario's own (the study's), else its user's outcomes. An app stands in for the study's client
+    only when the user said so with --client."""
+    study = spec.client == spec.scn.client and (not spec.client_cmd or spec.app_judged_as)
+    return REPRODUCTION if study and spec.scn.expect_for(spec.client) else USER
+
+
 def _prepare_folder(spec: RunSpec, out) -> _Run:
     """The run folder (run.json, the scenario and conversation as run), its secrets' folder outside
     the results, and the topology, not yet up."""
@@ -263,7 +274,8 @@ def _prepare_folder(spec: RunSpec, out) -> _Run:
     conv_copy = _record_conversation(spec.conversation, run_dir)
     meta = {"run_id": run_id, "scenario": scn.to_json(), "client": spec.client, "topology": spec.topology,
             "endpoint": spec.endpoint, "duration": duration, "params": scn.params_for(spec.client),
-            "expect": scn.expect_for(spec.client), "started": datetime.now(timezone.utc).isoformat()}
+            "expect": scn.expect_for(spec.client), "held_to": held_to(spec),
+            "started": datetime.now(timezone.utc).isoformat()}
     if spec.client_cmd:
         meta["client_cmd"] = spec.client_cmd
         if spec.client not in FRAMEWORKS:   # a user's app: judged by the client it stands in for
@@ -562,7 +574,8 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
             who = f"command, judged as {cl}" if client_cmd else label
             spec = RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key, keylog_live,
                            ca=ca, endpoint_hook=endpoint_hook, client_cmd=cmd,
-                           framework=build.describe() if build else None, conversation=conversation)
+                           framework=build.describe() if build else None, conversation=conversation,
+                           app_judged_as=bool(client_cmd and client))
             title = f"{scn.name} ({who}, {topology}, {endpoint}) run {i}/{n}"
             cells.append(parallel.Cell(
                 f"{scn.name} x {who} {i:02d}", functools.partial(_run_cell, spec, title, budget),
@@ -593,11 +606,14 @@ def _run_cell(spec: RunSpec, title: str, budget, out=print) -> dict:
         if settled.note:
             out(f"   budget: {settled.note}")
     from lab.report.advice import failures     # here: the report loads lazily, as below
+    rows = v.get("checks", [])
     out(f"   verdict: {headline(v)}"
+        + "".join(f"\n     {_mark(_held(o))} {name}: {o.get('observed')}" for name, o in (v.get("outcomes") or {}).items())
+        + (f"\n   reproduction rows ({', '.join(_reproduced_for(v))}):" if rows else "")
         + "".join(f"\n     {_mark(c.get('held'))} {c.get('name')}: expected "
                   f"{c.get('expected')!r}, saw {c.get('observed')!r}" + (f" ({c['note']})" if c.get("held") is None
                                                                           and c.get("note") else "")
-                  for c in v.get("checks", []))
+                  for c in rows)
         + "".join(f"\n     FAIL {what}: {text}" for what, text in failures(v)))
     if spec.endpoint == "live":
         from lab.live.errors import stop_reason   # here: as load_key above
@@ -605,6 +621,17 @@ def _run_cell(spec: RunSpec, title: str, budget, out=print) -> dict:
         if why:
             raise LabError(f"stopping the batch: {why}")
     return v
+
+
+def _held(o: dict) -> bool | None:
+    """A user outcome's status as a row's held: pass True, fail False, n/a None."""
+    return {"pass": True, "fail": False}.get(str(o.get("status")))
+
+
+def _reproduced_for(v: dict) -> list[str]:
+    """What the reproduction rows stand for, in the terminal."""
+    return (["the study's client: what this run is held to"] if v.get("held_to") == REPRODUCTION
+            else [f"the scenario's record of {v.get('client')}; shown, not what the run is held to"])
 
 
 def _mark(held: bool | None) -> str:
@@ -673,14 +700,15 @@ def _cmd_run(args) -> int:
                       requirements=args.requirements)
     from lab.report.junit import publish      # here: the report loads matplotlib, as above
     publish(batch, args.junit_xml)
-    # exit 1 when a run errored or an expectation failed: `lab run` is a check a CI can gate on
+    # exit 1 when a run errored or did not do what it is held to (its user's outcomes; the study's own
+    # client: reproducing the study): `lab run` is a check a CI can gate on
     return 0 if batch_passed(batch) else 1
 
 
 def batch_passed(batch: Path) -> bool:
-    """Every run of the batch folder has a verdict and each passed (what `lab run` exits 0 on)."""
+    """Every run of the batch folder has a verdict and each met what it is held to (what `lab run` exits 0 on)."""
     verdicts = [json.loads(p.read_text()) for p in batch.glob("*/verdict.json")]
-    return bool(verdicts) and all(verdict_passed(v) for v in verdicts)
+    return bool(verdicts) and all(verdict_met(v) for v in verdicts)
 
 
 def _cmd_list(args) -> int:

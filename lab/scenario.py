@@ -137,7 +137,12 @@ class Scenario:
         merged.update(self.client_params.get(client, {}))
         return merged
 
-    def expect_for(self, client: str) -> dict:
+    def expect_for(self, client: str | None) -> dict:
+        """The reproduction rows for `client`: `all:` and the client's own block, for the scenario's
+        own (the study's) client or a client the block names; none for any other client, which is
+        judged by its user's outcomes alone (lab.report.outcomes)."""
+        if client is None or (client != self.client and client not in self.expect):
+            return {}
         merged = dict(self.expect.get("all", {}))
         merged.update(self.expect.get(client, {}))
         return merged

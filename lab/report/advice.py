@@ -163,6 +163,63 @@ def for_rule(name: str, outcome: Any, metrics: dict[str, Any] | None = None) -> 
     return RULE_ADVICE[name].advise(str(observed), metrics)
 
 
+# ---- the user outcomes (lab/report/outcomes.py OUTCOMES, by name) ----------------------------------
+OUTCOME_ADVICE: dict[str, Entry] = {
+    "effects_once": Entry(
+        "The user asked for one thing: twice is a double charge or booking, none is a promise broken, and one "
+        "after they said stop is the thing they withdrew.",
+        "key every side effect by its business key (the slot, the order) and do it once whatever the call id; "
+        "after a new session, tell the model the effect's status instead of letting it call again; honour a "
+        "stop by holding or cancelling the pending effect.",
+        "seed 000, What a client must do 6 and 7; seed 001, What it means for an app"),
+    "truthful_claims": Entry(
+        "What the user is told is what they act on: a booking said done that is not, or said pending that is "
+        "done, sends them the wrong way.",
+        "take the side effect's status from your backend, not from the model's memory: send the owed result "
+        "after a resume, or restore a new session with a status note, and correct the model when it is wrong.",
+        "seed 000, Results 1, 3 and 4; What a client must do 1 and 6"),
+    "conversation_back": Entry(
+        "After a loss the user waits in silence until a session answers again: the study's client waited the "
+        "whole outage (minutes of 1011 refusals) while a new session was possible at once.",
+        "detect the dead path yourself (a ping every 0.5 s, 2 s of silence), resume if the server allows it, "
+        "and otherwise fall back to a new session within seconds, restored from your transcript and a status "
+        "note.",
+        "seed 000, What a client must do 3 and 5; Results 3 and 4"),
+    "last_line_answered": Entry(
+        "The user's last words went unanswered: to them the agent hung up.",
+        "keep a session the user can talk to: reconnect after a loss or a goAway, and say again (or restore) "
+        "a line that a dead connection swallowed.",
+        "seed 000, What a client must do 3, 5 and 9"),
+    "owed_results_delivered": Entry(
+        RULE_ADVICE["owed_results_delivered"].why, RULE_ADVICE["owed_results_delivered"].change,
+        RULE_ADVICE["owed_results_delivered"].cite),
+    "no_invented_turn": Entry(
+        RULE_ADVICE["no_spurious_reply"].why, RULE_ADVICE["no_spurious_reply"].change,
+        RULE_ADVICE["no_spurious_reply"].cite),
+    "no_zombie_left": Entry(
+        "A connection left open holds the session at the server: every resume is refused while it lives, and "
+        "the client's resources leak.",
+        "end the old connection yourself once the path is back (a close the server sees), and leave a "
+        "connection whose replies stopped.",
+        "seed 000, What a client must do 3 and 4"),
+}
+
+
+def for_outcome(name: str, outcome: Any, metrics: dict[str, Any] | None = None,
+                rules_failed: list[str] | tuple[str, ...] = ()) -> Advice | None:
+    """The advice for a user outcome's FAIL, naming the conformance rules behind it that failed (the
+    how-to); None for a pass or an n/a."""
+    status = outcome.get("status") if isinstance(outcome, dict) else getattr(outcome, "status", None)
+    if status != FAIL:
+        return None
+    observed = outcome.get("observed") if isinstance(outcome, dict) else outcome.observed
+    a = OUTCOME_ADVICE[name].advise(str(observed), metrics)
+    if rules_failed:
+        a = Advice(a.showed, a.why, f"{a.change.rstrip('. ')}; the rules behind it that failed: "
+                                    f"{', '.join(rules_failed)}", a.cite)
+    return a
+
+
 # ---- the expectations (lab/expectations.py), named ones and the generic forms by metric ------------
 def _want(row: dict[str, Any]) -> bool:
     return bool(row.get("expected"))
@@ -292,7 +349,7 @@ TOPICS: dict[str, tuple[tuple[str, ...], Entry]] = {
         "(or carry it as text in a new session's restore).",
         "seed 000, What a client must do 10; Not tested")),
     "what the user was told": (("asked_ms", "answer_ms", "answer_after_question_ms", "answer_text", "told",
-                                "truth_at_answer", "truth_final", "told_truth", "answers_heard",
+                                "truth_at_answer", "answer_said_ms", "truth_final", "told_truth", "answers_heard",
                                 "loss_to_answer_ms"), EXPECTATION_ADVICE["told_truth"]),
     "stop": (("stop_ms", "cancellations", "interrupted_after_stop_ms", "calls_before_stop", "calls_after_stop",
               "first_call_after_stop_ms", "booked_after_stop", "false_claims", "told_after_stop", "truth_after_stop",
@@ -363,18 +420,23 @@ def for_run(verdict: dict[str, Any]) -> Advice | None:
     notes = "; ".join(verdict.get("notes") or []) or "the run did not pass"
     if not m.get("complete") or str(m.get("status")).lower() in BROKEN_STATUS:
         return TOPICS["record"][1].advise(notes, m)
-    if any(r.get("held") is False for r in verdict.get("expectations", [])):
+    if any(r.get("held") is False for r in verdict.get("expectations", [])) or any(
+            o.get("status") == FAIL for o in (verdict.get("outcomes") or {}).values()):
         return None
-    return Advice(notes, "A run with nothing checked cannot tell the user's side of it.",
-                  "give the scenario an `expect:` for this client (lab list; docs/DESIGN.md, expectations).",
+    return Advice(notes, "A run with nothing judged cannot tell the user's side of it.",
+                  "give the user something to say that the agent must answer (the scenario's lines, or "
+                  "--conversation), so its outcomes can be judged (docs/truth.md).",
                   "docs/DESIGN.md (a verdict)")
 
 
 def failures(verdict: dict[str, Any]) -> list[tuple[str, str]]:
     """Each FAIL of a verdict (its expectations, the run itself, its rules) with what to change, as the
     verdict holds it: what the terminal prints under a run."""
-    out = [(f"expectation {r['name']}", r.get("advice") or f"observed {r.get('observed')!r}")
-           for r in verdict.get("expectations") or [] if r.get("held") is False]
+    out = [(f"user outcome {n}", o.get("advice") or str(o.get("observed")))
+           for n, o in (verdict.get("outcomes") or {}).items() if o.get("status") == FAIL]
+    out += [(f"{'reproduction' if r.get('kind') == 'reproduction' else 'expectation'} {r['name']}",
+             r.get("advice") or f"observed {r.get('observed')!r}")
+            for r in verdict.get("expectations") or [] if r.get("held") is False]
     out += [("run", verdict["advice"])] if verdict.get("advice") else []
     return out + [(f"rule {n}", o.get("advice") or str(o.get("observed")))
                   for n, o in (verdict.get("rules") or {}).items() if o.get("status") == FAIL]

@@ -37,11 +37,12 @@ def cells_from_verdicts(runs: list[tuple[str, Path, dict[str, Any]]], page_dir: 
     for run_id, run_dir, v in runs:
         groups[(str(v.get("scenario") or "?"), str(v.get("client") or "-"))].append({
             "run": run_id, "dir": os.path.relpath(run_dir, page_dir), "verdict_pass": verdict_passed(v),
-            "failed": v.get("failed") or [], "rules": v.get("rules") or {}, "verdict": v})
+            "reproduces": v.get("reproduces"), "failed": v.get("failed") or [], "rules": v.get("rules") or {},
+            "verdict": v})
     cells = []
     for (scenario, client), rs in sorted(groups.items()):
         cells.append({"scenario": scenario, "client": client, "runs": len(rs),
-                      "verdict": {"pass": sum(1 for r in rs if r["verdict_pass"]), "runs": len(rs)},
+                      "verdict": conformance.verdict_counts(rs),
                       "rules": {n: conformance.aggregate([rules_mod.Outcome(**_outcome_row(r, n)) if n in r["rules"]
                                                          else rules_mod.Outcome(rules_mod.NA, "not judged")
                                                          for r in rs]) for n in rules_mod.RULES},
@@ -57,15 +58,17 @@ def _outcome_row(r: dict[str, Any], name: str) -> dict[str, Any]:
 def grid(cells: list[dict[str, Any]]) -> str:
     """The coloured grid: a row per cell, the verdict and each rule as columns, each cell a link to a run."""
     names = list(rules_mod.RULES)
-    head = ["scenario", "client", "verdict"] + [f"<span title=\"{esc(n)}\">R{i}</span>" for i, n in enumerate(names, 1)]
+    head = ["scenario", "client", "for the user", "reproduces"] + [f"<span title=\"{esc(n)}\">R{i}</span>" for i, n in enumerate(names, 1)]
     rows, cls = [], []
     for c in cells:
         runs = c["per_run"]
         vp, vn = c["verdict"]["pass"], c["verdict"]["runs"]
         first_bad = next((r for r in runs if not r["verdict_pass"]), runs[0])
         row = [esc(c["scenario"]), esc(c["client"]),
-               f"<a class=\"run-link\" href=\"{_href(first_bad['dir'], 'expectations')}\">{vp}/{vn}</a>" + _others(runs)]
-        k = ["", "", "pass" if vp == vn else "fail"]
+               f"<a class=\"run-link\" href=\"{_href(first_bad['dir'], 'outcomes')}\">{vp}/{vn}</a>" + _others(runs)]
+        rep, held = c["verdict"].get("reproduces", 0), c["verdict"].get("held_to_study", 0)
+        row.append(f"{rep}/{held}" if held else "-")
+        k = ["", "", "pass" if vp == vn else "fail", "" if not held else "pass" if rep == held else "fail"]
         for name in names:
             agg = c["rules"][name]
             pick = next((r for r in runs if _outcome_row(r, name)["status"] == agg["status"]), runs[0])
@@ -92,16 +95,20 @@ def _others(runs: list[dict[str, Any]]) -> str:
 
 
 def what_to_change(cells: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]]) -> str:
-    """Each failed rule and expectation with its advice, cell by cell."""
+    """Each failed user outcome, reproduction row and rule with its advice, cell by cell."""
     out = []
     for c in cells:
         items = []
         for r in c["per_run"]:
             v = verdicts.get(r["run"]) or {}
             link = f"<a href=\"{_href(r['dir'])}\">{esc(r['run'])}</a>"
+            for name, o in (v.get("outcomes") or {}).items():
+                if o.get("status") == rules_mod.FAIL:
+                    items.append(f"<li>{link}, user outcome <code>{esc(name)}</code><div class=\"advice\">"
+                                 f"{esc(o.get('advice') or o.get('observed'))}</div></li>")
             for row in v.get("expectations") or []:
                 if row.get("held") is False:
-                    items.append(f"<li>{link}, expectation <code>{esc(row['name'])}</code><div class=\"advice\">"
+                    items.append(f"<li>{link}, reproduction row <code>{esc(row['name'])}</code><div class=\"advice\">"
                                  f"{esc(row.get('advice') or row.get('observed'))}</div></li>")
             if v.get("advice"):
                 items.append(f"<li>{link}<div class=\"advice\">{esc(v['advice'])}</div></li>")
@@ -131,7 +138,7 @@ def write_batch(batch_dir: Path | str, runs: list[tuple[str, Path, dict[str, Any
     verdicts = {run_id: v for run_id, _, v in runs}
     npass = sum(1 for _, _, v in runs if verdict_passed(v))
     body = [f"<h1>{esc(title)}</h1>",
-            f"<p id=\"counts\">{len(runs)} runs, {npass} passed their scenario's expectations. "
+            f"<p id=\"counts\">{len(runs)} runs, {npass} passed for the user. "
             "<a href=\"summary.md\">summary.md</a></p>",
             "<h2>Scenario x client</h2>", grid(cells),
             "<h2>What to change</h2>", what_to_change(cells, verdicts),

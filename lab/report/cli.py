@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         raise LabError("several result folders: name --out for the merged summary")
     d: Path = roots[0]
     runs = shards.labelled_runs(roots)
-    print(f"{'run':<36} {'scenario':<26} {'pass':<5} {'att/ref':>8} {'told':<12} {'truth':<12} {'book':>4}")
+    print(f"{'run':<36} {'scenario':<26} {'user':<5} {'study':<5} {'att/ref':>8} {'told':<12} {'truth':<12} {'book':>4}")
     alone = {Path(root).resolve() for root in roots}
     for name, r in runs:
         # a run folder named on its own is reported alone (its page carries plotly's script inline);
@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         m = v["metrics"]
         name = name if len(name) <= 36 else "\u2026" + name[-35:]
         print(f"{name:<36} {str(v.get('scenario') or '?')[:26]:<26} {'yes' if verdict_passed(v) else 'NO':<5} "
+              f"{ {True: 'yes', False: 'NO'}.get(v.get('reproduces'), '-'):<5} "
               f"{m['attempts']:>4}/{m['refused']:<3} {m['told']:<12} {str(m['truth_at_answer'] or m['truth_final']):<12} "
               f"{m['bookings']:>4}")
         for what, text in advice.failures(v):

@@ -6,7 +6,8 @@
 A pure function of result folders, like summary.md: `lab matrix` writes it after its runs, `lab
 matrix --report DIR...` and `lab report` on a matrix batch rebuild it, and several roots (shards
 from several machines, lab/report/shards.py) merge into one matrix. Per cell (scenario, client): how
-many runs passed the scenario's own expectations (the verdict), and per rule of lab/report/rules.py
+many runs passed for the user (the verdict's user outcomes, lab/report/outcomes.py) and how many of
+those held to the study reproduced it, and per rule of lab/report/rules.py
 how many runs passed, failed or could not be judged, with what each run showed and a link to its
 folder. The client versions come from `versions.json`, which the matrix runner (lab/matrix.py) writes
 into its batch folder when it measures them in the clients' venvs; a folder without one says so.
@@ -81,13 +82,14 @@ def build(roots: list[Path], out_dir: Path) -> dict[str, Any]:
         v, outcomes = run_outcomes(run)
         cells[(str(v.get("scenario") or "?"), str(v.get("client") or "-"))].append({
             "run": run_id, "dir": os.path.relpath(run, out_dir), "verdict_pass": verdict_passed(v),
+            "reproduces": v.get("reproduces"),
             "failed": v.get("failed") or [], "notes": v.get("notes") or [],
             "rules": {n: _with_advice(n, o, v["metrics"]) for n, o in outcomes.items()}, "_outcomes": outcomes})
     out_cells = []
     for (scenario, client), runs in sorted(cells.items()):
         out_cells.append({
             "scenario": scenario, "client": client, "runs": len(runs),
-            "verdict": {"pass": sum(1 for r in runs if r["verdict_pass"]), "runs": len(runs)},
+            "verdict": verdict_counts(runs),
             "rules": {n: aggregate([r["_outcomes"][n] for r in runs]) for n in rules_mod.RULES},
             "per_run": [{k: val for k, val in r.items() if k != "_outcomes"} for r in runs],
         })
@@ -101,6 +103,14 @@ def build(roots: list[Path], out_dir: Path) -> dict[str, Any]:
         "clients": sorted({c["client"] for c in out_cells}),
         "cells": out_cells,
     }
+
+
+def verdict_counts(runs: list[dict[str, Any]]) -> dict[str, int]:
+    """A cell's verdicts over its runs (each with `verdict_pass` and `reproduces`): how many passed for
+    the user, and of the runs with reproduction rows how many reproduced the study."""
+    return {"pass": sum(1 for r in runs if r["verdict_pass"]), "runs": len(runs),
+            "reproduces": sum(1 for r in runs if r.get("reproduces")),
+            "held_to_study": sum(1 for r in runs if r.get("reproduces") is not None)}
 
 
 def _with_advice(name: str, outcome: rules_mod.Outcome, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -136,11 +146,11 @@ def render(matrix: dict[str, Any]) -> str:
              f"generated {matrix['generated']} by `lab matrix` from the run folders of "
              f"{', '.join(matrix['shards'])}. A rule is n/a where the run gave it nothing to judge, or where the "
              "lab cannot observe it (the reason is below the table).", ""]
-    head = ["scenario", "client", "verdict"] + [f"R{i}" for i in range(1, len(rules) + 1)]
+    head = ["scenario", "client", "for the user", "reproduces"] + [f"R{i}" for i in range(1, len(rules) + 1)]
     lines += ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
     for c in matrix["cells"]:
         verdict = f"{c['verdict']['pass']}/{c['verdict']['runs']}"
-        row = [c["scenario"], c["client"], verdict] + [_mark(c["rules"][r["name"]], c["runs"]) for r in rules]
+        row = [c["scenario"], c["client"], verdict, _reproduces(c["verdict"])] + [_mark(c["rules"][r["name"]], c["runs"]) for r in rules]
         lines.append("| " + " | ".join(_cell(x) for x in row) + " |")
     lines += ["", "## The rules", ""]
     for i, r in enumerate(rules, 1):
@@ -154,7 +164,7 @@ def render(matrix: dict[str, Any]) -> str:
     lines += ["", "## What each cell showed", ""]
     for c in matrix["cells"]:
         links = ", ".join(f"[{r['run']}]({r['dir']})" for r in c["per_run"])
-        lines += [f"### {c['scenario']} x {c['client']}", "", f"runs: {links}; scenario expectations passed "
+        lines += [f"### {c['scenario']} x {c['client']}", "", f"runs: {links}; passed for the user "
                   f"{c['verdict']['pass']} of {c['verdict']['runs']}" + _failed(c), ""]
         for i, r in enumerate(rules, 1):
             agg = c["rules"][r["name"]]
@@ -163,6 +173,12 @@ def render(matrix: dict[str, Any]) -> str:
             lines += [f"  - {_cell(a)}" for a in advice_of(c, r["name"])]
         lines.append("")
     return "\n".join(lines)
+
+
+def _reproduces(verdict: dict[str, Any]) -> str:
+    """How many runs with the study's rows reproduced it; '-' where no run was held to the study."""
+    held = verdict.get("held_to_study", 0)
+    return f"{verdict.get('reproduces', 0)}/{held}" if held else "-"
 
 
 def _failed(cell: dict[str, Any]) -> str:

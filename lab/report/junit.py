@@ -2,12 +2,15 @@
 
     write(batch_dir, out_file)      # every run under batch_dir (or the labelled `runs=`); returns out_file
 
-One <testsuite> per run (its name the run's id), and in it one <testcase> for the run's verdict, one
-per expectation of its scenario (`expect.<name>`) and one per conformance rule (`rule.<name>`),
-classname `livelab.<scenario>.<client>`. A failed one carries a <failure> whose message is what the
-run showed and whose text adds the evidence and what to change (lab.report.advice); an n/a rule and
-an unchecked expectation are <skipped> with the reason; a run whose record is broken (truncated, ended
-in an error) is an <error> of its verdict case. The format is the one Jenkins, GitLab and
+One <testsuite> per run (its name the run's id), and in it one <testcase> for the run's verdict
+(failed when the run did not meet what it is held to: its user's outcomes, or for the study's own
+client reproducing the study; properties `held_to` and `reproduces` say which), one per user outcome
+(`user.<name>`), one per reproduction row of its scenario (`reproduction.<name>`) and one per
+conformance rule (`rule.<name>`), classname `livelab.<scenario>.<client>`. A failed outcome or row
+carries a <failure> whose message is what the run showed and whose text adds the evidence and what to
+change (lab.report.advice); a failed rule, the how-to behind the outcomes, is shown in its case's
+<system-out> and not counted as a failure of its own; an n/a and an unchecked row are <skipped> with
+the reason; a run whose record is broken (truncated, ended in an error) is an <error> of its verdict case. The format is the one Jenkins, GitLab and
 GitHub's test reporters read (testsuites > testsuite > testcase); tests/fixtures/junit.xsd is that
 format written as a schema, and the tests validate every file against it.
 
@@ -25,7 +28,7 @@ from typing import Any
 
 from lab.report import advice as advice_mod
 from lab.report.summary import load_verdict, runs_under
-from lab.report.verdict import verdict_passed
+from lab.report.verdict import verdict_met
 
 FAIL, NA = "fail", "n/a"    # lab.report.rules' outcome words, as the verdict stores them
 
@@ -56,16 +59,27 @@ def run_suite(run_id: str, run_dir: Path, v: dict[str, Any]) -> ET.Element:
     seconds = float(m.get("duration_ms") or 0) / 1000.0
     case = _case(suite, cls, "verdict", seconds)
     broken = not m.get("complete") or str(m.get("status")).lower() in advice_mod.BROKEN_STATUS
-    if not verdict_passed(v):
-        failed = v.get("failed") or []
-        why = ("failed: " + ", ".join(failed)) if failed and not broken else "; ".join(v.get("notes") or []) or "did not pass"
+    ET.SubElement(props, "property", name="held_to", value=str(v.get("held_to") or "user"))
+    if v.get("reproduces") is not None:
+        ET.SubElement(props, "property", name="reproduces", value=str(bool(v["reproduces"])).lower())
+    if not verdict_met(v):
+        held_to = v.get("held_to") or "user"
+        failed = (v.get("not_reproduced") if held_to == "reproduction" else v.get("failed")) or []
+        what = "not reproduced" if held_to == "reproduction" else "failed for the user"
+        why = (f"{what}: " + ", ".join(failed)) if failed and not broken else "; ".join(v.get("notes") or []) or "did not pass"
         text = "\n".join([why] + ([v["advice"]] if v.get("advice") else []) + [f"run folder: {run_dir}"])
         if broken:      # the run itself did not finish: an error of the lab or the client, not a finding
             ET.SubElement(case, "error", message=why[:500], type="run").text = text
         else:
             _failure(case, "verdict", why, text)
+    for name, o in (v.get("outcomes") or {}).items():
+        case = _case(suite, cls, f"user.{name}")
+        if o.get("status") == NA:
+            _skipped(case, f"n/a: {o.get('observed')}")
+        elif o.get("status") == FAIL:
+            _failure(case, "user outcome", str(o.get("observed")), o.get("advice") or str(o.get("observed")))
     for r in v.get("expectations") or []:
-        case = _case(suite, cls, f"expect.{r['name']}")
+        case = _case(suite, cls, f"reproduction.{r['name']}")
         evidence = (f"expected {r.get('expected')!r}, observed {r.get('observed')!r}"
                     + (f" ({r['note']})" if r.get("note") else "") + f" [origin: {r.get('origin')}]")
         if r.get("held") is None:
@@ -74,12 +88,13 @@ def run_suite(run_id: str, run_dir: Path, v: dict[str, Any]) -> ET.Element:
             a = r.get("advice") or _text(advice_mod.for_expectation(r, m))
             _failure(case, "expectation", evidence, f"{a}\n[origin: {r.get('origin')}]" if a else evidence)
     for name, o in (v.get("rules") or {}).items():
+        # the rules are the how-to behind the user outcomes: a FAIL is shown, not counted as the run's failure
         case = _case(suite, cls, f"rule.{name}")
         if o.get("status") == NA:
             _skipped(case, f"n/a: {o.get('observed')}")
         elif o.get("status") == FAIL:
             a = o.get("advice") or _text(advice_mod.for_rule(name, o, m))
-            _failure(case, "rule", str(o.get("observed")), a or str(o.get("observed")))
+            ET.SubElement(case, "system-out").text = f"FAIL: {o.get('observed')}\n{a or ''}"
     cases = suite.findall("testcase")
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))

@@ -28,8 +28,8 @@ Definitions (all times in ms on the run's clock):
 - status answer: the first model turn (`model.text`) starting after the last `user.say` of the
   status question (a spoken one: after its speech ended, `voiced_ms`; lab.conversation.intents, read
   with the action's words) that says something about the action, classified with `claims.classify`
-  and those words; the truth is the effects at that moment (done -> booked, asked and not undone
-  -> in_progress, else not_booked);
+  and those words; the truth is the effects at the moment it was said (`answer_said_ms`: the turn's
+  first audio; done -> booked, asked and not undone -> in_progress, else not_booked);
   told_truth is None when the question was never answered ("never told"); loss_to_answer_ms from the loss.
 - while the server holds the lost session (`held_metrics`): `fallback.new_failed` after the loss,
   and the client's own status lines (`user.status`) after it: the first one's time from the loss,
@@ -176,7 +176,7 @@ def _first(events: list[Event], kind: str, after: float | None = None, **match: 
     return None
 
 
-def _turn_starts(events: list[Event]) -> dict[int, float]:
+def turn_starts(events: list[Event]) -> dict[int, float]:
     """For each model.text (by id()), when its turn started: the turn's first audio chunk.
 
     model.text is written when the turn completes, so a reply that began before the user's next
@@ -533,7 +533,7 @@ def _status_question(events: list[Event], meta: dict[str, Any], words: ActionWor
     return asked[-1] if asked else None
 
 
-def _heard_from(events: list[Event], say: Event) -> float:
+def heard_from(events: list[Event], say: Event) -> float:
     """The earliest a model turn can answer a line: a typed line when sent; a spoken one when its
     speech ended (the service hears it at ACTIVITY_END, 1.1-1.3 s later still: fidelity §8 F9), so
     a reply already under way when the user began (F1's sentence to a response, which the model
@@ -557,17 +557,21 @@ def status_answer_metrics(events: list[Event], meta: dict[str, Any], fx: Effects
     nxt = math.inf
     if question is not None:
         nxt = next((e.ms for e in says if e.ms > question.ms), math.inf)
-        starts = _turn_starts(events)
-        heard = _heard_from(events, question)
+        starts = turn_starts(events)
+        heard = heard_from(events, question)
         texts = [e for e in events if e.kind == "model.text" and heard <= starts[id(e)] < nxt
                  and str(e.get("text", "")).strip()]
         answer = next((e for e in texts if claims.classify(e.get("text"), words) != claims.UNKNOWN),
                       texts[0] if texts else None)
     m["answer_ms"] = _r(answer.ms) if answer else None
+    # the claim is judged at the moment the user began to hear it (its turn's first audio), not when the
+    # turn's transcript was complete: "I'm booking it now", said just before the commit, was true
+    said = turn_starts(events)[id(answer)] if answer else None
+    m["answer_said_ms"] = _r(said)
     m["answer_after_question_ms"] = _r(answer.ms - question.ms) if answer and question else None
     m["answer_text"] = answer.get("text") if answer else None
     m["told"] = claims.classify(answer.get("text"), words) if answer else "never"
-    m["truth_at_answer"] = fx.truth_at(answer.ms) if answer else None
+    m["truth_at_answer"] = fx.truth_at(said) if answer else None
     m["truth_final"] = fx.truth_at(math.inf)
     m["told_truth"] = (m["told"] == m["truth_at_answer"]) if answer else None
     # a question cut by a loss may be answered twice (a restore's reply, then the late fragment's)
@@ -638,9 +642,9 @@ def after_resume_metrics(events: list[Event], resumed_conn: int | None) -> dict[
 STOP_FAILURES = ("booked_after_stop", "double_booking", "false_claim")
 
 
-def _statements_after(events: list[Event], stop_ms: float, fx: Effects) -> list[dict[str, Any]]:
+def statements_after(events: list[Event], stop_ms: float, fx: Effects) -> list[dict[str, Any]]:
     """Model turns (from their first audio) and the client's status lines after the stop, in order."""
-    starts = _turn_starts(events)
+    starts = turn_starts(events)
     out = []
     for e in events:
         if e.kind == "model.text":
@@ -691,7 +695,7 @@ def stop_metrics(events: list[Event], fx: Effects | None = None) -> dict[str, An
     m["first_call_after_stop_ms"] = _r(after[0].ms - t) if after else None
     commits = fx.done
     m["booked_after_stop"] = sum(1 for e in commits if e.ms >= t)
-    st = _statements_after(events, t, fx)
+    st = statements_after(events, t, fx)
     m["stop_statements"] = st
     m["false_claims"] = sum(1 for d in st if d["false"])
     said = [d for d in st if d["claim"] != claims.UNKNOWN]

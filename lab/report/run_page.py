@@ -27,6 +27,7 @@ from lab.report import plotly_js, timeline
 from lab.report.page import RUN_PAGE as PAGE
 from lab.report.page import esc, outcome_class, shell, table, write as write_page
 from lab.report.rules import RULES
+from lab.report.verdict import REPRODUCTION, reproduction_word
 
 TWIN_MARK = "\u2020"        # the summary's mark (lab.report.summary.TWIN_MARK) for a twin input echoed back
 SYMBOLS = {"o": "circle", "X": "x", "v": "triangle-down", "|": "line-ns-open", "x": "x-thin-open",
@@ -281,8 +282,30 @@ def _expectations(v: dict[str, Any]) -> str:
                      esc(held), esc(r.get("origin") or "-"), esc(r.get("note") or "") + _advice(r.get("advice"))])
         cls.append(["", "", "", outcome_class(held), "", ""])
     if not rows:
-        return "<p>No expectations in run.json.</p>"
+        return ""
     return table(["expectation", "expected", "observed", "outcome", "origin", "note / what to change"], rows, cls)
+
+
+def _outcomes(v: dict[str, Any]) -> str:
+    rows, cls = [], []
+    for name, o in (v.get("outcomes") or {}).items():
+        behind = o.get("rules_failed") or []
+        rows.append([f"<code>{esc(name)}</code><br><span class=\"muted\">{esc(o.get('about') or '')}</span>",
+                     esc(o.get("status")), esc(o.get("observed")) + _advice(o.get("advice"))
+                     + (f"<p class=\"muted\">rules behind it that failed: {esc(', '.join(behind))}</p>" if behind else "")])
+        cls.append(["", outcome_class(o.get("status")), ""])
+    if not rows:
+        return "<p>The user outcomes were not judged for this run.</p>"
+    return table(["user outcome", "outcome", "what the run showed / what to change"], rows, cls)
+
+
+def _reproduction_note(v: dict[str, Any]) -> str:
+    if not v.get("expectations"):
+        return ("<p class=\"muted\">No reproduction rows for this client: the scenario's <code>expect:</code> holds "
+                "the study's client (or a client it names) to what the study saw.</p>")
+    held = ("this run is held to them (the study's own client)" if v.get("held_to") == REPRODUCTION
+            else "shown for comparison; this run is held to its user outcomes")
+    return f"<p class=\"muted\">What the study's client saw, from the scenario's <code>expect:</code>: {esc(held)}.</p>"
 
 
 def _rules(v: dict[str, Any]) -> str:
@@ -326,6 +349,7 @@ def render(run_dir: Path, v: dict[str, Any], events: list[Event], twin: list[Eve
     title = f"{v.get('run_id') or run_dir.name}: {v.get('scenario') or '?'} x {v.get('client') or '-'}"
     info = ", ".join(f"{k} {esc(v.get(k))}" for k in ("topology", "endpoint", "duration", "model") if v.get(k) is not None)
     failed_rules = [n for n, o in (v.get("rules") or {}).items() if o.get("status") == "fail"]
+    rep = reproduction_word(v)
     timeline_plot = plot(timeline_figure(events, twin))
     conv_rows, conv_cls = conversation(events, twin)
     net_rows = network(events, twin)
@@ -339,12 +363,15 @@ def render(run_dir: Path, v: dict[str, Any], events: list[Event], twin: list[Eve
         f"<h1>{esc(title)}</h1>",
         f"<p>{info}</p>" if info else "",
         f"<p><span id=\"verdict\" class=\"verdict {'pass' if passed else 'fail'}\">{'PASS' if passed else 'FAIL'}</span> "
-        f"the scenario's expectations &nbsp; <span id=\"rules-verdict\" class=\"verdict {'fail' if failed_rules else 'pass'}\">"
+        f"for the user" + (f" &nbsp; <span id=\"reproduction-verdict\" class=\"verdict {'pass' if v.get('reproduces') else 'fail'}\">"
+                           f"{esc(rep)}</span>" if rep else "")
+        + f" &nbsp; <span id=\"rules-verdict\" class=\"verdict {'fail' if failed_rules else 'pass'}\">"
         f"{len(failed_rules)} rule(s) FAIL</span> {esc(', '.join(failed_rules) or 'every conformance rule passed or was n/a')}</p>",
         "".join(f"<p class=\"muted\">{esc(n)}</p>" for n in v.get("notes") or []),
         _advice(v.get("advice")),
-        "<h2 id=\"expectations\">Expectations</h2>", _expectations(v),
-        "<h2 id=\"rules\">Conformance rules</h2>", _rules(v),
+        "<h2 id=\"outcomes\">What the user got</h2>", _outcomes(v),
+        "<h2 id=\"expectations\">Reproduction rows: the study's figures</h2>", _reproduction_note(v), _expectations(v),
+        "<h2 id=\"rules\">Conformance rules: the how-to behind the outcomes</h2>", _rules(v),
         "<h2 id=\"timeline-h\">Timeline</h2><p class=\"muted\">Zoom with a drag, double-click to reset; hover a mark "
         "for the fields of its events.</p>", timeline_plot,
         "<h2 id=\"conversation\">The conversation, the connections and the faults</h2><div class=\"cols\">"

@@ -10,13 +10,21 @@ The expectations and their checkers are defined in `lab.expectations` (the scena
 any other name); each row of the verdict says what was expected, observed, whether it held, and the
 `origin` of what it read (a twin input echoed back, or emerged from the run).
 
-A run passes (`pass`, the verdict's one outcome field) when its record is complete (run.end present,
-its status not an error), at least one expectation was checked ("no checks" is never a pass), and
-every checked expectation held. `reasons` are the notes that fail a run outside its expectations (a
-truncated record, an error status, no checks): `headline()` says them, for the terminal and
-summary.md, so a FAIL with every expectation held still says why. A run that ended (killed, or
-stopped) before its client wrote anything is `interrupted`: its expectations are not judged, as
-nothing was tried. Older verdicts carried the outcome twice, as `pass` and `passed`;
+Two kinds of judgement, named apart (docs/truth.md):
+- **user outcomes** (`outcomes`, lab.report.outcomes): what the agent's user got, for every client: each
+  side effect once, the truth when it was said, a working conversation again, owed results delivered,
+  no invented turn, no zombie connection. `pass` is these: a run passes when its record is complete
+  (run.end present, its status not an error), at least one outcome was judged ("no checks" is never a
+  pass) and none failed. Each FAIL carries advice and the conformance rules behind it that failed.
+- **reproduction rows** (`expectations`, each with `kind: reproduction`): the scenario's `expect:`
+  for the client they were recorded for (the study's client, or a client the scenario names).
+  `reproduces` is whether they all held (None: no row for this client).
+
+`held_to` says what the run is held to: `reproduction` for the scenario's own (the study's) client,
+else `user`; `met` is that one (`verdict_met`), what `lab run` exits on. `reasons` are the notes that
+fail a run outside its rows (a truncated record, an error status, no checks): `headline()` says them.
+A run that ended (killed, or stopped) before its client wrote anything is `interrupted`: nothing is
+judged, as nothing was tried. Older verdicts carried the outcome twice, as `pass` and `passed`;
 `verdict_passed` reads either, and a verdict of an older `format` is rebuilt.
 """
 from __future__ import annotations
@@ -33,10 +41,13 @@ from lab.events import EVENT_KINDS, Event, read_events
 from lab.live import errors as live_errors
 from lab.report import advice as advice_mod
 from lab.report import metrics as metrics_mod
+from lab.report import outcomes as outcomes_mod
 from lab.report import rules as rules_mod
 
 RUN_FILES = ("events.jsonl", "run.json")
-VERDICT_FORMAT = 3      # 2: one `pass` field, "no checks" fails, rows carry origin; 3: rules and advice
+VERDICT_FORMAT = 4      # 2: one `pass` field, "no checks" fails, rows carry origin; 3: rules and advice;
+                        # 4: `pass` from the user outcomes, the expectations as reproduction rows
+USER, REPRODUCTION = "user", "reproduction"     # the two kinds of judgement a verdict row is
 META_FIELDS = ("scenario", "client", "topology", "endpoint", "duration", "n", "index", "started", "model")
 
 
@@ -130,7 +141,13 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
     interrupted = not client_started(events, twin) and (not m["complete"] or bad_status)
     stopped = lab_stopped(events)       # the lab's own configuration stopped it: nothing to judge
     rows = [] if interrupted or stopped else unasked(expectations.evaluate(meta.get("expect") or {}, m), events)
+    for r in rows:
+        r["kind"] = REPRODUCTION
     checked = [r for r in rows if r["held"] is not None]
+    record, rules = ((None, {}) if interrupted or stopped
+                     else judged_record(events, twin, meta, m, notes, conversation))
+    judged = outcome_rows(record, rules, m, notes) if record is not None else {}
+    users = [n for n, o in judged.items() if o["status"] != rules_mod.NA]
     reasons = []
     if not events:
         reasons.append("empty record")
@@ -138,9 +155,7 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
         reasons.append("record truncated: no run.end")
     elif bad_status:
         reasons.append(f"run ended with status {m['status']}" + (f": {m['error']}" if m["error"] else ""))
-    if not rows and not interrupted:
-        notes.append("no expectations in run.json")
-    if not checked and not interrupted and not stopped:
+    if not users and not interrupted and not stopped:
         reasons.append("no checks")
     if interrupted:
         reasons.append("interrupted before the client started: not judged")
@@ -152,18 +167,27 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
         if a is not None:
             r["advice"] = a.text()
     ok_run = bool(events) and m["complete"] and not bad_status
+    passed = ok_run and bool(users) and all(judged[n]["status"] == rules_mod.PASS for n in users)
+    reproduces = (ok_run and all(r["held"] for r in checked)) if checked else None
+    study = meta["held_to"] == REPRODUCTION if meta.get("held_to") else _legacy_study(meta)
+    held_to = REPRODUCTION if reproduces is not None and study else USER
     v = {
         "run_id": run_id,
         "format": VERDICT_FORMAT,
         **info,
-        "pass": ok_run and bool(checked) and all(r["held"] for r in checked),
+        "pass": passed,
+        "reproduces": reproduces,
+        "held_to": held_to,
+        "met": reproduces if held_to == REPRODUCTION else passed,
         "interrupted": interrupted,
         **({"lab_stopped": stopped} if stopped else {}),
         "reasons": reasons,
+        "outcomes": judged,
         "expectations": rows,
-        "failed": [r["name"] for r in checked if not r["held"]],
+        "failed": [n for n in users if judged[n]["status"] == rules_mod.FAIL],
+        "not_reproduced": [r["name"] for r in checked if not r["held"]],
         "notes": notes,
-        "rules": {} if interrupted or stopped else rule_rows(events, twin, meta, m, notes, conversation),
+        "rules": rule_rows(rules, m),
         "metrics": m,
     }
     run_advice = advice_mod.for_run(v)
@@ -172,17 +196,49 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
     return v
 
 
-def rule_rows(events: list[Event], twin: list[Event] | None, meta: dict[str, Any], m: dict[str, Any],
-              notes: list[str], conversation: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """Every conformance rule's outcome for the run, a FAIL with its advice (the rules do not decide
-    the verdict's pass: they are the client's conformance, the expectations the scenario's claim)."""
+def _legacy_study(meta: dict[str, Any]) -> bool:
+    """A run.json written before user outcomes: its client was the scenario's own, when it names one."""
+    scn = meta.get("scenario") if isinstance(meta.get("scenario"), dict) else {}
+    return bool(scn.get("client")) and meta.get("client") == scn.get("client") and not meta.get("client_cmd")
+
+
+def judged_record(events: list[Event], twin: list[Event] | None, meta: dict[str, Any], m: dict[str, Any],
+                  notes: list[str], conversation: dict[str, Any] | None = None
+                  ) -> tuple[rules_mod.Record | None, dict[str, rules_mod.Outcome]]:
+    """The run's record as the rules and outcomes read it, and every rule's outcome; (None, {}) with a
+    note when an odd record cannot be read (a rule must not cost the verdict)."""
     try:
-        outcomes = rules_mod.judge_all(rules_mod.Record(events, twin, meta, m, conversation=conversation))
-    except Exception as e:  # a rule that cannot read an odd record must not cost the verdict
+        record = rules_mod.Record(events, twin, meta, m, conversation=conversation)
+        return record, rules_mod.judge_all(record)
+    except Exception as e:
         notes.append(f"rules not judged: {e.__class__.__name__}: {e}")
+        return None, {}
+
+
+def outcome_rows(record: rules_mod.Record, rules: dict[str, rules_mod.Outcome], m: dict[str, Any],
+                 notes: list[str]) -> dict[str, dict[str, Any]]:
+    """Every user outcome of the run (lab.report.outcomes), a FAIL with its advice and the failed rules behind it."""
+    try:
+        judged = outcomes_mod.judge_all(record)
+    except Exception as e:  # an outcome that cannot read an odd record must not cost the verdict
+        notes.append(f"user outcomes not judged: {e.__class__.__name__}: {e}")
         return {}
     out = {}
-    for name, o in outcomes.items():
+    for name, o in judged.items():
+        row = {**o.to_json(), "kind": USER, "about": outcomes_mod.OUTCOMES[name].about}
+        if o.status == rules_mod.FAIL:
+            behind = [n for n in outcomes_mod.BEHIND.get(name, ()) if n in rules and rules[n].status == rules_mod.FAIL]
+            row["advice"] = advice_mod.for_outcome(name, o, m, behind).text()
+            row["rules_failed"] = behind
+        out[name] = row
+    return out
+
+
+def rule_rows(rules: dict[str, rules_mod.Outcome], m: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every conformance rule's outcome for the run, a FAIL with its advice: the how-to behind the user
+    outcomes (the rules do not decide the verdict's pass)."""
+    out = {}
+    for name, o in rules.items():
         row = o.to_json()
         a = advice_mod.for_rule(name, o, m)
         if a is not None:
@@ -198,19 +254,37 @@ def client_started(events: list[Event], twin: list[Event] | None = None) -> bool
             or any(e.kind == "twin.conn.open" for e in twin or ()))
 
 
+def verdict_met(v: dict[str, Any]) -> bool:
+    """Whether the run did what it is held to: the study's client reproducing the study, any other
+    client its user outcomes (`pass`). What `lab run` exits on; a verdict before format 4 has `pass` only."""
+    return bool(v["met"]) if "met" in v else verdict_passed(v)
+
+
 def outcome(v: dict[str, Any]) -> str:
-    """PASS, FAIL or INTERRUPTED (ended before its client started: not judged)."""
+    """PASS, FAIL or INTERRUPTED (ended before its client started: not judged), for the user."""
     return "PASS" if verdict_passed(v) else "INTERRUPTED" if v.get("interrupted") else "FAIL"
 
 
+def reproduction_word(v: dict[str, Any]) -> str | None:
+    """'reproduces the study' / 'does not reproduce the study', for a verdict with reproduction rows."""
+    if v.get("reproduces") is None:
+        return None
+    return "reproduces the study" if v["reproduces"] else "does not reproduce the study"
+
+
 def headline(v: dict[str, Any]) -> str:
-    """The outcome with the reasons outside the expectations (a failed expectation is said by its
-    own row)."""
+    """The user's outcome with the reasons outside the rows (a failed row is said by itself), and for
+    a run with reproduction rows whether it reproduces the study."""
     word = outcome(v)
-    if word == "PASS":
-        return word
     reasons = [r for r in v.get("reasons") or [] if not (v.get("interrupted") and r.startswith("interrupted"))]
-    return word + (f" ({'; '.join(reasons)})" if reasons else "")
+    head = word if word == "PASS" else word + (f" ({'; '.join(reasons)})" if reasons else "")
+    if "outcomes" in v and word != "INTERRUPTED":
+        head = f"{head} for the user"
+        rep = reproduction_word(v)
+        if rep:
+            head += f"; {rep}" + (" (what this run is held to: the study's own client)"
+                                  if v.get("held_to") == REPRODUCTION else "")
+    return head
 
 
 def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True, page: bool = True,
@@ -253,4 +327,5 @@ def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True, pa
 
 def _title(v: dict[str, Any]) -> str:
     parts = [v.get("run_id") or "", v.get("scenario") or "", v.get("client") or "", v.get("endpoint") or ""]
-    return "  ".join(p for p in parts if p) + ("  PASS" if v["pass"] else "  FAIL")
+    rep = {True: "  reproduces the study", False: "  does not reproduce the study"}.get(v.get("reproduces"), "")
+    return "  ".join(p for p in parts if p) + ("  PASS" if v["pass"] else "  FAIL") + rep

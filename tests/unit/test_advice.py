@@ -96,7 +96,7 @@ def test_the_verdict_of_a_recorded_naive_b1_carries_the_rules_advice(tmp_path):
     assert json.loads((batch / "b1-silent-loss-naive-01" / "verdict.json").read_text())["rules"] == v["rules"]
 
 
-def test_a_failed_expectation_reaches_summary_md_with_its_advice(tmp_path):
+def test_a_failed_reproduction_row_reaches_summary_md_with_its_advice(tmp_path):
     batch = _copy(tmp_path)
     run = batch / "control-naive-01"
     meta = json.loads((run / "run.json").read_text())
@@ -105,9 +105,21 @@ def test_a_failed_expectation_reaches_summary_md_with_its_advice(tmp_path):
     v = build_run(run, timeline=False)
     (row,) = v["expectations"]
     assert row["held"] is False and "bookings: expected 2, observed 1" in row["advice"]
+    assert row["kind"] == "reproduction" and v["pass"] and v["reproduces"] is False
     md = summarize(batch).read_text()
-    assert "bookings: expected 2, observed 1" in md and "What to change" in md
+    assert "reproduction bookings: expected 2, observed 1" in md and "What to change" in md
     assert "## Conformance rules failed" in md and "`resume_cutoff_fallback`" in md
+
+
+def test_a_failed_user_outcome_reaches_summary_md_with_its_advice_and_the_rules_behind_it(tmp_path):
+    batch = _copy(tmp_path)
+    v = build_run(batch / "b1-silent-loss-naive-01", timeline=False)
+    assert not v["pass"] and v["failed"] == ["conversation_back", "last_line_answered"]
+    back = v["outcomes"]["conversation_back"]
+    assert back["kind"] == "user" and back["rules_failed"] == ["resume_cutoff_fallback"]
+    assert "What to change" in back["advice"] and "resume_cutoff_fallback" in back["advice"]
+    md = summarize(batch).read_text()
+    assert "user outcome conversation_back: no model reply" in md
 
 
 def test_matrix_md_shows_the_advice_under_a_failed_rule(tmp_path):
@@ -130,5 +142,6 @@ def test_lab_report_prints_each_fail_with_what_to_change(tmp_path, capsys):
     assert cli.main(["report", str(batch), "--no-timeline"]) == 0
     out = capsys.readouterr().out.splitlines()
     i = next(i for i, line in enumerate(out) if line.startswith("b1-silent-loss-naive-01"))
-    assert out[i + 1].startswith("    rule resume_cutoff_fallback: no new session in the") and "What to change" in out[i + 1]
+    assert out[i + 1].startswith("    user outcome conversation_back: no model reply in the") and "What to change" in out[i + 1]
+    assert "resume_cutoff_fallback" in out[i + 1]
     assert advice.failures({"expectations": [], "rules": {"x": {"status": "pass"}}}) == []

@@ -28,33 +28,44 @@ def _case(root: ET.Element, suite: str, name: str) -> ET.Element:
     return next(c for c in s.findall("testcase") if c.get("name") == name)
 
 
-def test_a_failed_rule_is_a_failure_with_its_advice_and_n_a_is_skipped_with_the_reason(batch, tmp_path):
+def test_a_failed_user_outcome_is_a_failure_with_its_advice_and_n_a_is_skipped_with_the_reason(batch, tmp_path):
     out = tmp_path / "junit.xml"
     assert cli.main(["report", str(batch), "--no-timeline", "--junit-xml", str(out)]) == 0
     SCHEMA.validate(str(out))
     root = ET.parse(out).getroot()
     assert [s.get("name") for s in root] == ["b1-silent-loss-naive-01", "b1-silent-loss-recovery-01",
                                              "control-naive-01", "control-recovery-01"]
-    f = _case(root, "b1-silent-loss-naive-01", "rule.resume_cutoff_fallback").find("failure")
-    assert f.get("type") == "rule" and f.get("message").startswith("no new session in the")
-    assert "What to change" in f.text and "seed 000" in f.text
+    f = _case(root, "b1-silent-loss-naive-01", "user.conversation_back").find("failure")
+    assert f.get("type") == "user outcome" and f.get("message").startswith("no model reply in the")
+    # the rules behind it are named in its advice: the how-to
+    assert "What to change" in f.text and "resume_cutoff_fallback" in f.text and "seed 000" in f.text
+    verdict = _case(root, "b1-silent-loss-naive-01", "verdict").find("failure")
+    assert verdict.get("message").startswith("failed for the user: conversation_back")
+    # a failed rule is shown in its case, not counted as a failure of its own
+    rule = _case(root, "b1-silent-loss-naive-01", "rule.resume_cutoff_fallback")
+    assert rule.find("failure") is None and rule.find("system-out").text.startswith("FAIL: no new session in the")
     skipped = _case(root, "b1-silent-loss-naive-01", "rule.close_reaches_server").find("skipped")
     assert skipped.get("message") == "n/a: the path did not come back during the run"
     assert _case(root, "control-naive-01", "verdict").find("failure") is None
-    assert _case(root, "control-naive-01", "expect.bookings").get("classname") == "livelab.control.naive"
-    assert int(root.get("failures")) == sum(1 for c in root.iter("testcase") if c.find("failure") is not None) == 1
+    assert _case(root, "control-naive-01", "reproduction.bookings").get("classname") == "livelab.control.naive"
+    failed = [c for c in root.iter("testcase") if c.find("failure") is not None]
+    assert int(root.get("failures")) == len(failed)
+    assert {c.get("name") for c in failed} == {"verdict", "user.conversation_back", "user.last_line_answered"}
     assert int(root.get("tests")) == sum(1 for _ in root.iter("testcase"))
 
 
-def test_a_failed_expectation_fails_the_verdict_case_too(batch, tmp_path):
+def test_a_failed_reproduction_row_fails_the_verdict_case_of_the_studys_client(batch, tmp_path):
     run = batch / "control-recovery-01"
-    (run / "run.json").write_text((run / "run.json").read_text().replace('"bookings": 1', '"bookings": 3'))
+    meta = run / "run.json"
+    # the run as the scenario's own client's: held to reproducing the study
+    meta.write_text(meta.read_text().replace('"bookings": 1', '"bookings": 3').replace(
+        '"client": "recovery"', '"client": "recovery", "held_to": "reproduction"', 1))
     out = junit.write(batch, tmp_path / "j.xml")
     SCHEMA.validate(str(out))
     root = ET.parse(out).getroot()
-    f = _case(root, "control-recovery-01", "expect.bookings").find("failure")
+    f = _case(root, "control-recovery-01", "reproduction.bookings").find("failure")
     assert "expected 3, observed 1" in f.get("message") and "What to change" in f.text
-    assert _case(root, "control-recovery-01", "verdict").find("failure").get("message") == "failed: bookings"
+    assert _case(root, "control-recovery-01", "verdict").find("failure").get("message") == "not reproduced: bookings"
 
 
 def test_a_matrix_and_a_soaks_rounds_validate(batch, tmp_path):

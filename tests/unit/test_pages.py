@@ -36,7 +36,10 @@ def test_a_runs_page_holds_the_verdict_every_expectation_and_rule_and_the_advice
     text = (run / "report.html").read_text()
     v = json.loads((run / "verdict.json").read_text())
     assert v["report"] == "report.html"
-    assert 'id="verdict" class="verdict pass">PASS' in text
+    # the naive client lost the user's conversation: FAIL for the user, the rows behind it shown
+    assert 'id="verdict" class="verdict fail">FAIL' in text and "conversation_back" in v["failed"]
+    for name in v["outcomes"]:
+        assert f"<code>{name}</code>" in text
     for r in v["expectations"]:
         assert f"<code>{r['name']}</code>" in text
     for name in rules.RULES:
@@ -140,7 +143,9 @@ def test_the_batch_page_and_matrix_html_link_every_cell_to_a_run_page(batch):
         assert len(links) == 4 * (1 + len(rules.RULES)), page.name
         assert all((batch / link).is_file() and link.endswith("/report.html") for link in links)
     text = (batch / "matrix.html").read_text()
-    assert text.count('class="fail"') == 1 and "What to change: put a short cut-off" in text
+    # the naive B1 cell: failed for the user, and the rule behind it
+    assert text.count('class="fail"') == 2 and "What to change: put a short cut-off" in text
+    assert "user outcome <code>conversation_back</code>" in text
     assert "resume attempts (codes)\u2020" in text and "a twin input echoed back" in text
 
 

@@ -39,13 +39,15 @@ def test_an_unknown_option_is_one_clear_error(tmp_path):
         pytest_plugin.LiveLab(tmp_path).run("b1-silent-loss", durration=5)
 
 
-def test_a_failed_rule_makes_the_run_fail_with_its_advice(tmp_path):
+def test_a_failed_user_outcome_makes_the_run_fail_with_its_advice_and_the_rule_behind_it(tmp_path):
     run = tmp_path / "b1-silent-loss-naive-01"
     shutil.copytree(FIXTURES / run.name, run)
     r = pytest_plugin.LabRun(run, build_run(run, timeline=False))
-    assert r.verdict["pass"] and not r.passed and r.failed_rules == ["resume_cutoff_fallback"]
-    assert r.rules["own_loss_detection"]["status"] == "pass"
+    assert not r.passed and not r.verdict["pass"] and "conversation_back" in r.failed_outcomes
+    assert r.failed_rules == ["resume_cutoff_fallback"] and r.rules["own_loss_detection"]["status"] == "pass"
+    assert r.outcomes["effects_once"]["status"] == "pass"
     assert r.events[0].kind == "run.start"
     text = r.explain()
-    assert "FAILED" in text and "rule resume_cutoff_fallback: no new session" in text and "What to change" in text
+    assert "FAILED for the user" in text and "user outcome conversation_back: no model reply" in text
+    assert "What to change" in text and "rule resume_cutoff_fallback (behind the outcomes): no new session" in text
     assert str(run) in text

@@ -51,7 +51,7 @@ class Run:
         self.log = EventLog(self.dir / "events.jsonl", t0=T0)
         (self.dir / "run.json").write_text(json.dumps({
             "scenario": scenario, "client": client, "topology": "netns", "endpoint": "twin",
-            "params": {}, "expect": expect}))
+            "params": {}, "expect": expect, "held_to": "reproduction"}))   # each run is its scenario's own client
         self.at(0, "run.start", src="agent", scenario=scenario, client=client, endpoint="twin", topology="netns")
 
     def at(self, ms: float, kind: str, src: str = "client", **data):
@@ -167,7 +167,7 @@ def test_b1_all_refused_booked_never_told(tmp_path, clock):
     d = b1_run(tmp_path, clock)
     v = build_run(d)
     m = v["metrics"]
-    assert v["pass"], v
+    assert v["met"], v
     assert all(held(v).values())
     assert m["loss_ms"] == 3500 and m["detection_ms"] == 1800
     assert (m["attempts"], m["refused"], m["accepted"]) == (5, 5, 0)
@@ -178,23 +178,25 @@ def test_b1_all_refused_booked_never_told(tmp_path, clock):
     assert m["loss_to_setup_ms"] is None and m["loss_to_first_audio_ms"] is None
     assert m["commit_after_loss_ms"] == [3010]
     assert (d / "verdict.json").is_file() and (d / "timeline.png").stat().st_size > 10_000
-    assert json.loads((d / "verdict.json").read_text())["pass"] is True
+    written = json.loads((d / "verdict.json").read_text())
+    # the probe reproduces the study, and its user was never told: it fails them
+    assert written["met"] is True and written["reproduces"] is True and written["pass"] is False
 
 
 def test_b1_fails_expectations_it_does_not_meet(tmp_path, clock):
     d = b1_run(tmp_path, clock, expect={"told_truth": True, "refusal_code": 1007, "resumed": True,
                                         "bookings": 0, "all_resumes_refused": True})
     v = build_run(d)
-    assert not v["pass"]
+    assert not v["met"]
     assert held(v) == {"told_truth": False, "refusal_code": False, "resumed": False, "bookings": False,
                        "all_resumes_refused": True}
-    assert sorted(v["failed"]) == ["bookings", "refusal_code", "resumed", "told_truth"]
+    assert sorted(v["not_reproduced"]) == ["bookings", "refusal_code", "resumed", "told_truth"]
 
 
 def test_b2_resumed_600ms_after_close(tmp_path, clock):
     v = build_run(b2_run(tmp_path, clock))
     m = v["metrics"]
-    assert v["pass"], v["expectations"]
+    assert v["met"], v["expectations"]
     assert m["refused"] == 2 and m["accepted"] == 1 and m["refused_before_accept"] == 2
     assert m["resumed_after_close_ms"] == pytest.approx(600, abs=1)
     assert m["close_ms"] == 20_100
@@ -207,7 +209,7 @@ def test_b2_resumed_600ms_after_close(tmp_path, clock):
 
 def test_b2_resume_too_late_after_close_fails(tmp_path, clock):
     v = build_run(b2_run(tmp_path, clock, close_to_setup=900))
-    assert not v["pass"] and v["failed"] == ["resumed_after_close_ms"]
+    assert not v["met"] and v["not_reproduced"] == ["resumed_after_close_ms"]
     row = next(r for r in v["expectations"] if r["name"] == "resumed_after_close_ms")
     assert row["observed"] == pytest.approx(900, abs=1)
 
@@ -215,7 +217,7 @@ def test_b2_resume_too_late_after_close_fails(tmp_path, clock):
 def test_recovery_fallback_tells_truth(tmp_path, clock):
     v = build_run(recovery_run(tmp_path, clock))
     m = v["metrics"]
-    assert v["pass"], v["expectations"]
+    assert v["met"], v["expectations"]
     assert m["fallback"] and m["recovered_via"] == "new" and not m["resumed"]
     assert m["loss_to_first_audio_ms"] == 6600
     rec = m["recovery"]
@@ -227,7 +229,7 @@ def test_recovery_fallback_tells_truth(tmp_path, clock):
 
 def test_recovery_reissued_call_is_caught(tmp_path, clock):
     v = build_run(recovery_run(tmp_path, clock, reissue=True))
-    assert not v["pass"] and v["failed"] == ["reissued_call"]
+    assert not v["met"] and v["not_reproduced"] == ["reissued_call"]
     assert v["metrics"]["tool_calls_reissued"] == 1 and v["metrics"]["tool_dedups"] == 1
     assert v["metrics"]["duplicate_bookings"] == 0
 
@@ -246,7 +248,7 @@ def test_in_progress_answer_after_commit_is_not_the_truth(tmp_path, clock):
     m = v["metrics"]
     assert m["loss_kind"] == "action:abort" and m["loss_to_setup_ms"] == pytest.approx(4620 + 500 - 3000, abs=1)
     assert m["told"] == "in_progress" and m["truth_at_answer"] == "booked" and m["told_truth"] is False
-    assert not v["pass"] and v["failed"] == ["told_truth"]
+    assert not v["met"] and v["not_reproduced"] == ["told_truth"]
 
 
 def test_truncated_record_gives_a_verdict_and_a_timeline(tmp_path, clock):
@@ -255,7 +257,7 @@ def test_truncated_record_gives_a_verdict_and_a_timeline(tmp_path, clock):
     lines = p.read_text().splitlines(keepends=True)
     p.write_text("".join(lines[:20]) + lines[20][:17])  # killed half-way: no run.end, half a line
     v = build_run(d)
-    assert not v["pass"] and "record truncated: no run.end" in v["notes"]
+    assert not v["met"] and "record truncated: no run.end" in v["notes"]
     assert (d / "timeline.png").stat().st_size > 5000
     assert v["metrics"]["complete"] is False and v["metrics"]["loss_ms"] == 3500
 
@@ -265,7 +267,7 @@ def test_empty_and_missing_records(tmp_path, clock):
     d.mkdir()
     (d / "events.jsonl").write_text("")
     v = build_run(d)
-    assert not v["pass"] and "empty record" in v["notes"] and (d / "timeline.png").is_file()
+    assert not v["met"] and "empty record" in v["notes"] and (d / "timeline.png").is_file()
     with pytest.raises(LabError):
         build_run(tmp_path / "nope")
     (tmp_path / "plain").mkdir()
@@ -277,7 +279,7 @@ def test_unknown_expectation_is_listed_not_decisive(tmp_path, clock):
     d = b1_run(tmp_path, clock, expect={"bookings": 1, "some_future_check": 3, "max_detection_ms": 2500,
                                         "detection_ms": [1500, 2000]})
     v = build_run(d)
-    assert v["pass"]
+    assert v["met"]
     assert held(v) == {"bookings": True, "some_future_check": None, "max_detection_ms": True, "detection_ms": True}
 
 
@@ -291,14 +293,15 @@ def test_summary_rows_and_no_secrets(tmp_path, clock):
     assert len(find_runs(batch)) == 5
     out = summarize(batch)
     text = out.read_text()
-    assert "| b1-silent-loss | probe | 2 | 2 of 2 | 8 of 8 refused (1011 \u00d78) |" in text
+    assert "| b1-silent-loss | probe | 2 | 0 of 2 (reproduce 2) | 8 of 8 refused (1011 \u00d78) |" in text
     assert "never told \u00d72" in text
-    assert "| b2-path-return | probe | 1 | 1 of 1 | 2 of 3 refused (1011 \u00d72), 1 accepted |" in text
-    assert "| s2-recovery | recovery | 2 | 1 of 2 |" in text
+    assert "| b2-path-return | probe | 1 | 1 of 1 (reproduce 1) | 2 of 3 refused (1011 \u00d72), 1 accepted |" in text
+    # the re-issued call booked once: fine for the user, but not what the study's client did
+    assert "| s2-recovery | recovery | 2 | 2 of 2 (reproduce 1) |" in text
     assert "6600 (all 2)" in text                      # loss -> first audio of the two recoveries
     assert "## Recovery figures" in text and "3550 (all 2)" in text  # the resume window
     assert "1 of 2 | 0 |" in text                      # one run re-issued the call, no duplicate booking
-    assert "s2-0002 (s2-recovery): reissued_call" in text
+    assert "s2-0002 (s2-recovery) [held to: reproduction]: reproduction reissued_call" in text
     assert "has been successfully booked" in text
     sha = redact_handle(HANDLE)["handle_sha"]
     assert sha not in text and HANDLE not in text and "handle_sha" not in text
@@ -348,7 +351,7 @@ def test_a_reply_that_began_before_the_question_is_not_its_answer(tmp_path, cloc
     v = build_run(r.end(9000))
     m = v["metrics"]
     assert m["first_claim_after_recovery"] == "in_progress"
-    assert m["told"] == "booked" and m["answer_ms"] == 8400 and v["pass"]
+    assert m["told"] == "booked" and m["answer_ms"] == 8400 and v["met"]
 
 
 def test_a_reply_reaching_the_client_while_a_question_is_spoken_is_not_its_answer(tmp_path, clock):
@@ -386,14 +389,21 @@ def test_b2_after_close_is_measured_from_the_echo(tmp_path, clock):
     run = b2_run(tmp_path, clock, echo_after=6000.0)
     v = build_run(run)
     assert v["metrics"]["resumed_after_close_ms"] == pytest.approx(600, abs=1)
-    assert v["pass"], v["expectations"]
+    assert v["met"], v["expectations"]
 
 
 def test_no_checks_is_not_a_pass(tmp_path, clock):
-    v = build_run(b1_run(tmp_path, clock, "b1-none", expect={}), timeline=False)
-    assert v["pass"] is False and "no checks" in v["notes"] and "passed" not in v
+    # nothing said, nothing asked, no loss: not one user outcome can be judged
+    r = Run(tmp_path, "quiet", clock, "control", {})
+    r.at(100, "conn.open", conn=1, purpose="initial", local="10.203.0.2:39999", remote="10.203.0.1:443")
+    r.at(400, "conn.setup_complete", conn=1, setup_ms=300)
+    v = build_run(r.end(2000), timeline=False)
+    assert v["pass"] is False and v["met"] is False and "no checks" in v["notes"] and "passed" not in v
+    assert {o["status"] for o in v["outcomes"].values()} == {"n/a"}
+    # an old record's retired row is listed, not judged: the study's client with nothing to reproduce is
+    # held to its user's outcomes
     v = build_run(b1_run(tmp_path, clock, "b1-gone", expect={"retired_check": 1}), timeline=False)
-    assert v["pass"] is False and "no checks" in v["notes"]
+    assert v["reproduces"] is None and v["held_to"] == "user" and v["met"] is False and v["failed"]
     assert [(r["name"], r["held"]) for r in v["expectations"]] == [("retired_check", None)]
 
 
@@ -429,7 +439,7 @@ def test_a_folder_written_before_issue_8_is_rebuilt(tmp_path, clock):
                                                 "passed": False, "expectations": [], "notes": [], "metrics": {}}))
     out = summarize(tmp_path)        # the stale verdict is newer than the record, but of the old format
     v = json.loads((d / "verdict.json").read_text())
-    assert v["format"] == VERDICT_FORMAT and v["pass"] is True and "passed" not in v and v["scenario"] == "r2-freeze"
+    assert v["format"] == VERDICT_FORMAT and v["met"] is True and "passed" not in v and v["scenario"] == "r2-freeze"
     assert v["metrics"]["loss_kind"] == "action:freeze" and v["metrics"]["loss_cuts_path"] is None
     assert v["metrics"]["detection_ms"] == 1800
     assert "| r2-old | r2-freeze | probe | pass |" in out.read_text()
@@ -459,11 +469,12 @@ def test_a_fail_outside_the_expectations_says_its_reason(tmp_path, clock):
     p = run / "events.jsonl"
     p.write_text("".join(l for l in p.read_text().splitlines(keepends=True) if '"run.end"' not in l))
     v = build_run(run, timeline=False)
-    assert not v["pass"] and not v["failed"] and not v["interrupted"]
+    assert not v["met"] and not v["not_reproduced"] and not v["interrupted"]
     assert v["reasons"] == ["record truncated: no run.end"]
-    assert headline(v) == "FAIL (record truncated: no run.end)"
+    assert headline(v) == ("FAIL (record truncated: no run.end) for the user; does not reproduce the study "
+                           "(what this run is held to: the study's own client)")
     text = summarize(tmp_path).read_text()
-    assert "- b2-0001 (b2-path-return): record truncated: no run.end" in text
+    assert "- b2-0001 (b2-path-return) [held to: reproduction]: record truncated: no run.end" in text
 
 
 def test_a_run_killed_before_its_client_started_is_interrupted_not_judged(tmp_path, clock):
@@ -475,8 +486,8 @@ def test_a_run_killed_before_its_client_started_is_interrupted_not_judged(tmp_pa
                   if json.loads(l)["kind"] in ("run.start", "step") and '"run.end"' not in l]
     p.write_text("".join(agent_only))              # the orchestrator killed before the client's first line
     v = build_run(run, timeline=False)
-    assert v["interrupted"] and not v["pass"]
-    assert v["expectations"] == [] and v["failed"] == []    # no "truth: not_booked" for a run never tried
+    assert v["interrupted"] and not v["met"]
+    assert v["expectations"] == [] and v["not_reproduced"] == []    # no "truth: not_booked" for a run never tried
     assert headline(v) == "INTERRUPTED (record truncated: no run.end)"
     text = summarize(tmp_path).read_text()
     assert "| interrupted |" in text and "interrupted before the client started" in text
