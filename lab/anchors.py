@@ -55,11 +55,18 @@ DONE_STATUS = "booked"
 
 def _committed(e: Event, log: EventLog, loss_ms: float | None) -> bool:
     """The backend's first commit; for an app that executes its tools itself (nothing of the lab's
-    backend in the record), the first side-effecting call the twin saw answered done."""
+    backend in the record), the first side-effecting call the twin saw answered done, or, in a
+    conversation whose tools only read (`only_reads`), the first call's answer."""
     if e.kind == "backend.commit":
         return True
-    return (e.kind == "tool.response" and e.get("side_effect") is True and e.get("status") == DONE_STATUS
-            and not log.find("backend.request"))
+    if e.kind != "tool.response" or log.find("backend.request"):
+        return False
+    if e.get("side_effect") is True:
+        return e.get("status") == DONE_STATUS
+    # a conversation whose tools only read has no commit to wait for: the first answer is what was asked
+    first = next(iter(log.find("tool.call")), None)
+    return (e.get("only_reads") is True and e.get("sent") is not False and first is not None
+            and first.get("id") == e.get("id"))
 
 
 def _answered(e: Event, log: EventLog, loss_ms: float | None) -> bool:
@@ -74,7 +81,7 @@ ANCHORS: dict[str, Anchor] = {a.name: a for a in (
     Anchor("setup_complete", "the first session's setupComplete", _kind("conn.setup_complete")),
     Anchor("tool_call", "the model issues its first tool call", _kind("tool.call")),
     Anchor("commit", "the backend commits the first booking (an app with tools of its own: the twin sees the "
-           "first side-effecting call answered done)", _committed),
+           "first side-effecting call answered done; tools that only read: the first answer)", _committed),
     Anchor("first_audio", "the first chunk of model audio",
            lambda e, log, loss_ms: e.kind == "model.audio" and bool(e.get("first"))),
     Anchor("loss", "the run's loss: the first fault start or path-cutting action", _kind("loss")),

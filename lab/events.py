@@ -96,8 +96,9 @@ EVENT_KINDS: dict[str, EventKind] = {
     "session.plain": _k("client", "reason", "transparent refused: plain resumption from here on"),
     "session.stopped": _k("client", "conn reason", "the manager stopped; later sends and receives raise this reason"),
     "tool.call": _k("client", "conn id name args side_effect"),
-    "tool.response": _k("client", "conn id name status job sent replay side_effect",
-                        "side_effect: the tool has one (twin-observed, once the twin named the conversation's tools)"),
+    "tool.response": _k("client", "conn id name status job sent replay side_effect only_reads",
+                        "side_effect: the tool has one; only_reads: no tool of the conversation has one "
+                        "(twin-observed, once the twin named the conversation's tools)"),
     "tool.withheld": _k("client", "conn id name"),
     "tool.cancellation": _k("client", "conn ids"),
     "guard.hold": _k("client", "id business_key grace_s", "the guard holds a call's side effect for its grace window"),

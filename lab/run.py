@@ -606,15 +606,17 @@ def _run_cell(spec: RunSpec, title: str, budget, out=print) -> dict:
         if settled.note:
             out(f"   budget: {settled.note}")
     from lab.report.advice import failures     # here: the report loads lazily, as below
+    from lab.report.arguments import describe as describe_defaulted
     rows = v.get("checks", [])
     out(f"   verdict: {headline(v)}"
         + "".join(f"\n     {_mark(_held(o))} {name}: {o.get('observed')}" for name, o in (v.get("outcomes") or {}).items())
-        + (f"\n   reproduction rows ({', '.join(_reproduced_for(v))}):" if rows else "")
+        + (f"\n   reproduction rows ({', '.join(_reproduced_for(v))}):" if rows else _no_rows(spec))
         + "".join(f"\n     {_mark(c.get('held'))} {c.get('name')}: expected "
                   f"{c.get('expected')!r}, saw {c.get('observed')!r}" + (f" ({c['note']})" if c.get("held") is None
                                                                           and c.get("note") else "")
                   for c in rows)
-        + "".join(f"\n     FAIL {what}: {text}" for what, text in failures(v)))
+        + "".join(f"\n     FAIL {what}: {text}" for what, text in failures(v))
+        + "".join(f"\n   note: {text}" for text in describe_defaulted(v.get("defaulted_args") or [])))
     if spec.endpoint == "live":
         from lab.live.errors import stop_reason   # here: as load_key above
         why = stop_reason(run_dir)
@@ -632,6 +634,14 @@ def _reproduced_for(v: dict) -> list[str]:
     """What the reproduction rows stand for, in the terminal."""
     return (["the study's client: what this run is held to"] if v.get("held_to") == REPRODUCTION
             else [f"the scenario's record of {v.get('client')}; shown, not what the run is held to"])
+
+
+def _no_rows(spec: RunSpec) -> str:
+    """For a client the scenario's `expect:` does not name: whose rows the study's figures are."""
+    if not spec.scn.expect:
+        return ""
+    return (f"\n   reproduction rows: none for {spec.client}; the study's rows are {spec.scn.client}'s "
+            f"(lab run {spec.scn.name} --client {spec.scn.client})")
 
 
 def _mark(held: bool | None) -> str:

@@ -138,6 +138,8 @@ class TwinObserver:
     def _tool(self, rec: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
         if self.effects is not None:
             fields["side_effect"] = rec.get("name") in self.effects
+            if not self.effects:
+                fields["only_reads"] = True     # no tool of the conversation changes anything
         return fields
 
 

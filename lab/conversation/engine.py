@@ -424,8 +424,11 @@ class Engine:
         base = {**self.default_args(tool), **said, **dict(turn_args or {})}
         filled, why = L.fill(t, text, base)
         for k in said:
-            if why.get(k) == "default" and k not in (turn_args or {}):
+            if why.get(k) == L.DEFAULTED and k not in (turn_args or {}):
                 why[k] = "earlier in the conversation"
+        for k in turn_args or {}:
+            if why.get(k) == L.DEFAULTED:
+                why[k] = "the conversation's turn"
         return filled, why
 
     # ---- inputs -------------------------------------------------------------------------------

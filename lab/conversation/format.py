@@ -31,7 +31,7 @@ TURN_KEYS = {"user", "call", "args", "say"}
 ANSWER_KEYS = {"other", "greeting"}
 BEHAVIORS = ("NON_BLOCKING", "BLOCKING")
 # what a value in a user line can be read as (lab.conversation.lines.extract)
-FROM_LINE = ("time", "number", "date", "quoted", "party")
+FROM_LINE = ("time", "number", "date", "quoted", "party", "place", "person", "noun")
 
 # Each sentence the model may say about a tool; {field} is filled from the call's arguments and
 # its response's fields. The keys and what they answer:

@@ -46,6 +46,89 @@ _COUNT = r"(\d{1,2}|" + "|".join(_COUNT_WORDS) + r")"
 _PARTY = re.compile(rf"\b(?:for|party of|table for)\s+{_COUNT}\b|\b{_COUNT}\s+(?:people|persons|guests|of us)\b", re.I)
 _QUOTED = re.compile(r"\"([^\"]+)\"|\u201c([^\u201d]+)\u201d|(?<!\w)'([^']+)'(?!\w)")
 
+# ---- free nouns in plain English (assumption: the usual English of a user's request) -------------
+# A run of capitalised words is a proper noun ("Paris", "New York", "Dr Smith"); the words that open
+# a sentence or a question capitalised are not
+_PROPER = re.compile(r"\b([A-Z][\w'.-]*(?:\s+(?:de|da|del|van|von|le|la|of)?\s*[A-Z][\w'.-]*)*)")
+_NOT_PROPER = {"i", "what", "what's", "whats", "how", "how's", "is", "are", "and", "but", "so", "please", "can",
+               "could", "would", "will", "do", "does", "did", "hi", "hello", "hey", "ok", "okay", "yes", "no", "the",
+               "a", "an", "tell", "give", "show", "find", "check", "get", "look", "book", "i'm", "i'd", "it's",
+               "thanks", "thank", "when", "where", "which", "who", "why", "also", "then", "now", "tomorrow",
+               "search", "send", "buy", "order", "reserve", "cancel", "refund", "create", "open", "log", "add",
+               "remind", "call", "let", "set", "make", "help", "list", "track", "any", "my", "let's",
+               "today", "tonight", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+# a place follows these words ("weather in Paris", "flights to Rome"); a person these ("for Alice")
+_PLACE_BEFORE = ("in", "at", "to", "from", "near", "around", "about", "for", "of", "into", "outside")
+_PERSON_BEFORE = ("for", "to", "with", "from", "call", "tell", "ask", "message", "email", "text", "remind",
+                  "named", "called", "name", "under", "about")
+# lower-case words after "in"/"at" that are not places ("in progress", "at noon")
+_NOT_PLACE = {"progress", "advance", "general", "case", "time", "the", "a", "an", "my", "your", "stock", "total",
+              "fact", "morning", "afternoon", "evening", "night", "noon", "midnight", "all", "least", "most", "once",
+              "it", "this", "that", "there", "here", "full", "detail", "short", "order", "person", "line"}
+# what a free noun ends at: a clause's edge or a word that starts another part of the sentence
+_NOUN_END = {"please", "and", "but", "for", "in", "at", "on", "to", "from", "with", "by", "tomorrow", "today",
+             "tonight", "now", "then", "is", "are", "was", "will", "would", "that", "which", "if", "when"}
+_ARTICLES = {"a", "an", "the", "my", "our", "your", "some", "any", "this", "that"}
+
+
+def _proper_runs(text: str) -> list[tuple[int, str]]:
+    """(position, words) of each run of capitalised words the line has, not its sentence openers."""
+    out = []
+    for m in _PROPER.finditer(text or ""):
+        words = m[1].split()
+        while words and words[0].lower().strip(".,") in _NOT_PROPER:
+            words = words[1:]
+        if words:
+            out.append((m.start(), " ".join(words).rstrip(".,'")))
+    return out
+
+
+def _after(text: str, before: tuple[str, ...], run: str) -> bool:
+    """Whether `run` in the line follows one of `before` ("in Paris")."""
+    return bool(re.search(rf"\b(?:{'|'.join(before)})\s+(?:the\s+)?{re.escape(run)}\b", text or "", re.I))
+
+
+def _places(text: str) -> list[str]:
+    runs = [r for _, r in _proper_runs(text)]
+    after = [r for r in runs if _after(text, _PLACE_BEFORE, r)]
+    if after or runs:
+        return after or runs
+    # a place said in lower case after "in"/"at"/"to": "weather in paris"
+    low = [m[1] for m in re.finditer(r"\b(?:in|at|to|near|from)\s+([a-z][a-z'-]+(?:\s+[a-z][a-z'-]+)?)", text or "")]
+    out = []
+    for v in low:
+        words = [w for w in v.split() if w not in _NOT_PLACE and w not in _STOPWORDS and w not in _NOUN_END]
+        if words and words[0] == v.split()[0] and not _DATE.search(words[0]):
+            out.append(" ".join(w.capitalize() for w in words))
+    return out
+
+
+def _persons(text: str) -> list[str]:
+    named = [m[1] for m in _NAMED.finditer(text or "")]
+    runs = [r for _, r in _proper_runs(text)]
+    return named + [r for r in runs if _after(text, _PERSON_BEFORE, r) and r not in named]
+
+
+def _nouns(text: str) -> list[str]:
+    """A free noun of the line: a proper noun, else the words after "for"/"about"/"of"/"on" (the thing
+    asked about: "the price of a blue kettle" -> "blue kettle"), up to a word that starts another part."""
+    runs = [r for _, r in _proper_runs(text)]
+    if runs:
+        return runs
+    out = []
+    for m in re.finditer(r"\b(?:for|about|of|on|called)\s+([a-z][\w' -]*)", text or "", re.I):
+        words = []
+        for w in m[1].split():
+            lw = w.lower()
+            if lw in _NOUN_END or len(words) >= 4:
+                break
+            if not words and lw in _ARTICLES:
+                continue
+            words.append(w)
+        if words and not _TIME.search(" ".join(words)) and not _DATE.search(" ".join(words)):
+            out.append(" ".join(words))
+    return out
+
 
 def extract(kind: str, text: str) -> list[str]:
     """The values of one kind a line names, in order, each once."""
@@ -64,6 +147,10 @@ def extract(kind: str, text: str) -> list[str]:
         vals = [_COUNT_WORDS.get((a or b).lower(), a or b) for a, b in _PARTY.findall(t)]
     elif kind == "quoted":
         vals = [next(x for x in g if x) for g in _QUOTED.findall(t)]
+    elif kind in ("place", "person", "noun"):
+        # a quoted value is what the user meant exactly; else the plain English of the line
+        vals = [next(x for x in g if x) for g in _QUOTED.findall(t)] or \
+            {"place": _places, "person": _persons, "noun": _nouns}[kind](_QUOTED.sub(" ", t))
     else:
         vals = []
     out: list[str] = []
@@ -73,11 +160,17 @@ def extract(kind: str, text: str) -> list[str]:
     return out
 
 
+DEFAULTED = "default"       # where an argument the line should have given but did not came from
+
+
 def fill(tool: Tool, text: str, base: Mapping[str, Any]) -> tuple[list[dict], dict]:
     """The calls a line asks of `tool` (one, or one per value of an `each` argument naming two or
     more) and, per argument, where its value came from."""
     args = dict(base)
-    why: dict[str, str] = {a: "default" for a in args}
+    # an argument read from the line or declared by the client that the line does not give is
+    # "default" (the report shows it, lab/report/arguments.py); one the conversation fixes is its own
+    readable = {a.name for a in tool.args if a.from_line is not None or a.schema is not None}
+    why: dict[str, str] = {a: DEFAULTED if a in readable else "the conversation's value" for a in args}
     many: tuple[str, list[str]] | None = None
     for a in tool.args:
         if a.from_line is None:
@@ -91,7 +184,9 @@ def fill(tool: Tool, text: str, base: Mapping[str, Any]) -> tuple[list[dict], di
             if len(vals) > 1 and many is None:
                 many = (a.name, [a.template.replace("{value}", v) for v in vals])
                 why[a.name] = f"{a.from_line} x{len(vals)} from the line"
-            continue                # one value: the conversation's own (the studies' slot)
+            else:               # one value: the conversation's own (the studies' slot)
+                why[a.name] = f"the conversation's value ({a.from_line} {vals[0]!r} in the line)"
+            continue
         args[a.name] = _typed(a, a.template.replace("{value}", vals[0]))
         why[a.name] = f"{a.from_line} {vals[0]!r} from the line"
     taken = {str(v).lower() for k, v in args.items() if why.get(k, "").endswith("from the line")}
@@ -258,18 +353,35 @@ def side_effect_of(name: str, description: str) -> tuple[bool, str, str]:
     return False, (_tokens(name) or ["use"])[0], "no verb known in its name or description: assumed to only read"
 
 
+# string parameters named for a free noun of the line (assumption: the usual English of parameter names)
+PLACE_NAMES = ("location", "city", "place", "destination", "town", "country", "address", "region", "origin",
+               "venue", "where", "area", "state", "airport", "station")
+PERSON_NAMES = ("name", "person", "customer", "contact", "recipient", "who", "attendee", "patient", "passenger",
+                "owner", "caller", "client", "user")
+NOUN_NAMES = ("product", "item", "query", "topic", "term", "keyword", "search", "movie", "song", "dish", "food",
+              "restaurant", "brand", "model", "service", "thing", "what", "artist", "book", "sku")
+
+
 def _arg_kind(name: str, schema: Mapping[str, Any]) -> str | None:
     n = name.lower()
+    words = _tokens(name)
     typ = str(schema.get("type") or "").lower()
+    stringy = typ in ("string", "")
+    if "name" in words and stringy:
+        return "person"         # guest_name is a person, not a party's size
     if any(w in n for w in ("party", "guest", "people", "size", "persons")):
         return "party"
     if "date" in n or n in ("day", "when"):
         return "date"
     if "time" in n or "slot" in n or "hour" in n:
         return "time"
-    if any(w in n for w in ("order", "id", "number", "ticket", "account", "invoice")) or typ in ("integer", "number"):
+    if any(w in n for w in ("order", "number", "ticket", "account", "invoice")) or "id" in words \
+            or n.endswith("id") or typ in ("integer", "number"):
         return "number"
-    if typ in ("string", ""):
+    if stringy:
+        for kind, names in (("place", PLACE_NAMES), ("person", PERSON_NAMES), ("noun", NOUN_NAMES)):
+            if any(w in names or _stem(w) in names for w in words):
+                return kind
         return "quoted"
     return None
 

@@ -27,6 +27,7 @@ from lab.report import plotly_js, timeline
 from lab.report.page import RUN_PAGE as PAGE
 from lab.report.page import esc, outcome_class, shell, table, write as write_page
 from lab.report.rules import RULES
+from lab.report.arguments import describe as describe_defaulted
 from lab.report.verdict import REPRODUCTION, reproduction_word
 
 TWIN_MARK = "\u2020"        # the summary's mark (lab.report.summary.TWIN_MARK) for a twin input echoed back
@@ -299,6 +300,14 @@ def _outcomes(v: dict[str, Any]) -> str:
     return table(["user outcome", "outcome", "what the run showed / what to change"], rows, cls)
 
 
+def _defaulted(v: dict[str, Any]) -> str:
+    rows = describe_defaulted(v.get("defaulted_args") or [])
+    if not rows:
+        return ""
+    return ("<p id=\"defaulted\">Arguments the lines did not give (the twin's model used a default):</p><ul>"
+            + "".join(f"<li>{esc(r)}</li>" for r in rows) + "</ul>")
+
+
 def _reproduction_note(v: dict[str, Any]) -> str:
     if not v.get("expectations"):
         return ("<p class=\"muted\">No reproduction rows for this client: the scenario's <code>expect:</code> holds "
@@ -369,7 +378,7 @@ def render(run_dir: Path, v: dict[str, Any], events: list[Event], twin: list[Eve
         f"{len(failed_rules)} rule(s) FAIL</span> {esc(', '.join(failed_rules) or 'every conformance rule passed or was n/a')}</p>",
         "".join(f"<p class=\"muted\">{esc(n)}</p>" for n in v.get("notes") or []),
         _advice(v.get("advice")),
-        "<h2 id=\"outcomes\">What the user got</h2>", _outcomes(v),
+        "<h2 id=\"outcomes\">What the user got</h2>", _outcomes(v), _defaulted(v),
         "<h2 id=\"expectations\">Reproduction rows: the study's figures</h2>", _reproduction_note(v), _expectations(v),
         "<h2 id=\"rules\">Conformance rules: the how-to behind the outcomes</h2>", _rules(v),
         "<h2 id=\"timeline-h\">Timeline</h2><p class=\"muted\">Zoom with a drag, double-click to reset; hover a mark "

@@ -31,6 +31,7 @@ from typing import Any, Iterable
 from lab import metric_names
 from lab.errors import LabError
 from lab.stats.order import percentile
+from lab.report import arguments
 from lab.report.verdict import VERDICT_FORMAT, build_run, is_run_dir, outcome, verdict_passed
 
 
@@ -271,6 +272,16 @@ def render_summary(verdicts: list[dict[str, Any]], title: str) -> str:
     lines.append("")
 
     lines += _rule_failures(verdicts)
+
+    defaulted = [(v, d) for v in verdicts for d in v.get("defaulted_args") or []]
+    if defaulted:
+        lines += ["## Arguments the lines did not give", "",
+                  "The twin's model called a tool with a default for an argument the user's line did not name: "
+                  "the agent answered a question nobody asked. Say the value in the line (a place after \"in\", "
+                  "a name after \"for\", a quoted value), or give it in the conversation file.", ""]
+        lines += [f"- {_cell(v['run_id'])}: {_cell(text)}" for v, d in defaulted
+                  for text in arguments.describe([d])]
+        lines.append("")
 
     unchecked = sorted({r["name"] for v in verdicts for r in v["expectations"] if r["held"] is None})
     if unchecked:

@@ -40,6 +40,7 @@ from lab.errors import LabError
 from lab.events import EVENT_KINDS, Event, read_events
 from lab.live import errors as live_errors
 from lab.report import advice as advice_mod
+from lab.report import arguments
 from lab.report import metrics as metrics_mod
 from lab.report import outcomes as outcomes_mod
 from lab.report import rules as rules_mod
@@ -187,6 +188,7 @@ def verdict_of(events: list[Event], meta: dict[str, Any], twin: list[Event] | No
         "failed": [n for n in users if judged[n]["status"] == rules_mod.FAIL],
         "not_reproduced": [r["name"] for r in checked if not r["held"]],
         "notes": notes,
+        "defaulted_args": arguments.defaulted_args(twin),
         "rules": rule_rows(rules, m),
         "metrics": m,
     }

@@ -51,3 +51,29 @@ def test_with_the_labs_backend_in_the_record_only_its_commit_counts():
     log.events.append(Event("backend.request", 0.0, 250.0, "backend", {"job": "J1"}))
     assert not any(fires(e, log, None) for e in _events(_app_record()))
     assert fires(Event("backend.commit", 0.0, 4000.0, "backend", {}), log, None)
+
+
+def _weather_record():
+    tools = [ToolSemantics("get_weather").to_json()]
+    return [{"ms": 10, "kind": EVENT_KIND, "session": "s1", "source": "lines", "tools": tools},
+            {"ms": 100, "kind": "twin.tool_call", "conn": 1, "id": "w1", "name": "get_weather",
+             "args": {"location": "Paris"}},
+            {"ms": 200, "kind": "twin.tool_response", "conn": 1, "id": "w1", "name": "get_weather", "status": "sunny"},
+            {"ms": 300, "kind": "twin.tool_call", "conn": 1, "id": "w2", "name": "get_weather",
+             "args": {"location": "London"}},
+            {"ms": 400, "kind": "twin.tool_response", "conn": 1, "id": "w2", "name": "get_weather", "status": "rain"}]
+
+
+def test_tools_that_only_read_commit_on_the_first_answer_which_is_all_that_was_asked():
+    fires, log = anchors.predicate("commit"), EventLog()
+    fired = []
+    for e in _events(_weather_record()):
+        if fires(e, log, None):
+            fired.append(e.get("id"))
+        log.events.append(e)
+    assert fired == ["w1"]
+    # a read tool beside one that changes something: its answer is no commit (the check before a refund)
+    log = EventLog()
+    for e in _events(_app_record("pending")):
+        assert not fires(e, log, None)
+        log.events.append(e)
