@@ -368,20 +368,22 @@ class Engine:
         """What a user's turn asks, with why: {intent, tool, ...}. intent: STOP | STATUS | GREETING |
         CALL (a tool asked for) | SAY (a conversation turn's sentence) | OTHER.
 
-        A reading depends on the line, the tools and which of them is the main one, nothing else:
+        A reading depends on the line, the tools, which of them is the main one and which was asked
+        last (a follow-up "and what about London?" asks it again), nothing else:
         a session that says the same line again (a status question asked after every turn) is
         answered from `_readings`, which the tools' declaration empties. A copy each time: a plan
         keeps its match."""
         main = self.main_tool()
-        key = (text, main.name if main else None)
+        last = next(reversed(self.story.asked), None)      # a follow-up line asks it again
+        key = (text, main.name if main else None, last)
         m = self._readings.get(key)
         if m is None:
             if len(self._readings) >= READINGS_KEPT:
                 self._readings.clear()
-            m = self._readings[key] = self._read(text, main)
+            m = self._readings[key] = self._read(text, main, self.tools.get(last) if last else None)
         return {**m, "args": dict(m["args"])} if "args" in m else dict(m)
 
-    def _read(self, text: str, main: Tool | None) -> dict:
+    def _read(self, text: str, main: Tool | None, last: Tool | None = None) -> dict:
         order = ([main] if main else []) + [t for t in self.tools.values() if t is not main]
         # the intent by the one rule the report also reads a line by (semantics.words_of); the tool
         # it is about: the first whose own words hear the same, else the main one
@@ -410,6 +412,9 @@ class Engine:
             name, why = L.best_tool(text, self.tools, self.declared)
             if name:
                 return {"intent": "CALL", "tool": name, "by": "lines", **why}
+            again = L.follow_up(text, last) if last is not None else None
+            if again is not None:
+                return {"intent": "CALL", "tool": last.name, "by": "follow-up", **again}
         if intents.intent(text) == intents.GREETING:       # a hello that asks for nothing else
             return {"intent": intents.GREETING, "tool": None, "by": "intents"}
         return {"intent": "OTHER", "tool": None, "by": "none"}

@@ -486,6 +486,21 @@ def renamed(tool: Tool, name: str, decl: Mapping[str, Any] | None = None) -> Too
     return replace(tool, args=args, semantics=replace(tool.semantics, business_key=key))
 
 
+# how a line asks the last question again about something else (assumption: the usual English)
+_AGAIN = re.compile(r"^\s*(?:and|also|what about|how about|same for|and what about|and how about|what of|now)\b|\?\s*$", re.I)
+
+
+def follow_up(text: str, tool: Tool) -> dict | None:
+    """A line that names no tool but asks the last one again for another value ("And what about
+    London?" after the weather in Paris): {"args": the arguments it gives} when it reads like a
+    follow-up and gives at least one of the tool's arguments, else None."""
+    if not _AGAIN.search(text or ""):
+        return None
+    _, why = fill(tool, text, {})
+    given = {k: w for k, w in why.items() if w.endswith("from the line")}
+    return {"given": given} if given else None
+
+
 def best_tool(text: str, tools: Mapping[str, Tool], declared: list[dict]) -> tuple[str | None, dict]:
     """The tool a line asks for, with the score and the words that matched; None below a score of 2."""
     words = {_stem(w) for w in _tokens(text) if w not in _STOPWORDS}

@@ -191,3 +191,24 @@ def test_declared_tools_are_read_afresh(tmp_path):
     e.declare([{"name": "get_weather", "description": "Check the weather for a city",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}])
     assert e.read("Please check the weather in Paris.")["tool"] == "get_weather"
+
+
+def test_a_follow_up_line_asks_the_read_tool_again_for_the_place_it_names(tmp_path):
+    (tmp_path / "lines.txt").write_text("What's the weather in Paris?\nAnd what about London?\n")
+    e = E.Engine(F.from_lines(tmp_path / "lines.txt"), E.Params(), random.Random(1))
+    e.declare([{"name": "get_weather", "description": "Gets today's weather for a city.",
+                "parameters": {"type": "object", "properties": {"location": {"type": "string"}},
+                               "required": ["location"]}}])
+    # before any call a bare "what about London?" asks nothing: there is no question to ask again
+    assert e.read("And what about London?")["intent"] == "OTHER"
+    first = e.read("What's the weather in Paris?")
+    assert first["tool"] == "get_weather" and e.args_for("get_weather", "What's the weather in Paris?")[0] == [
+        {"location": "Paris"}]
+    plan = e.user_turn("What's the weather in Paris?")
+    assert plan is not None
+    again = e.read("And what about London?")
+    assert (again["intent"], again["tool"], again["by"]) == ("CALL", "get_weather", "follow-up")
+    calls, why = e.args_for("get_weather", "And what about London?")
+    assert calls == [{"location": "London"}] and why["location"] == "place 'London' from the line"
+    # a line that names nothing the tool reads is no follow-up
+    assert e.read("And thanks a lot?")["intent"] == "OTHER"
