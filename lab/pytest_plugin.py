@@ -32,6 +32,10 @@ OPTIONS = ("duration", "endpoint", "base_url", "model", "ca")     # lab run's fl
 FAIL = "fail"                                                     # lab.report.rules.FAIL
 
 
+def _failed(judged: dict[str, dict[str, Any]]) -> list[str]:
+    return [n for n, o in judged.items() if o.get("status") == FAIL]
+
+
 @dataclass
 class LabRun:
     """One run's results, read from its folder."""
@@ -46,7 +50,7 @@ class LabRun:
 
     @property
     def failed_outcomes(self) -> list[str]:
-        return [n for n, o in self.outcomes.items() if o.get("status") == FAIL]
+        return _failed(self.outcomes)
 
     @property
     def reproduces(self) -> bool | None:
@@ -60,7 +64,7 @@ class LabRun:
 
     @property
     def failed_rules(self) -> list[str]:
-        return [n for n, o in self.rules.items() if o.get("status") == FAIL]
+        return _failed(self.rules)
 
     @property
     def passed(self) -> bool:

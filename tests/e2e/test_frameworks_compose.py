@@ -37,7 +37,7 @@ def test_the_lab_adk_app_passes_control_in_compose(tmp_path):
     batch = run_batch(["control"], client="adk", topology="compose", out_dir=tmp_path / "b", out=lines.append)
     run = batch / "control-adk-01"
     verdict = json.loads((run / "verdict.json").read_text())
-    assert verdict["pass"], (verdict.get("expectations"), lines[-25:])
+    assert verdict["met"], (verdict.get("expectations"), lines[-25:])
     assert "google-adk 2.13.0" in (run / "client.log").read_text()
 
 
@@ -71,7 +71,7 @@ def test_the_livekit_example_keeps_its_refund_through_a_goaway_in_compose(monkey
                       out_dir=tmp_path / "b", conversation="lines.txt", out=lines.append)
     run = batch / "l1-goaway-livekit-agent-ordersupport-01"
     verdict = json.loads((run / "verdict.json").read_text())
-    assert verdict["pass"], (verdict.get("failed"), lines[-25:])
+    assert verdict["met"], (verdict.get("failed"), lines[-25:])
     twin = [json.loads(ln) for ln in (run / "twin.jsonl").read_text().splitlines() if ln.strip()]
     calls = [r for r in twin if r["kind"] == "twin.tool_call" and r["name"] == "request_refund"]
     assert len(calls) == 1 and calls[0]["args"]["order_id"] == "A1002", calls

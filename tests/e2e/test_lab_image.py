@@ -69,7 +69,7 @@ def test_the_lab_image_runs_b1_in_its_own_namespaces(lab_image):
         batch = next(captures.iterdir())
         run = next(d for d in batch.iterdir() if d.is_dir())
         verdict = json.loads((run / "verdict.json").read_text())
-        assert verdict["pass"], verdict.get("expectations")
+        assert verdict["met"], verdict.get("expectations")
         results = [e for e in read_events(run / "events.jsonl") if e.kind == "resume.result"]
         assert results and all(e["code"] == 1011 for e in results)
         from lab.capture import dropped

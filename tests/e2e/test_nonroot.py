@@ -82,7 +82,7 @@ def _env(home: Path, python: Path) -> dict[str, str]:
 def _checks(batch: Path) -> dict[str, bool]:
     run = next(d for d in batch.iterdir() if d.is_dir())
     verdict = json.loads((run / "verdict.json").read_text())
-    return {c["name"]: bool(c.get("held")) for c in verdict.get("checks", [])} | {"pass": bool(verdict["pass"])}
+    return {c["name"]: bool(c.get("held")) for c in verdict.get("checks", [])} | {"pass": bool(verdict["met"])}
 
 
 def test_docker_group_user_runs_b1_in_compose_with_roots_verdict(docker_user, user_python):

@@ -101,7 +101,7 @@ def _run_router_scenario(tmp_path, monkeypatch, scenario: str, client: str):
             assert not left and project not in rules, f"{project} outlived its run"
     run = next(d for d in batch.iterdir() if d.is_dir())
     verdict = json.loads((run / "verdict.json").read_text())
-    assert verdict["pass"], (verdict.get("expectations"), lines[-25:])
+    assert verdict["met"], (verdict.get("expectations"), lines[-25:])
     return run, read_events(run / "events.jsonl"), read_events(run / "twin.jsonl")
 
 

@@ -21,7 +21,7 @@ def _record(run):
 
 def test_audio_and_video_history_closes_1007_after_the_resume(tmp_path):
     run, verdict, lines = _run(tmp_path, "v1-av-goaway")
-    assert verdict["pass"], "\n".join(lines[-30:])
+    assert verdict["met"], "\n".join(lines[-30:])
     evs, twin, conn, closes, ends = _record(run)
     assert closes and closes[0].get("code") == 1007 and closes[0].get("by") == "server"
     assert [e.get("why") for e in twin if e.kind == "twin.bad_input"] == ["audio_video_resume"]
@@ -36,7 +36,7 @@ def test_audio_and_video_history_closes_1007_after_the_resume(tmp_path):
 
 def test_the_audio_only_control_resumes_and_answers_every_turn(tmp_path):
     run, verdict, lines = _run(tmp_path, "v0-audio-goaway")
-    assert verdict["pass"], "\n".join(lines[-30:])
+    assert verdict["met"], "\n".join(lines[-30:])
     evs, twin, conn, closes, ends = _record(run)
     assert not any(e.get("by") == "server" and e.get("code") == 1007 for e in closes)
     assert not [e for e in twin if e.kind in ("twin.bad_input", "twin.av_resume")]

@@ -50,7 +50,7 @@ def test_plain_app_is_locked_out_in_b1_like_the_probe(tmp_path):
     held = {c["name"]: c["held"] for c in verdict["expectations"]}
     # the probe's own expectations for B1, every one checked
     assert set(held) >= {"bookings", "all_resumes_refused", "refusal_code", "told_truth", "resumed"}, held
-    assert verdict["pass"], "\n".join(lines[-30:])
+    assert verdict["met"], "\n".join(lines[-30:])
     events = read_events(run / "events.jsonl")
     observed = [e for e in events if e.src == "twin-observed"]
     # the anchors fired from the twin's side: the fault went onto the app's own flow
@@ -92,7 +92,7 @@ def test_an_app_that_listens_to_the_microphone_is_heard_and_judged(tmp_path):
     batch, lines = _batch(tmp_path, "control-speech", f"{sys.executable} {MIC_APP}")
     run = batch / "control-speech-cmd-01"
     verdict = json.loads((run / "verdict.json").read_text())
-    assert verdict["pass"], "\n".join(lines[-30:])
+    assert verdict["met"], "\n".join(lines[-30:])
     events = read_events(run / "events.jsonl")
     says = [e for e in events if e.kind == "user.say"]
     assert [e.get("mode") for e in says] == ["speech", "speech"] and all(e.get("mic_readers") == 1 for e in says)

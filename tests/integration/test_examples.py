@@ -26,15 +26,29 @@ EXAMPLES = ROOT / "examples"
 
 
 def _examples() -> dict[str, str]:
+    """clients.txt's rows, keyed by folder (one framework may have several examples): folder -> client."""
     rows = [ln.split() for ln in (EXAMPLES / "clients.txt").read_text().splitlines() if ln.strip()
             and not ln.startswith("#")]
-    return {client.split(":")[0]: (folder, client) for folder, client in rows}
+    return {folder: client for folder, client in rows}
 
 
-def _run(monkeypatch, tmp_path, framework: str, scenario: str, conversation: str | None = None):
+def _framework(client: str) -> str:
+    return client.split(":")[0].split("@")[0]          # livekit@1.8.0:agent:X -> livekit
+
+
+def _example(framework: str | None = None, folder: str | None = None) -> tuple[str, str]:
+    """(folder, client) of the example in that folder, or else of the framework's first example in clients.txt."""
+    examples = _examples()
+    if folder is not None:
+        return folder, examples[folder]
+    return next((f, c) for f, c in examples.items() if _framework(c) == framework)
+
+
+def _run(monkeypatch, tmp_path, framework: str | None, scenario: str, conversation: str | None = None,
+         folder: str | None = None):
     from lab.run import run_batch
-    _venv(framework)
-    folder, client = _examples()[framework]
+    folder, client = _example(framework, folder)
+    _venv(_framework(client))
     monkeypatch.chdir(EXAMPLES / folder)        # where the user runs `lab run` from
     lines: list[str] = []
     batch = run_batch([scenario], client=client, topology="netns", out_dir=tmp_path / "b", out=lines.append,
@@ -70,6 +84,32 @@ def test_the_adk_example_runs_unmodified_through_a_goaway(monkeypatch, tmp_path)
     assert calls and {e.get("id") for e in answered} <= {e.get("id") for e in calls} and answered
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"ll-{topology_id(run)}-" not in ns
+
+
+def test_a_read_only_agent_passes_control_and_its_tool_gets_the_city(monkeypatch, tmp_path):
+    run, client, lines = _run(monkeypatch, tmp_path, None, "control", conversation="lines.txt", folder="weather")
+    assert client == "adk:weather_agent"
+    ended = [e for e in read_events(run / "events.jsonl") if e.kind == "run.end"]
+    assert ended and ended[0].get("status") == "ok", "\n".join(lines[-20:])
+    twin = _twin(run)
+    said = [(r["kind"], r.get("name"), r.get("args"), r.get("text")) for r in twin
+            if r["kind"] in ("twin.model", "twin.tool_call")]
+    # the twin's model asked the agent's one tool for the city the first line names ("in Paris")
+    calls = [r for r in twin if r["kind"] == "twin.tool_call"]
+    assert calls and {r["name"] for r in calls} == {"get_weather"}, said
+    assert str(calls[0].get("args", {}).get("location", "")).strip().lower() == "paris", said
+    # and the follow-up line ("And what about London?") asked it again for London
+    assert [str(c.get("args", {}).get("location")) for c in calls][:2] == ["Paris", "London"], said
+    # and the agent's framework answered it under the twin's call id
+    events = read_events(run / "events.jsonl")
+    issued = {e.get("id") for e in events if e.kind == "tool.call" and e.src == "twin-observed"}
+    answered = [e for e in events if e.kind == "tool.response" and e.src == "twin-observed"]
+    assert answered and {e.get("id") for e in answered} <= issued, said
+    # a read-only agent is judged by its answers, not by bookings: control passes
+    verdict = json.loads((run / "verdict.json").read_text())
+    failed = {n: o.get("observed") for n, o in verdict["outcomes"].items() if o.get("status") == "fail"}
+    assert verdict["pass"] is True and not verdict["defaulted_args"], failed or verdict
+    assert verdict["outcomes"]["effects_once"]["status"] == "n/a" and verdict["reproduces"] is None
 
 
 def test_a_framework_client_in_a_spoken_scenario_is_heard_as_speech(monkeypatch, tmp_path):

@@ -42,7 +42,7 @@ def test_framework_passes_control_against_the_twin(tmp_path, framework):
     batch = run_batch(["control"], client=framework, topology="netns", out_dir=tmp_path / "b", out=lines.append)
     run = batch / f"control-{framework}-01"
     verdict = json.loads((run / "verdict.json").read_text())
-    assert verdict["pass"], "\n".join(lines[-30:])
+    assert verdict["met"], "\n".join(lines[-30:])
     assert {c["name"] for c in verdict["expectations"]} == {"bookings", "told_truth", "resumed"}
     events = read_events(run / "events.jsonl")
     calls = [e for e in events if e.kind == "tool.call" and e.src == "twin-observed"]

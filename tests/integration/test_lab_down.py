@@ -95,7 +95,7 @@ def test_lab_down_spares_live_runs_and_takes_a_killed_ones(tmp_path):
             assert runs[pid].returncode == 0, out[-3000:]
             name = "a" if pid == a else "b"
             verdicts = [json.loads(v.read_text()) for v in (tmp_path / name).glob("*/verdict.json")]
-            assert verdicts and all(v["pass"] for v in verdicts), out[-3000:]
+            assert verdicts and all(v["met"] for v in verdicts), out[-3000:]
             assert _namespaces(ids[pid]) == []           # and took them down themselves
     finally:
         for p in runs.values():

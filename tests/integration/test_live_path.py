@@ -83,7 +83,7 @@ def test_live_run_through_the_uplink_and_nothing_secret_is_kept(tmp_path, live_e
     batch, lines = _batch(tmp_path, hook, budget=budget)
     run = next(d for d in batch.iterdir() if d.is_dir())
     verdict = json.loads((run / "verdict.json").read_text())
-    assert verdict["pass"], (verdict["expectations"], lines[-15:])
+    assert verdict["met"], (verdict["expectations"], lines[-15:])
     assert not (run / "twin.jsonl").exists()               # the orchestrator started no twin
     assert json.loads((run / "run.json").read_text())["endpoint"] == "live"
     # the twin saw the client come through the uplink (NAT'd from the client namespace)

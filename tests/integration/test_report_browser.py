@@ -109,7 +109,7 @@ def b1(tmp_path_factory):
 def test_a_real_b1_writes_a_page_that_opens_in_chromium_with_no_console_error(b1, browser, tmp_path):
     rc, run, _ = b1
     v = json.loads((run / "verdict.json").read_text())
-    assert rc == 0 and v["pass"], v["notes"]
+    assert rc == 0 and v["met"], v["notes"]
     _open(browser, run / "report.html")
     assert browser.find_element("id", "verdict").text == "PASS"
     assert _traces(browser) >= 5

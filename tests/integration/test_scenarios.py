@@ -52,7 +52,7 @@ def _no_leftovers(run):
 def test_scenario_holds_its_expectations(tmp_path, scenario):
     run, verdict, lines = _run(tmp_path, scenario)
     failed = [c for c in verdict["expectations"] if not c["held"]]
-    assert verdict["pass"], f"{scenario}: {failed}\n" + "\n".join(lines[-30:])
+    assert verdict["met"], f"{scenario}: {failed}\n" + "\n".join(lines[-30:])
     assert (run / "capture.pcapng").exists() and (run / "timeline.png").exists()
     _twin_on_the_run_clock(run)
     _no_leftovers(run)
@@ -86,7 +86,7 @@ def _b1_every_resume_refused_while_the_booking_commits(run, lines):
 
 def test_b1_recovery_client_tells_the_truth(tmp_path):
     run, verdict, lines = _run(tmp_path, "b1-silent-loss", client="recovery")
-    assert verdict["pass"], verdict["expectations"]
+    assert verdict["met"], verdict["expectations"]
 
 
 def _b2_resume_works_just_after_the_close(run, lines):

@@ -41,7 +41,7 @@ def _run(batch, scenario, client):
 def test_each_scenario_holds_its_expectations(batch, scenario, client):
     verdict, events = _run(batch, scenario, client)
     failed = [c for c in verdict["expectations"] if not c["held"]]
-    assert verdict["pass"], f"{scenario}/{client}: {failed}\n" + "\n".join(batch[1][-20:])
+    assert verdict["met"], f"{scenario}/{client}: {failed}\n" + "\n".join(batch[1][-20:])
     assert not [e for e in events if e.kind == "tool.cancellation"], "the API never cancels a call"
 
 

@@ -35,7 +35,7 @@ def _run(batch, scenario):
 def test_each_scenario_holds_its_expectations(batch, scenario):
     verdict, _, twin = _run(batch, scenario)
     failed = [c for c in verdict["expectations"] if not c["held"]]
-    assert verdict["pass"], f"{scenario}: {failed}\n" + "\n".join(batch[1][-20:])
+    assert verdict["met"], f"{scenario}: {failed}\n" + "\n".join(batch[1][-20:])
     assert not [e for e in twin if e.kind == "twin.replay" and e["verdict"] not in ("owed", "ok")]
 
 
