@@ -101,6 +101,10 @@ def test_a_read_only_conversation_has_no_effect_to_do_once_nor_to_be_told_about(
     (6500, 7000, "Your 3pm slot is booked.", FAIL),
     # "booked" begun after the commit: true
     (7500, 7000, "Your 3pm slot is booked.", PASS),
+    # "in progress" composed while it was, its audio 100 ms after the commit: true when it was said
+    (7100, 7000, "Your booking is in progress.", PASS),
+    # "in progress" begun long after the commit, the question asked after it too: stale, false
+    (9000, 5000, "Your booking is in progress.", FAIL),
 ])
 def test_a_status_answer_is_judged_at_its_first_audio(audio_ms, commit_ms, text, want):
     evs = booking(commits=(commit_ms,)) + [ev("user.say", 6000, text=ASK, line=1),
