@@ -633,7 +633,7 @@ def _held(o: dict) -> bool | None:
 def _reproduced_for(v: dict) -> list[str]:
     """What the reproduction rows stand for, in the terminal."""
     return (["the study's client: what this run is held to"] if v.get("held_to") == REPRODUCTION
-            else [f"the scenario's record of {v.get('client')}; shown, not what the run is held to"])
+            else ["what the study's client saw; shown for comparison, not what this run is held to"])
 
 
 def _no_rows(spec: RunSpec) -> str:

@@ -74,7 +74,8 @@ def test_a_plain_app_by_hostname_is_locked_out_in_b1_through_compose(tmp_path, m
                       out=lines.append, client_cmd="python tests/fixtures/plain_app.py")
     run = batch / "b1-silent-loss-cmd-01"
     verdict = json.loads((run / "verdict.json").read_text())
-    assert verdict["met"], (verdict["expectations"], lines[-25:])
+    # the study's lock-out reproduced, and the app's user left without a reply, as the probe's
+    assert verdict["reproduces"] and not verdict["pass"], (verdict["expectations"], lines[-25:])
     assert {c["name"] for c in verdict["expectations"]} >= {"bookings", "all_resumes_refused", "refusal_code"}
     assert Path("/etc/hosts").read_text() == hosts_before       # the container's files, not the host's
     observed = [e for e in read_events(run / "events.jsonl") if e.src == "twin-observed"]

@@ -50,7 +50,9 @@ def test_plain_app_is_locked_out_in_b1_like_the_probe(tmp_path):
     held = {c["name"]: c["held"] for c in verdict["expectations"]}
     # the probe's own expectations for B1, every one checked
     assert set(held) >= {"bookings", "all_resumes_refused", "refusal_code", "told_truth", "resumed"}, held
-    assert verdict["met"], "\n".join(lines[-30:])
+    # it reproduces the study's lock-out, and its user got what the probe's did: no reply after the loss
+    assert verdict["reproduces"] and not verdict["pass"], "\n".join(lines[-30:])
+    assert "conversation_back" in verdict["failed"] and verdict["held_to"] == "user"
     events = read_events(run / "events.jsonl")
     observed = [e for e in events if e.src == "twin-observed"]
     # the anchors fired from the twin's side: the fault went onto the app's own flow

@@ -42,8 +42,10 @@ def test_framework_passes_control_against_the_twin(tmp_path, framework):
     batch = run_batch(["control"], client=framework, topology="netns", out_dir=tmp_path / "b", out=lines.append)
     run = batch / f"control-{framework}-01"
     verdict = json.loads((run / "verdict.json").read_text())
-    assert verdict["met"], "\n".join(lines[-30:])
-    assert {c["name"] for c in verdict["expectations"]} == {"bookings", "told_truth", "resumed"}
+    # judged by what its user got; the study's rows are the probe's, not the framework's
+    assert verdict["pass"] and verdict["held_to"] == "user" and verdict["expectations"] == [], "\n".join(lines[-30:])
+    assert {n for n, o in verdict["outcomes"].items() if o["status"] == "pass"} >= {
+        "effects_once", "truthful_claims", "last_line_answered", "owed_results_delivered"}, verdict["outcomes"]
     events = read_events(run / "events.jsonl")
     calls = [e for e in events if e.kind == "tool.call" and e.src == "twin-observed"]
     answered = [e for e in events if e.kind == "tool.response" and e.src == "twin-observed"]

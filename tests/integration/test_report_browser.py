@@ -109,9 +109,10 @@ def b1(tmp_path_factory):
 def test_a_real_b1_writes_a_page_that_opens_in_chromium_with_no_console_error(b1, browser, tmp_path):
     rc, run, _ = b1
     v = json.loads((run / "verdict.json").read_text())
-    assert rc == 0 and v["met"], v["notes"]
+    # the naive client's user never hears back: FAIL for the user, lab run's exit says so
+    assert rc == 1 and not v["met"] and "conversation_back" in v["failed"], v["notes"]
     _open(browser, run / "report.html")
-    assert browser.find_element("id", "verdict").text == "PASS"
+    assert browser.find_element("id", "verdict").text == "FAIL"
     assert _traces(browser) >= 5
     # `lab run` wrote the batch's one copy of plotly beside summary.md, and the page loaded that
     assert (run.parent / plotly_js.SCRIPT).is_file() and (run.parent / "summary.md").is_file()
@@ -144,8 +145,11 @@ def test_the_real_runs_junit_validates_and_its_failed_rule_carries_the_advice(b1
     xmlschema.XMLSchema(FIXTURES / "junit.xsd").validate(str(junit))
     root = ET.parse(junit).getroot()
     fails = {c.get("name"): c.find("failure") for c in root.iter("testcase") if c.find("failure") is not None}
-    assert "rule.resume_cutoff_fallback" in fails, list(fails)
-    assert "What to change" in fails["rule.resume_cutoff_fallback"].text
+    # the user outcome is the failure; the rule behind it carries its how-to beside it, not as a failure
+    assert "user.conversation_back" in fails and "rule.resume_cutoff_fallback" not in fails, list(fails)
+    assert "What to change" in fails["user.conversation_back"].text
+    rule = next(c for c in root.iter("testcase") if c.get("name") == "rule.resume_cutoff_fallback")
+    assert "What to change" in rule.find("system-out").text
 
 
 @pytest.mark.netns
@@ -190,8 +194,10 @@ def test_clicking_a_fail_cell_of_matrix_html_opens_that_runs_page(recorded_matri
     _open(browser, recorded_matrix / "matrix.html")
     assert not _errors(browser) and not _fetched(browser)
     _shoot(browser, tmp_path, "report-matrix.png")
-    cell = browser.find_element("css selector", "td.fail a.run-link")
-    assert cell.text == "FAIL"
+    cells = browser.find_elements("css selector", "td.fail a.run-link")
+    # the naive B1 cell: failed for its user (0 of 1 runs), and the rule behind it
+    assert [c.text for c in cells] == ["0/1", "FAIL"]
+    cell = cells[1]
     cell.click()
     assert browser.current_url.endswith("/b1-silent-loss-naive-01/report.html#rules")
     assert browser.title.startswith("b1-silent-loss-naive-01: b1-silent-loss x naive")
@@ -220,7 +226,7 @@ def test_a_run_folder_reported_alone_draws_its_timeline_from_the_inline_script(b
     assert cli.main(["report", str(run)]) == 0
     assert not (tmp_path / plotly_js.SCRIPT).exists()
     _open(browser, run / "report.html")
-    assert browser.find_element("id", "verdict").text == "PASS"
+    assert browser.find_element("id", "verdict").text == "FAIL"
     assert _traces(browser) >= 5 and _scripts_loaded(browser) == []
     assert not _errors(browser) and not _fetched(browser)
 
