@@ -571,7 +571,8 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
         cmd = client_cmd or (build.command(where, scn.params_for(cl)) if build else None)
         for i in range(1, n + 1):
             run_dir = batch / f"{scn.name}-{'cmd' if client_cmd else label}-{i:02d}"
-            who = f"command, judged as {cl}" if client_cmd else label
+            # an app stands in for a client only when named with --client; else its user's outcomes judge it
+            who = (f"command, judged as {cl}" if client else "command") if client_cmd else label
             spec = RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key, keylog_live,
                            ca=ca, endpoint_hook=endpoint_hook, client_cmd=cmd,
                            framework=build.describe() if build else None, conversation=conversation,
@@ -668,7 +669,8 @@ def add_parser(sub) -> None:
                    help="your agent's own requirements, installed into a copy of its framework's venv")
     p.add_argument("--client-cmd", default=None, metavar="CMD",
                    help="run your own unmodified app as the client (stdin: the user's lines; "
-                        "$LAB_BACKEND_URL: the backend); judged as --client or the scenario's client")
+                        "$LAB_BACKEND_URL: the backend); judged by its user's outcomes, or as the client "
+                        "--client names (held to the study's rows when that is the scenario's own)")
     p.add_argument("--topology", default=AUTO, choices=[AUTO, *sorted(TOPOLOGIES)],
                    help="auto (default): netns where network namespaces can be made, else compose")
     p.add_argument("--endpoint", default="twin", choices=["twin", "live"])
