@@ -18,15 +18,19 @@ def _events(recs):
     return [Event(k, 0.0, float(f.get("twin_ms") or 0), "twin-observed", f) for r in recs for k, f in obs.feed(r)]
 
 
+def _record(tools, calls):
+    """A twin record of the conversation's header and (ms, id, name, args, status) calls answered 100 ms later."""
+    recs = [{"ms": 10, "kind": EVENT_KIND, "session": "s1", "source": "lines", "tools": tools}]
+    for ms, cid, name, args, status in calls:
+        recs += [{"ms": ms, "kind": "twin.tool_call", "conn": 1, "id": cid, "name": name, "args": args},
+                 {"ms": ms + 100, "kind": "twin.tool_response", "conn": 1, "id": cid, "name": name,
+                  "status": status}]
+    return recs
+
+
 def _app_record(refund_status="booked"):
-    return [{"ms": 10, "kind": EVENT_KIND, "session": "s1", "source": "lines", "tools": TOOLS},
-            {"ms": 100, "kind": "twin.tool_call", "conn": 1, "id": "c1", "name": "check_order",
-             "args": {"order_id": "4417"}},
-            {"ms": 200, "kind": "twin.tool_response", "conn": 1, "id": "c1", "name": "check_order", "status": "booked"},
-            {"ms": 300, "kind": "twin.tool_call", "conn": 1, "id": "r1", "name": "refund_order",
-             "args": {"order_id": "4417"}},
-            {"ms": 4300, "kind": "twin.tool_response", "conn": 1, "id": "r1", "name": "refund_order",
-             "status": refund_status}]
+    return _record(TOOLS, [(100, "c1", "check_order", {"order_id": "4417"}, "booked"),
+                           (300, "r1", "refund_order", {"order_id": "4417"}, refund_status)])
 
 
 def test_the_observer_marks_the_calls_of_a_side_effecting_tool():
@@ -54,14 +58,9 @@ def test_with_the_labs_backend_in_the_record_only_its_commit_counts():
 
 
 def _weather_record():
-    tools = [ToolSemantics("get_weather").to_json()]
-    return [{"ms": 10, "kind": EVENT_KIND, "session": "s1", "source": "lines", "tools": tools},
-            {"ms": 100, "kind": "twin.tool_call", "conn": 1, "id": "w1", "name": "get_weather",
-             "args": {"location": "Paris"}},
-            {"ms": 200, "kind": "twin.tool_response", "conn": 1, "id": "w1", "name": "get_weather", "status": "sunny"},
-            {"ms": 300, "kind": "twin.tool_call", "conn": 1, "id": "w2", "name": "get_weather",
-             "args": {"location": "London"}},
-            {"ms": 400, "kind": "twin.tool_response", "conn": 1, "id": "w2", "name": "get_weather", "status": "rain"}]
+    return _record([ToolSemantics("get_weather").to_json()],
+                   [(100, "w1", "get_weather", {"location": "Paris"}, "sunny"),
+                    (300, "w2", "get_weather", {"location": "London"}, "rain")])
 
 
 def test_tools_that_only_read_commit_on_the_first_answer_which_is_all_that_was_asked():
