@@ -187,6 +187,6 @@ def test_two_indexes_of_b1_pass_through_the_pod_spec_and_merge(tag, tmp_path):
         summary = (results / "summary.md").read_text()
         assert "2 runs in 1 scenarios, 0 passed for the user; 2 of 2 with reproduction rows reproduce the study" in summary, summary[:800]
         for i in range(job["completions"]):
-            assert f"| shard-{i}/{plan.run_name} | b1-silent-loss | probe | pass |" in summary
+            assert f"| shard-{i}/{plan.run_name} | b1-silent-loss | probe | FAIL | yes (held to) |" in summary
     finally:
         kubelet.cleanup()
