@@ -333,8 +333,8 @@ def _endpoint_services(run: _Run, t0: float) -> _Reach:
         # certificate naming them (lab/topology/hostnames.py)
         port = ENDPOINT_PORT if spec.client_cmd else topo.endpoint_port
         sans = tuple(a for n in ENDPOINT_NAMES for a in ("--san", n)) if spec.client_cmd else ()
-        # the twin does not transcribe speech: the Nth utterance stands for line N of the script, and
-        # the orchestrator (which knows the scenario) tells the twin the lines, never the client
+        # the twin reads a spoken turn against the script's lines (by its words, or by position where
+        # it cannot hear): the orchestrator (which knows the scenario) tells the twin the lines, never the client
         script: tuple[str, ...] = ()
         if conversations.load(str(run.conversation)).source != conversations.SOURCE_LINES:
             script = ("--set", "script=" + json.dumps(scn.script))     # a lines file is its own script

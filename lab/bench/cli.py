@@ -1,4 +1,4 @@
-"""`lab bench twin|twin-core|faults|recovery|overhead|router|false-alarms|report`: benchmarks that print figures and ratios, never assert."""
+"""`lab bench twin|twin-core|faults|recovery|overhead|router|false-alarms|report|hearing`: benchmarks that print figures and ratios, never assert."""
 from __future__ import annotations
 
 import importlib
@@ -7,7 +7,7 @@ from lab.errors import LabError
 
 BENCHES = {"twin": "lab.bench.twin", "twin-core": "lab.bench.twin_core", "faults": "lab.bench.faults", "recovery": "lab.bench.recovery",
            "overhead": "lab.bench.overhead", "router": "lab.bench.router", "false-alarms": "lab.bench.false_alarms",
-           "report": "lab.bench.pages"}
+           "report": "lab.bench.pages", "hearing": "lab.bench.hearing"}
 
 
 def add_parser(sub) -> None:

@@ -453,6 +453,15 @@ class Engine:
             plan.match = m
         return plan
 
+    # what the model says to speech it could not make out (assumption: the records hold no unclear
+    # audio; a conversation's `answers: unclear:` replaces it)
+    UNCLEAR = "Sorry, I didn't catch that. Could you say it again?"
+
+    def not_understood(self) -> Plan:
+        """A spoken turn the model could not make out: it asks again; nothing is called, nothing
+        is added to the conversation's history (no user turn is invented from noise)."""
+        return self._say(self.conv.answers.get("unclear") or self.UNCLEAR, "not-understood")
+
     def _d(self) -> float:
         return draw(self.cfg.reply_delay_s, self.rng)
 

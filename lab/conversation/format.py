@@ -28,7 +28,7 @@ TOOL_KEYS = {"description", "side_effect", "business_key", "words", "asks", "beh
 ARG_KEYS = {"value", "from_line", "template", "each"}
 WORD_KEYS = {"verb", "doing", "done", "noun"}
 TURN_KEYS = {"user", "call", "args", "say"}
-ANSWER_KEYS = {"other", "greeting"}
+ANSWER_KEYS = {"other", "greeting", "unclear"}
 BEHAVIORS = ("NON_BLOCKING", "BLOCKING")
 # what a value in a user line can be read as (lab.conversation.lines.extract)
 FROM_LINE = ("time", "number", "date", "quoted", "party", "place", "person", "noun")
@@ -182,7 +182,7 @@ def parse(raw: Any, path: str = "<conversation>") -> Conversation:
     turns = tuple(_turn(err, raw, t, tools) for t in turns_raw)
     answers_raw = raw.get("answers") or {}
     if not isinstance(answers_raw, dict):
-        raise err(raw, "answers", "answers: a mapping (other, greeting)")
+        raise err(raw, "answers", "answers: a mapping (other, greeting, unclear)")
     yamlines.refuse_unknown(err, answers_raw, ANSWER_KEYS, "answer")
     answers = {k: _text(err, answers_raw, k) for k in answers_raw}
     return Conversation(name=name, tools=tools, turns=turns, answers=answers,

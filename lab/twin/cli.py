@@ -160,6 +160,8 @@ async def _run(args) -> int:
     print(f"ca_path {twin.ca_path or '-'}", flush=True)
     if twin.control is not None:
         print(f"control {twin.control.url}", flush=True)
+    if twin.why_deaf:     # hearing was asked for and cannot be had here: say so once
+        print(f"twin: warning: {twin.hearing}", file=sys.stderr, flush=True)
     try:
         await stop.wait()
     finally:

@@ -109,6 +109,10 @@ class TwinCore:
             acts = self._deliver(c, kind, body, now)
         return self._sent(acts) if acts else acts    # most frames (a microphone chunk) answer nothing
 
+    def speech_heard(self, sid: str, utt: int, heard, match, now: float) -> list[Action]:
+        """What the shell's recognizer heard in one utterance (lab.twin.io_actions.Hear)."""
+        return self._sent(self.turns.speech_heard(sid, utt, heard, match, now))
+
     def connection_ended(self, conn_id: int, how: str, now: float) -> list[Action]:
         return self.sessions.ended(conn_id, how, now)
 

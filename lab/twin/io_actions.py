@@ -64,4 +64,23 @@ class Log:
     fields: dict
 
 
-Action = Send | Close | Timer | Log
+@dataclass
+class Hear:
+    """Recognize one user turn's audio, off the event loop; the shell hands what was heard back to
+    the core's `speech_heard(sid, utt, heard, match, now)`. Only a core told it has an ear asks."""
+    sid: str
+    utt: int
+    script: tuple[str, ...]                 # the conversation's user lines
+    asks: tuple                             # ((tool, its asks words), ...)
+    expected: int | None                    # the line due by position: the tie-break
+    pcm: bytes
+    rate: int
+
+
+@dataclass
+class WakeEar:
+    """Speech has begun for the first time: the shell readies its recognizer now (its start-up takes
+    about half a second), before the first Hear needs it."""
+
+
+Action = Send | Close | Timer | Log | Hear | WakeEar

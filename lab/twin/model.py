@@ -7,8 +7,9 @@ scheduling SILENT) a tool response, a clientContent with history a restore. The 
 sentences and the profile's tool_name / tool_slot / script overrides keep the names the twin and its
 tests have always used (SAY_*, ModelConfig, ScriptedModel).
 
-Speech input is not transcribed: the Nth utterance found by `AudioTurnDetector` stands for line N of
-the script. The engine returns `Plan`s (steps with delays); the turn room (lab.twin.turns) times and
+Speech input is read by the turn room (lab.twin.turns): by its words where the shell has an ear
+(lab.twin.hearing), else the Nth utterance found by `AudioTurnDetector` stands for line N of the
+script. The engine returns `Plan`s (steps with delays); the turn room (lab.twin.turns) times and
 sends them, turns text into audio, and handles barge-in.
 """
 from __future__ import annotations

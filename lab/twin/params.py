@@ -312,6 +312,7 @@ DECLARED: dict[str, Spec] = {
     "vad_end_stop_s": Delay(),
     "vad_end_request_s": Delay(),
     "stray_audio_close": Flag(),
+    "hear_speech": Flag(),
     "usage_audio_tokens_per_s": Number(lo=0),
     "usage_text_chars_per_token": Number(lo=1),
 }

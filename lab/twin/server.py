@@ -44,7 +44,8 @@ from websockets.frames import Opcode
 from websockets.protocol import State
 
 from lab.events import EventLog
-from lab.twin.io_actions import Close, Log, Send, Timer
+from lab.twin import recognizer
+from lab.twin.io_actions import Close, Hear, Log, Send, Timer, WakeEar
 from lab.twin.control import ControlServer
 from lab.twin.core import TwinCore
 
@@ -115,6 +116,11 @@ class TwinServer:
         # every pending timer's handle (stop() cancels them), by id of its Timer: no closure per timer
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        # the twin hears speech in a worker process (lab.twin.recognizer), made as the first speech begins;
+        # why_deaf: why it cannot, when the profile asks it to (the twin then reads turns by position)
+        self._ear = None
+        self.why_deaf = recognizer.missing() if self.profile["hear_speech"] else None
+        self.core.turns.ear = self.profile["hear_speech"] and self.why_deaf is None
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def start(self) -> "TwinServer":
@@ -139,7 +145,8 @@ class TwinServer:
         if self.control is not None:
             await self.control.start()
         self.log.write("twin.start", src="twin", profile=self.profile.name, port=self.port, tls=self.tls,
-                       overrides={k: p.value for k, p in self.profile.params.items() if p.overridden})
+                       overrides={k: p.value for k, p in self.profile.params.items() if p.overridden},
+                       hears=self.hearing)
         return self
 
     async def stop(self) -> None:
@@ -156,6 +163,9 @@ class TwinServer:
         for io in list(self._conns.values()):
             io.ws.transport.abort() if io.ws.transport else None
         self._cancel_timers()
+        if self._ear is not None:
+            self._ear.close()
+            self._ear = None
         if self._own_log:
             self.log.close()
         if self._own_cert_dir and self._cert_dir is not None:
@@ -172,6 +182,13 @@ class TwinServer:
 
     async def __aexit__(self, *exc) -> None:
         await self.stop()
+
+    @property
+    def hearing(self) -> str:
+        """How spoken turns are read: by their words, or by position (and why, when hearing was asked for)."""
+        if self.core.turns.hears:
+            return "speech, by its words"
+        return f"speech by position: {self.why_deaf}" if self.why_deaf else "speech by position"
 
     @property
     def port(self) -> int:
@@ -251,6 +268,25 @@ class TwinServer:
                 self._schedule(a)
             elif isinstance(a, Log):
                 self.log.write(a.kind, src="twin", **a.fields)
+            elif isinstance(a, Hear):
+                self._hear(a)
+            elif isinstance(a, WakeEar) and self._ear is None:
+                self._ear = recognizer.Ear()
+
+    def _hear(self, a: Hear) -> None:
+        loop = self._loop or asyncio.get_running_loop()
+        if self._ear is None:
+            self._ear = recognizer.Ear()
+
+        def done(heard, match) -> None:
+            if self._server is None:
+                return          # the twin stopped meanwhile
+            try:
+                self._dispatch(self.core.speech_heard(a.sid, a.utt, heard, match, loop.time()))
+            except Exception as e:  # as for a timer: recorded, and the other sessions go on
+                self.log.write("twin.error", src="twin", hear=a.sid, error=repr(e))
+
+        self._ear.hear(loop, a.script, a.asks, a.expected, a.pcm, a.rate, done)
 
     def _hold_pongs(self, ws: ServerConnection) -> None:
         """websockets answers pings itself: hold each pong for the core's pong_delay()."""

@@ -2,8 +2,8 @@
 
 Per session: the scripted model (lab.twin.model) and the energy VAD on its audio, or the client's
 own activityStart..activityEnd windows when its realtimeInputConfig turns automatic detection off
-(lab.twin.activity); a user turn (text, a restored transcript, the Nth utterance of speech) becomes
-the model's Plan, played step by step on timers, in the order the real service sends (fidelity.md §3):
+(lab.twin.activity); a user turn (text, a restored transcript, an utterance of speech read by its
+words or its position) becomes the model's Plan, played step by step on timers, in the order the real service sends (fidelity.md §3):
 
 - speech as audio_chunk_ms chunks (~300 ms in the records) sent in a burst faster than real time
   (audio_send_speed; 1 is real-time pacing), each with its piece of outputTranscription in the
@@ -32,7 +32,8 @@ from typing import Any, Callable, Protocol
 from lab.stats.distributions import draw
 from lab.twin import model as M
 from lab.twin import pieces, wire
-from lab.twin.io_actions import Log, Timer, TimerKey, UnknownSession, UnknownTimer
+from lab.twin import hearing as H
+from lab.twin.io_actions import Hear, Log, Timer, TimerKey, UnknownSession, UnknownTimer, WakeEar
 from lab.twin.activity import ActivityConfig, activity_config
 from lab.twin.usage import Usage
 
@@ -52,6 +53,7 @@ class TurnParams:
     interrupt_turn_complete_s: Any      # a Delay, drawn per interrupted turn
     audio_send_speed: float
     stray_audio_close: bool
+    hear_speech: bool                   # recognize spoken turns when the shell has an ear
     usage_audio_tokens_per_s: float
     usage_text_chars_per_token: float
     text_interrupt_s: Any               # a Delay: a typed turn's interrupted after it arrives
@@ -147,6 +149,12 @@ class Playback:
     window_voiced: bool = False
     usage: Usage | None = None
     line_pending: bool = False  # the last user turn came with turnComplete false and is unanswered
+    # with an ear (the twin hears speech): the utterance's audio until it is handed to the recognizer,
+    # what each utterance was heard as, and the utterance whose end waits for its words
+    audio: bytearray | None = None
+    audio_rate: int = 16000
+    heard: dict = field(default_factory=dict)
+    awaiting: int = 0
 
     def drop_turn(self) -> None:
         self.gen += 1
@@ -189,6 +197,10 @@ class Turns:
         self.rng = rng
         self.outlet = outlet
         self.plays: dict[str, Playback] = {}
+        # set by the shell that can run a recognizer (lab.twin.recognizer.Ear); without one, or with
+        # hear_speech off, the Nth utterance stands for line N of the script
+        self.ear = False
+        self._ear_woken = False
         # the user's spoken lines go on across a client's sessions (fidelity §8 F6): one Position per client
         self.positions: dict[str, M.Position] = {}
         self._call_ids: set[str] = set()     # call ids are unique across sessions
@@ -359,7 +371,7 @@ class Turns:
         p.window, p.window_voiced = True, False
         self._new_utterance(p, now)
         p.started = p.hearing = True
-        return self._barge_in(sid, conn, now)
+        return self._wake_ear() + self._barge_in(sid, conn, now)
 
     def _window_close(self, sid: str, conn: int, now: float) -> list:
         p = self.play(sid)
@@ -382,7 +394,10 @@ class Turns:
             p.voiced_ms += len(pcm) / 2 / rate * 1000
         # a pause inside the window is part of it: nothing here ends the utterance
         p.heard_ms += len(pcm) / 2 / rate * 1000
-        return self._transcribe_heard(sid, conn, now) if p.window_voiced else []
+        if p.audio is not None:
+            p.audio += pcm
+            p.audio_rate = rate
+        return []
 
     # ---- speech in: the twin's VAD -------------------------------------------------------------
     def _silence_s(self, p: Playback) -> float:
@@ -419,12 +434,13 @@ class Turns:
             p.sound_at = now
         if before or voiced:
             p.heard_ms += len(pcm) / 2 / rate * 1000
+            if p.audio is not None:
+                p.audio += pcm
+                p.audio_rate = rate
         if voiced:
             p.voiced_ms += len(pcm) / 2 / rate * 1000
         if events:
             acts += self._detector_events(sid, conn, events, now)
-        if p.started and not p.ending:
-            acts += self._transcribe_heard(sid, conn, now)
         if (det.in_voice or det.candidate) and not p.flush_armed:
             p.flush_armed = True
             acts.append(Timer(Flush(sid), self._vad_flush_due(p)))
@@ -437,6 +453,7 @@ class Turns:
         p.voice_audio_s = p.audio_in_s
         p.started = p.ending = False
         p.heard_ms = p.voiced_ms = 0.0
+        p.audio = bytearray() if self.hears else None
 
     def _on_flush(self, sid: str, p: Playback, key: TimerKey, now: float) -> list:
         p.flush_armed = False
@@ -466,6 +483,8 @@ class Turns:
                 if not p.started:
                     acts += self._activity_start(sid, conn, now)
                 p.ending = True
+                # the speech is over: it is heard during the end-of-speech silence, before ACTIVITY_END
+                acts += self._hear(sid, p)
                 end_s = (p.activity.silence_ms / 1000 if p.activity.silence_ms is not None
                          else draw(self._vad_end(p), self.rng))
                 # fidelity §8 F9: the records time it from the clip's last chunk, sound in it
@@ -502,7 +521,7 @@ class Turns:
         p.model.utterance_started()
         acts: list = [Log("twin.vad", {"conn": conn, "session": sid, "event": "onset"}),
                       self.wire.send(conn, wire.voice_activity("ACTIVITY_START", p.voice_audio_s), now)]
-        return acts + self._barge_in(sid, conn, now) + self._transcribe_heard(sid, conn, now)
+        return acts + self._wake_ear() + self._barge_in(sid, conn, now)
 
     def _activity_end(self, sid: str, conn: int, now: float) -> list:
         p = self.play(sid)
@@ -526,31 +545,109 @@ class Turns:
             return [first, nxt]
         return [first] if first else []
 
-    def _transcribe_heard(self, sid: str, conn: int, now: float, upto: int | None = None) -> list:
-        """inputTranscription: the whole utterance once, when it ends (fidelity §3, §8 F7: the records
-        show it in the same ms as ACTIVITY_END; nothing while the user speaks)."""
-        p = self.play(sid)
-        if upto is None or not p.input_transcription:
+    @property
+    def hears(self) -> bool:
+        """Spoken turns are recognized (an ear in the shell and hear_speech on), not read by position."""
+        return self.ear and self.prm.hear_speech
+
+    def _wake_ear(self) -> list:
+        """The first utterance has begun: the shell readies its recognizer while the user speaks, so
+        the turn's end does not wait for its start-up."""
+        if not self.hears or self._ear_woken:
             return []
-        text = " ".join(self._lines_heard(p))
-        return [self.wire.send(conn, wire.input_transcription_piece(text), now)] if text else []
+        self._ear_woken = True
+        return [WakeEar()]
+
+    def _hear(self, sid: str, p: Playback) -> list:
+        """Hand the utterance's audio to the shell's recognizer, once."""
+        if p.audio is None:
+            return []
+        pcm, p.audio = bytes(p.audio), None
+        mdl = p.model
+        asks = tuple((name, tuple(t.asks)) for name, t in mdl.tools.items() if t.asks)
+        expected = mdl.utterances if mdl.utterances < len(mdl.script) else None
+        return [Hear(sid, p.utt, tuple(mdl.script), asks, expected, pcm, p.audio_rate)]
+
+    def speech_heard(self, sid: str, utt: int, heard: Any, match: H.Match | None, now: float) -> list:
+        """The recognizer's words for utterance `utt` (None, None: it failed, so the turn is read by
+        position). Its turn goes on now if its end was waiting for them."""
+        p = self.plays.get(sid)
+        if p is None:
+            return []
+        p.heard[utt] = (heard, match)
+        if p.awaiting != utt:
+            return []
+        p.awaiting = 0
+        conn = self.outlet.open_conn(sid)
+        return self._turn_heard(sid, conn, now) if conn is not None else []
 
     def _utterance_over(self, sid: str, conn: int, now: float) -> list:
         p = self.play(sid)
-        acts = self._transcribe_heard(sid, conn, now, upto=-1)
-        heard = self._lines_heard(p)
-        for _ in heard or [None]:
-            p.model.next_script_line()
         p.usage.heard_audio(p.heard_ms / 1000)
+        acts = self._hear(sid, p) if self.hears else []
+        if self.hears and p.utt not in p.heard:
+            p.awaiting = p.utt           # ACTIVITY_END is sent; the turn waits for its words
+            return acts + [Log("twin.vad", {"conn": conn, "session": sid, "event": "end", "line": None,
+                                            "heard_ms": round(p.heard_ms, 1), "waiting": "recognizer"})]
+        return acts + self._turn_heard(sid, conn, now)
+
+    def _turn_heard(self, sid: str, conn: int, now: float) -> list:
+        """The utterance over and read: by its words (an ear) or by position; answered."""
+        p = self.play(sid)
+        heard, m = p.heard.pop(p.utt, (None, None))
+        read: dict = {"by": "position"}
+        if m is None:
+            heard_lines = self._lines_heard(p)
+            for _ in heard_lines or [None]:
+                p.model.next_script_line()
+            said = " ".join(heard_lines)
+            if self.hears:
+                read["why"] = "the recognizer failed"
+        else:
+            heard_lines = list(m.lines)
+            self._advance_position(p, heard_lines)
+            said = m.text or m.heard
+            read = {"by": "recognizer", **m.to_json(), "cpu_ms": round(heard.cpu_ms, 1) if heard else None,
+                    "wall_ms": round(heard.wall_ms, 1) if heard else None}
+        acts: list = []
+        # inputTranscription: the whole utterance once, when it ends (fidelity §3, §8 F7: the records
+        # show it in the same ms as ACTIVITY_END; nothing while the user speaks)
+        if p.input_transcription and said:
+            acts.append(self.wire.send(conn, wire.input_transcription_piece(said), now))
         acts.append(Log("twin.vad", {"conn": conn, "session": sid, "event": "end", "line": p.model.utterances - 1,
                                      "heard_ms": round(p.heard_ms, 1)}))
-        if heard:
-            acts += self._user_text(sid, conn, heard[0], now, source="speech", interrupt=False)
+        if heard_lines:
+            acts += self._user_text(sid, conn, heard_lines[0], now, source="speech", interrupt=False, read=read)
+        elif m is not None:
+            acts += self._not_understood(sid, conn, now, read)
         acts += self._release(sid, now)
-        if len(heard) > 1:
+        if len(heard_lines) > 1:
             # records (001 F speech, 3/3): the request of a merged turn was acted on, book_slot 0-1 ms
             # after ACTIVITY_END; the stop in the same turn did not withdraw it
-            p.model.history.append(("user", " ".join(heard[1:])))
+            p.model.history.append(("user", " ".join(heard_lines[1:])))
+        return acts
+
+    @staticmethod
+    def _advance_position(p: Playback, lines: list[str]) -> None:
+        """A line of the script heard: the script goes on after it (a line said out of order, or a
+        hello the script does not hold, leaves the lines due as they were)."""
+        pos, script = p.model.story.position, p.model.script
+        for line in lines:
+            if line in script[pos.heard:]:
+                pos.heard = script.index(line, pos.heard) + 1
+
+    def _not_understood(self, sid: str, conn: int, now: float, read: dict) -> list:
+        """A turn no phrase fits: the model asks again and calls nothing (assumption: the records
+        hold no unclear audio; a model answers unclear speech, it does not guess a tool call)."""
+        p = self.play(sid)
+        plan = p.model.not_understood()
+        acts: list = [Log("twin.user", {"conn": conn, "session": sid, "source": "speech", "intent": "UNCLEAR",
+                                        "plan": plan.why}),
+                      self._model_log(conn, sid, "", "speech", plan, read)]
+        if p.turn is not None:
+            p.queue.append(plan)
+        else:
+            acts += self._start_plan(sid, plan, now)
         return acts
 
     def _release(self, sid: str, now: float) -> list:
@@ -568,7 +665,8 @@ class Turns:
         return self._interrupt(sid, conn, now) if self.play(sid).activity.interrupts else []
 
     # ---- the user's turn ------------------------------------------------------------------------
-    def _user_text(self, sid: str, conn: int, text: str, now: float, source: str, interrupt: bool = True) -> list:
+    def _user_text(self, sid: str, conn: int, text: str, now: float, source: str, interrupt: bool = True,
+                   read: dict | None = None) -> list:
         p = self.play(sid)
         p.line_pending = False      # a user turn is being answered: nothing is left pending
         acts: list = []
@@ -592,7 +690,7 @@ class Turns:
             plan.steps[0].delay = 0.0
         acts.append(Log("twin.user", {"conn": conn, "session": sid, "source": source,
                                       "intent": M.classify(text), "plan": plan.why if plan else None}))
-        acts.append(self._model_log(conn, sid, text, source, plan))
+        acts.append(self._model_log(conn, sid, text, source, plan, read))
         if plan:
             if p.turn is not None:
                 p.queue.append(plan)        # NO_INTERRUPTION: the model finishes its turn first
@@ -600,12 +698,17 @@ class Turns:
                 acts += self._start_plan(sid, plan, now)
         return acts
 
-    def _model_log(self, conn: int, sid: str, text: str, source: str, plan: M.Plan | None) -> Log:
-        """twin.model: one decision of the model, the user turn it matched and why."""
+    def _model_log(self, conn: int, sid: str, text: str, source: str, plan: M.Plan | None,
+                   read: dict | None = None) -> Log:
+        """twin.model: one decision of the model, the user turn it matched and why; a spoken turn
+        says how it was read (`heard`: by the recognizer, with its words, match and score, or by position)."""
         call = next((s for s in plan.steps if s.kind == "call"), None) if plan else None
-        return Log("twin.model", {"conn": conn, "session": sid, "source": source, "text": text,
-                                  "match": dict(plan.match) if plan else {}, "plan": plan.why if plan else None,
-                                  "tool": call.tool if call else None, "args": dict(call.args) if call else None})
+        fields = {"conn": conn, "session": sid, "source": source, "text": text,
+                  "match": dict(plan.match) if plan else {}, "plan": plan.why if plan else None,
+                  "tool": call.tool if call else None, "args": dict(call.args) if call else None}
+        if read is not None:
+            fields["heard"] = read
+        return Log("twin.model", fields)
 
     def _interrupt(self, sid: str, conn: int, now: float, typed: bool = False) -> list:
         """Barge-in: the turn in flight is cut with interrupted, then turnComplete (no cancellation).

@@ -134,3 +134,30 @@ def test_the_scenario_clock_starts_at_the_apps_first_connection(tmp_path):
     end = next(e for e in events if e.kind == "run.end")
     assert end.ms >= ready.ms + 6000 - 1 and end.get("status") == "ok", end.data
     _no_leftovers(run)
+
+
+PROMPT_APP = Path(__file__).resolve().parent.parent / "fixtures" / "prompt_app.py"
+GREETING = "Hi, can you hear me?"
+BOOK = "Book me the 3pm slot tomorrow, please."
+
+
+def heard_turns(run: Path) -> list[dict]:
+    """The twin's decisions on the spoken turns: what it heard, the line it matched, the tool it called."""
+    twin = read_events(run / "twin.jsonl")
+    return [{"match": e["heard"].get("match"), "by": e["heard"]["by"], "tool": e.get("tool")}
+            for e in twin if e.kind == "twin.model" and e.get("source") == "speech"]
+
+
+def test_an_app_that_plays_its_own_prompts_is_answered_by_what_it_said(tmp_path):
+    # the app's own audio (its voice, its order), not the lab's lines: "Hi, can you hear me?" first is a
+    # greeting with no call, though by position it would be line 0, the booking; the booking line
+    # said second is the booking
+    batch, lines = _batch(tmp_path, "control", f'{sys.executable} {PROMPT_APP} "{GREETING}" "{BOOK}"',
+                          duration=30)
+    run = batch / "control-cmd-01"
+    assert heard_turns(run) == [{"match": GREETING, "by": "recognizer", "tool": None},
+                                {"match": BOOK, "by": "recognizer", "tool": "book_slot"}], \
+        (run / "client.log").read_text()[-2000:]
+    calls = [e for e in read_events(run / "twin.jsonl") if e.kind == "twin.tool_call"]
+    assert [c["args"] for c in calls] == [{"slot": "tomorrow 3pm"}]
+    _no_leftovers(run)

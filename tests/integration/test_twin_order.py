@@ -17,7 +17,9 @@ from lab.twin.model import tone
 from tests.integration.record_windows import LOAD_S, assert_within, recorded
 from tests.integration.test_twin_sdk import BOOK, STATUS, Live, cfg, run, sdk, twin_server
 
-FAST = {"reply_delay_s": 0.1, "tool_call_delay_s": 0.1}
+# a tone stands for the user's speech here, so the twin reads each turn by its position, not its
+# words: these tests time the frames; what the twin hears is test_twin_hearing's
+FAST = {"reply_delay_s": 0.1, "tool_call_delay_s": 0.1, "hear_speech": False}
 RATE = "audio/pcm;rate=16000"
 NO_BOOKING = "I haven't made that booking for you."
 

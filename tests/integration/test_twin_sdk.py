@@ -23,6 +23,7 @@ from google import genai
 from google.genai import errors, types
 from websockets.asyncio.client import connect as ws_connect
 
+from lab import speech
 from lab.events import read_events
 from lab.twin import model as M
 from lab.twin.model import tone
@@ -435,20 +436,20 @@ def test_speech_input_blocking_stop_reissues_a_call():
             decl = types.FunctionDeclaration(name="book_slot", description="book", behavior="BLOCKING",
                                              parameters={"type": "OBJECT", "properties": {"slot": {"type": "STRING"}}})
             async with Live(sdk(twin), cfg(tools=[types.Tool(function_declarations=[decl])])) as live:
-                async def speak(seconds):
-                    for chunk in range(int(seconds * 10)):
-                        await live.s.send_realtime_input(audio=types.Blob(
-                            data=pcm16(0.1, True), mime_type="audio/pcm;rate=16000"))
+                async def speak(line):
+                    # the line itself, spoken: the twin reads a turn by its words (lab.twin.hearing)
+                    for chunk in speech.chunks(speech.synth(line)):
+                        await live.s.send_realtime_input(audio=types.Blob(data=chunk, mime_type="audio/pcm;rate=16000"))
                     for chunk in range(7):
                         await live.s.send_realtime_input(audio=types.Blob(
                             data=pcm16(0.1, False), mime_type="audio/pcm;rate=16000"))
-                await speak(0.8)
+                await speak(BOOK)
                 msgs = await live.turn(stop=lambda m: bool(m.tool_call))
                 first = Live.calls(msgs)[0]
                 heard = [m.server_content.input_transcription.text for m in live.msgs
                          if m.server_content and m.server_content.input_transcription]
-                assert "".join(heard) == BOOK                       # in pieces while the user spoke
-                await speak(0.8)
+                assert "".join(heard) == BOOK                       # whole, as the turn ends
+                await speak("Actually, stop. Don't book it.")
                 msgs = []
                 while not Live.calls(msgs):     # the interrupted turn ends with its own turnComplete first
                     msgs += await live.turn(stop=lambda m: bool(m.tool_call))
