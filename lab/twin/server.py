@@ -47,6 +47,10 @@ from lab.events import EventLog
 from lab.twin.io_actions import Close, Log, Send, Timer
 from lab.twin.control import ControlServer
 from lab.twin.core import TwinCore
+from lab.twin.openai_core import OpenAICore
+
+# the core each protocol is served by, and its default profile (`lab twin serve --protocol`)
+CORES = {"gemini": (TwinCore, "developer-api"), "openai": (OpenAICore, "openai-realtime")}
 
 DEFAULT_SANS = ("localhost", "127.0.0.1", "endpoint")
 
@@ -85,13 +89,18 @@ def stop_signal() -> asyncio.Event:
 
 
 class TwinServer:
-    def __init__(self, profile: str = "developer-api", host: str = "127.0.0.1", port: int = 0, tls: bool = True,
+    def __init__(self, profile: str | None = None, host: str = "127.0.0.1", port: int = 0, tls: bool = True,
                  cert_dir: str | Path | None = None, api_key: str | None = None, overrides: Any = None,
                  log_path: str | Path | None = None, seed: int | None = None, san: list[str] | None = None,
                  log: EventLog | None = None, t0: float | None = None,
-                 control: tuple[str, int] | None = None, conversation: Any = None, keep_events: bool = True):
+                 control: tuple[str, int] | None = None, conversation: Any = None, keep_events: bool = True,
+                 protocol: str = "gemini"):
         # keep_events=False (`lab twin serve`): its events go to the log file only, not into memory
-        self.core = TwinCore(profile, overrides, seed=seed, api_key=api_key, conversation=conversation)
+        if protocol not in CORES:
+            raise ValueError(f"unknown twin protocol {protocol!r}; known: {', '.join(CORES)}")
+        core, default_profile = CORES[protocol]
+        self.protocol = protocol
+        self.core = core(profile or default_profile, overrides, seed=seed, api_key=api_key, conversation=conversation)
         self.profile = self.core.profile
         # read here, not in start(): a bad profile fails before anything listens
         self._ping_interval = self.profile["ping_interval"]

@@ -362,3 +362,14 @@ def test_each_core_refuses_the_other_protocols_profile_in_one_line():
         OpenAICore("developer-api")
     with pytest.raises(LabError, match="not one of the openai protocol"):
         OpenAICore("openai-realtime", {"refuse_close_s": 1})
+
+
+def test_twin_serve_protocol_openai_lists_the_openai_profile_and_refuses_a_mismatch(capsys):
+    from lab.cli import main
+
+    assert main(["twin", "serve", "--protocol", "openai", "--list-params", "--set", "openai_session_max_s=90"]) == 0
+    out = capsys.readouterr().out
+    assert "openai_session_max_s = 90\n    source: override" in out and "refuse_close_s" not in out
+    assert main(["twin", "serve", "--profile", "openai-realtime", "--list-params"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "openai protocol, not gemini" in err
