@@ -152,3 +152,40 @@ def test_a_wrong_key_is_refused_on_the_socket_with_invalid_api_key():
                     await conn.recv()
                 assert closed.value.rcvd.code == 3000
     run(body())
+
+
+def test_the_lab_openai_client_books_through_the_backend_and_hears_the_reply():
+    """`--client openai`: the lab's client on the same SDK, its events the kinds the Gemini clients
+    write, so the report's user outcomes judge it alike (the booking story, default conversation)."""
+    from lab.backend import Backend
+    from lab.clients import ClientContext, Endpoint, get
+
+    async def body():
+        log = EventLog()
+        twin = TwinServer(protocol="openai", api_key=KEY, seed=5, overrides=FAST, log=log)
+        await twin.start()
+        client = get("openai")(ClientContext(endpoint=Endpoint(twin.base_url, KEY, twin.ca_path), log=log,
+                                             backend=Backend(log, commit_after_s=0.2)))
+        try:
+            await client.start()
+            assert client.flow() is not None and client.flow()[3] == twin.port
+            await client.say("Book me the 3pm slot tomorrow, please.", 1)
+            await log.wait_for("model.text", timeout=20)
+        finally:
+            await client.stop()
+            await twin.stop()
+        kinds = [e.kind for e in log.events if e.src == "client"]
+        order = [kinds.index(k) for k in ("conn.open", "user.say", "tool.call", "tool.response", "model.audio",
+                                          "model.text")]
+        assert order == sorted(order)
+        # two responses: the call alone, then the reply the client asked for after the result
+        assert kinds.count("model.turn_complete") == 2 and kinds[-1] == "model.turn_complete"
+        call = next(e for e in log.events if e.kind == "tool.call")
+        assert call["name"] == "book_slot" and call["args"] == {"slot": "tomorrow 3pm"}
+        resp = next(e for e in log.events if e.kind == "tool.response")
+        assert (resp["id"], resp["status"], resp["sent"]) == (call["id"], "booked", True)
+        assert any(e.kind == "backend.commit" for e in log.events)
+        assert next(e for e in log.events if e.kind == "model.text")["text"]
+        twin_saw = next(e for e in log.events if e.kind == "twin.tool_response")
+        assert twin_saw["id"] == call["id"] and twin_saw["known"] is True
+    run(body())
