@@ -60,23 +60,26 @@ async def until(conn, kind: str, seen: list) -> object:
             return ev
 
 
-async def _ask_for_the_call(conn, seen: list) -> object:
-    await until(conn, "session.created", seen)
-    await conn.session.update(session={"type": "realtime", "tools": TOOLS})
-    await until(conn, "session.updated", seen)
-    await conn.conversation.item.create(item={"type": "message", "role": "user",
-                                              "content": [{"type": "input_text", "text": ASK}]})
-    await conn.response.create()
-    await until(conn, "response.done", seen)
-    return next(e for e in seen if e.type == "response.function_call_arguments.done")
+@contextlib.asynccontextmanager
+async def a_call(twin: TwinServer):
+    """A session on the SDK that declared the tools and asked the reservation line: (the connection,
+    the function call it got, every event so far)."""
+    seen: list = []
+    async with connect(twin) as conn:
+        await until(conn, "session.created", seen)
+        await conn.session.update(session={"type": "realtime", "tools": TOOLS})
+        await until(conn, "session.updated", seen)
+        await conn.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text", "text": ASK}]})
+        await conn.response.create()
+        await until(conn, "response.done", seen)
+        yield conn, next(e for e in seen if e.type == "response.function_call_arguments.done"), seen
 
 
 def test_sdk_holds_a_tool_conversation_with_the_twin():
     async def body():
         async with openai_twin() as twin:
-            seen: list = []
-            async with connect(twin) as conn:
-                call = await _ask_for_the_call(conn, seen)
+            async with a_call(twin) as (conn, call, seen):
                 assert call.name == "check_slot"
                 assert json.loads(call.arguments) == {"date": "2026-12-31", "time": "8pm", "party": 6}
                 kinds = [e.type for e in seen]
@@ -106,9 +109,8 @@ def test_sdk_holds_a_tool_conversation_with_the_twin():
 def test_a_tool_output_sent_into_a_new_session_after_a_reconnect_is_an_orphan_error():
     async def body():
         async with openai_twin() as twin:
-            first: list = []
-            async with connect(twin) as conn:
-                call = await _ask_for_the_call(conn, first)
+            async with a_call(twin) as (_, call, first):
+                pass
             # the socket is gone, and with it the session: the reconnect is a new, empty one
             second: list = []
             async with connect(twin) as conn:

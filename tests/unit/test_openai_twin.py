@@ -96,6 +96,20 @@ def _say(sim: Sim, text: str, conn=1):
         "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}})
 
 
+def _called(sim: Sim, conn=1) -> str:
+    """A configured session asked the reservation line: the call_id of the check_slot call it got."""
+    _configured(sim, conn)
+    _say(sim, ASK, conn)
+    sim.send(conn, {"type": "response.create"})
+    sim.run(sim.now + 5)
+    return sim.of("response.function_call_arguments.done", conn)[0]["call_id"]
+
+
+def _answer(sim: Sim, call_id: str, conn=1, **event):
+    sim.send(conn, {"type": "conversation.item.create", **event, "item": {
+        "type": "function_call_output", "call_id": call_id, "output": json.dumps({"status": "free"})}})
+
+
 # ---------------------------------------------------------------------------------------- the upgrade
 
 def test_the_route_is_v1_realtime_and_the_key_is_a_bearer_token_judged_on_the_socket():
@@ -179,13 +193,7 @@ def test_a_text_turn_gets_a_function_call_with_arguments_read_from_the_line():
 
 def test_no_auto_continue_after_a_tool_output_the_reply_comes_on_response_create():
     sim = Sim()
-    _configured(sim)
-    _say(sim, ASK)
-    sim.send(1, {"type": "response.create"})
-    sim.run(5)
-    call_id = sim.of("response.function_call_arguments.done")[0]["call_id"]
-    sim.send(1, {"type": "conversation.item.create", "item": {
-        "type": "function_call_output", "call_id": call_id, "output": json.dumps({"status": "free"})}})
+    _answer(sim, _called(sim))
     sim.run(30)
     assert len(sim.of("response.created")) == 1                           # nothing until asked
     sim.send(1, {"type": "response.create"})
@@ -199,27 +207,16 @@ def test_no_auto_continue_after_a_tool_output_the_reply_comes_on_response_create
 
 def test_the_auto_continue_parameter_makes_a_tool_output_start_the_reply():
     sim = Sim(openai_auto_response_after_tool_output=True)
-    _configured(sim)
-    _say(sim, ASK)
-    sim.send(1, {"type": "response.create"})
-    sim.run(5)
-    call_id = sim.of("response.function_call_arguments.done")[0]["call_id"]
-    sim.send(1, {"type": "conversation.item.create", "item": {
-        "type": "function_call_output", "call_id": call_id, "output": '{"status": "free"}'}})
+    _answer(sim, _called(sim))
     assert len(sim.of("response.created")) == 2
 
 
 def test_a_tool_output_into_a_new_session_is_an_orphan_error():
     sim = Sim()
-    _configured(sim, 1)
-    _say(sim, ASK, 1)
-    sim.send(1, {"type": "response.create"})
-    sim.run(5)
-    call_id = sim.of("response.function_call_arguments.done", 1)[0]["call_id"]
+    call_id = _called(sim, 1)
     sim.end(1)                                                            # the socket drops
     _configured(sim, 2)                                                   # the reconnect: a new session
-    sim.send(2, {"type": "conversation.item.create", "event_id": "ev_out", "item": {
-        "type": "function_call_output", "call_id": call_id, "output": '{"status": "free"}'}})
+    _answer(sim, call_id, 2, event_id="ev_out")
     err = sim.of("error", 2)[0]["error"]
     assert (err["code"], err["param"], err["event_id"]) == ("invalid_value", "item.call_id", "ev_out")
     assert call_id in err["message"]
