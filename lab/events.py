@@ -157,6 +157,8 @@ EVENT_KINDS: dict[str, EventKind] = {
     "twin.say": _k("twin", "conn session text"),
     "twin.tool_call": _k("twin", "conn session id name args blocking"),
     "twin.tool_response": _k("twin", "conn session id name known status scheduling"),
+    "twin.error_event": _k("twin", "conn session code type param",
+                           "an OpenAI Realtime `error` event the twin sent (the session stays open unless a close follows)"),
 }
 
 # The lab's own namespaces (the first word of each kind): an unknown kind in one of them is a

@@ -1,6 +1,6 @@
 """The clients under test, by name; and the hook for a user's own client.
 
-`get("probe" | "recovery" | "naive" | "guard")` returns the class. `get("pkg.mod:Class")` imports a user's
+`get("probe" | "recovery" | "naive" | "guard" | "openai")` returns the class. `get("pkg.mod:Class")` imports a user's
 module and returns its class, which must subclass `lab.clients.base.Client` (or at least provide
 start/say/action/flow/stop). Anything else is a LabError naming the known clients. The framework
 clients (lab.clients.frameworks: livekit) are apps run black-box, which the orchestrator starts
@@ -21,6 +21,8 @@ _BUILTIN = {
     "recovery-sequential": ("lab.clients.sequential", "SequentialRecoveryClient"),
     "guard": ("lab.clients.guard", "GuardClient"),
     "session-manager": ("lab.clients.managed", "SessionManagerClient"),
+    # the OpenAI Realtime API on the openai SDK (serve the twin with --protocol openai; issue 38)
+    "openai": ("lab.clients.openai_realtime", "OpenAIRealtimeClient"),
 }
 
 _REQUIRED = ("start", "say", "action", "flow", "stop")

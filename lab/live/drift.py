@@ -333,12 +333,14 @@ UNANSWERED = "TimeoutError"     # a resume.result reason: the setup got neither 
 
 def _twin_close_codes(prof: Profile) -> set[int]:
     """Every close code the profile lets the twin send (each parameter shaped as a close code)."""
-    return {int(prof[n]) for n, spec in DECLARED.items() if spec is CLOSE_CODE and prof[n] is not None}
+    # the profile's own names: a profile carries only its protocol's (lab.twin.params.declared_for)
+    return {int(prof[n]) for n, spec in DECLARED.items() if spec is CLOSE_CODE and n in prof.params
+            and prof[n] is not None}
 
 
 def _twin_reasons(prof: Profile) -> list[str]:
     """The close reasons the profile's twin sends: a templated one ({model}) by its fixed start."""
-    return [str(prof[n]).split("{")[0] for n in DECLARED if n.endswith("_reason") and prof[n]]
+    return [str(prof[n]).split("{")[0] for n in prof.params if n.endswith("_reason") and prof[n]]
 
 
 def unmodelled(prof: Profile, runs: list[RunObs]) -> list[Behaviour]:

@@ -1,6 +1,7 @@
 """`lab twin serve`: run the endpoint twin standalone until SIGINT/SIGTERM.
 
     lab twin serve --port 8765 --profile developer-api --set idle_release_s=1.5 --log twin.jsonl
+    lab twin serve --protocol openai          # OpenAI Realtime at /v1/realtime (profile openai-realtime)
     lab twin calibrate captures/nightly-*/    # the timed parameters fitted from live runs (an overlay)
 
 Prints the base URL and the CA path (the PEM a client must trust) and serves until stopped.
@@ -17,12 +18,16 @@ from lab.errors import LabError
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("twin", help="the Gemini Live endpoint twin")
+    p = sub.add_parser("twin", help="the endpoint twin (Gemini Live; OpenAI Realtime with serve --protocol openai)")
     tsub = p.add_subparsers(dest="twin_command", metavar="TWIN_COMMAND")
     s = tsub.add_parser("serve", help="serve the twin until SIGINT/SIGTERM")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8765, help="port (0 = any free port; default 8765)")
-    s.add_argument("--profile", default="developer-api", help="profile name or YAML path (default developer-api)")
+    s.add_argument("--protocol", choices=("gemini", "openai"), default="gemini",
+                   help="the wire to speak: gemini (Live API, default) or openai (Realtime API at /v1/realtime; "
+                        "docs/protocol-openai.md)")
+    s.add_argument("--profile", default=None,
+                   help="profile name or YAML path (default developer-api; openai-realtime with --protocol openai)")
     s.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                    help="override one profile parameter (repeatable), e.g. --set freeze_close_s=30")
     s.add_argument("--cert-dir", default=None, help="where to write ca.pem and the server certificate")
@@ -116,7 +121,9 @@ def _serve(args) -> int:
 
     from lab.conversation.format import load as load_conversation   # here too: only serving reads one
 
-    prof = load_profile(args.profile, args.overrides)   # LabError on a bad profile or --set
+    args.profile = args.profile or ("openai-realtime" if args.protocol == "openai" else "developer-api")
+    # LabError on a bad profile or --set, or a profile of the other protocol
+    prof = load_profile(args.profile, args.overrides, protocol=args.protocol)
     # a bad conversation fails before anything listens; its lines are the spoken order unless --set script
     args.conversation = load_conversation(args.conversation) if args.conversation else None
     if args.conversation is not None and not any(str(o).startswith("script=") for o in args.overrides):
@@ -145,7 +152,7 @@ async def _run(args) -> int:
     twin = TwinServer(profile=args.profile, host=args.host, port=args.port, tls=not args.no_tls,
                       cert_dir=args.cert_dir, api_key=args.api_key, overrides=args.overrides,
                       log_path=args.log, seed=args.seed, san=args.san, t0=args.t0, control=args.control,
-                      conversation=args.conversation, keep_events=False)
+                      conversation=args.conversation, keep_events=False, protocol=args.protocol)
     try:
         await twin.start()
     except OSError as e:

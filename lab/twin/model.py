@@ -117,9 +117,10 @@ class ModelConfig(E.Params):
                    restore_reissue_say_s=profile["restore_reissue_say_s"])
 
 
-def _with_overrides(cfg: ModelConfig) -> F.Conversation:
+def conversation_for(cfg: ModelConfig) -> F.Conversation:
     """The conversation with the profile's booking overrides: tool_name renames the booking tool,
-    tool_slot is its slot (only the booking story has them)."""
+    tool_slot is its slot (only the booking story has them). Public: the OpenAI twin's model
+    (lab.twin.openai_model) plays the same conversation from the same profile."""
     conv = cfg.conversation or booking()
     if conv.name != F.DEFAULT or BOOKING.name not in conv.tools:
         return conv
@@ -139,7 +140,7 @@ class ScriptedModel(E.Engine):
 
     def __init__(self, config: ModelConfig | None = None, rng=None, next_call_id=None, story: Story | None = None):
         cfg = config or ModelConfig()
-        super().__init__(_with_overrides(cfg), cfg, rng, next_call_id=next_call_id, story=story, script=cfg.script)
+        super().__init__(conversation_for(cfg), cfg, rng, next_call_id=next_call_id, story=story, script=cfg.script)
 
     # ---- configuration from the setup frame (normalised camelCase dict) ----
     def configure(self, setup: dict) -> None:

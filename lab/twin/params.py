@@ -318,6 +318,56 @@ DECLARED: dict[str, Spec] = {
 }
 
 
+# ---- protocols ---------------------------------------------------------------------------------
+# The twin speaks two protocols (`lab twin serve --protocol`). A profile says which one it is for
+# (`protocol:` in its file, default gemini) and carries exactly that protocol's names: the Gemini
+# names above, or the OpenAI Realtime names below, and for both the SHARED ones (the asyncio shell's
+# socket settings, the conversation engine's delays and stop behaviours, the VAD and the voice).
+GEMINI, OPENAI = "gemini", "openai"
+PROTOCOLS = (GEMINI, OPENAI)
+
+# OpenAI Realtime (lab.twin.openai_session, lab.twin.openai_wire); values and sources in
+# lab/twin/profiles/openai-realtime.yaml
+OPENAI_DECLARED: dict[str, Spec] = {
+    "openai_bad_key_close_code": CLOSE_CODE,
+    "openai_bad_key_close_reason": Text(),
+    "openai_bad_key_message": Text(),
+    "openai_session_max_s": Number(lo=0, nullable=True),
+    "openai_session_expired_message": Text(hint="a string; {minutes} is filled in"),
+    "openai_session_expired_code": CLOSE_CODE,
+    "openai_check_call_id": Flag(),
+    "openai_auto_response_after_tool_output": Flag(),
+    "openai_default_model": Text(),
+    "openai_default_turn_detection": Choice(options=("server_vad", "none")),
+    "openai_session_created_s": Delay(),
+    "openai_rate_limit_requests": Number(lo=0, integer=True),
+    "openai_rate_limit_tokens": Number(lo=0, integer=True),
+}
+DECLARED.update(OPENAI_DECLARED)
+
+SHARED = frozenset({
+    # the asyncio shell (lab.twin.server) and its run-time faults
+    "ping_interval", "ping_timeout", "tcp_user_timeout_s", "fin_after_close", "slow_pongs", "pong_delay_s", "stall",
+    # the conversation engine's parameters (lab.twin.model.ModelConfig.from_profile)
+    "script", "tool_name", "tool_slot", "default_tool_behavior", "tool_call_delay_s", "reply_delay_s",
+    "response_reply_delay_s", "reissue_delay_s", "restore_first_audio_s", "stop_while_pending_reply",
+    "stop_claim_delay_s", "silent_after_stop_response_p", "reissue_p", "stop_contradict_reply",
+    "stop_after_commit_reply", "early_stop_call_p", "early_stop_call_delay_s", "reissue_text_p",
+    "restore_reissue_call_s", "restore_reissue_say_s",
+    # hearing and speaking: the energy VAD, the voice's length and chunking
+    "vad_threshold_rms", "vad_onset_ms", "vad_silence_ms", "speech_ms_per_char", "audio_chunk_ms", "tone_hz",
+})
+
+
+def declared_for(protocol: str) -> list[str]:
+    """The names a profile of `protocol` carries, in DECLARED's order."""
+    if protocol == OPENAI:
+        return [n for n in DECLARED if n in SHARED or n in OPENAI_DECLARED]
+    if protocol == GEMINI:
+        return [n for n in DECLARED if n not in OPENAI_DECLARED]
+    raise BadParameter(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+
+
 def spec_of(name: str) -> Spec:
     try:
         return DECLARED[name]

@@ -2,6 +2,10 @@
 
 A profile is a YAML file in lab/twin/profiles/ (or any path). Each parameter is
 `name: {value: ..., source: "..."}`; `extends: other` inherits another profile's parameters.
+`protocol:` (gemini, the default, or openai) says which wire the profile is for and so which names
+it carries (lab.twin.params.declared_for). A profile that extends one of another protocol inherits
+only the names both share, each source marked an assumption: a figure measured on one service
+stands in for the other until someone measures it.
 A delay's value [lo, hi] (two numbers) is a range, drawn uniformly per event with `draw()`; a
 mapping {min: .., pNN: .., max: ..} is a recorded distribution (lab.stats.quantiles), sampled per
 event by inverse CDF.
@@ -24,7 +28,7 @@ import yaml
 
 from lab.errors import LabError
 from lab.stats.distributions import bounds, draw, is_range
-from lab.twin.params import DECLARED, UnknownParameter, read_view, spec_of
+from lab.twin.params import DECLARED, GEMINI, PROTOCOLS, UnknownParameter, declared_for, read_view, spec_of
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 
@@ -50,6 +54,7 @@ class Profile:
     name: str
     description: str = ""
     params: dict[str, Param] = field(default_factory=dict)
+    protocol: str = GEMINI
 
     def __getitem__(self, name: str) -> Any:
         try:
@@ -82,9 +87,13 @@ class Profile:
     def with_overrides(self, overrides: Mapping[str, Any] | Iterable[str] | None) -> "Profile":
         """A copy with overrides applied: a mapping name -> value, or 'name=value' strings."""
         out = Profile(self.name, self.description,
-                      {k: Param(p.name, p.value, p.source, p.overridden) for k, p in self.params.items()})
+                      {k: Param(p.name, p.value, p.source, p.overridden) for k, p in self.params.items()},
+                      self.protocol)
         for name, value in _override_items(overrides):
             spec = spec_of(name)        # UnknownParameter (a LabError) lists the known names
+            if name not in out.params:
+                raise UnknownParameter(f"twin parameter {name!r} is not one of the {self.protocol} protocol's "
+                                       f"(profile {self.name!r})")
             old = out.params[name]
             out.params[name] = Param(name, spec.check(name, value), f"override (was {old.value!r}; {old.source})",
                                      True)
@@ -139,20 +148,39 @@ def _resolve(name_or_path: str) -> Path:
     raise LabError(f"unknown twin profile {name_or_path!r} (available: {', '.join(available_profiles())})")
 
 
+def _protocol(path: Path, data: dict) -> str:
+    protocol = str(data.get("protocol") or GEMINI)
+    if protocol not in PROTOCOLS:
+        raise LabError(f"twin profile {path}: unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    return protocol
+
+
 def _load(path: Path, seen: tuple) -> tuple[dict, dict[str, Param]]:
     """The file's data and its parameters merged over the ones it extends, each name and value checked."""
     if path in seen:
         raise LabError(f"twin profile {path}: 'extends' loops")
     data = _read(path)
+    protocol = _protocol(path, data)
+    own = set(declared_for(protocol))
     params: dict[str, Param] = {}
     if data.get("extends"):
-        params.update(_load(_resolve(str(data["extends"])), seen + (path,))[1])
+        parent_path = _resolve(str(data["extends"]))
+        parent_data, parent = _load(parent_path, seen + (path,))
+        if _protocol(parent_path, parent_data) == protocol:
+            params.update(parent)
+        else:
+            # another service's figure: kept, but said to be an assumption for this one
+            who = parent_data.get("name") or parent_path.stem
+            params.update({n: Param(n, p.value, f"assumption: {who}'s value, unmeasured here ({p.source})")
+                           for n, p in parent.items() if n in own})
     for name, spec in data["params"].items():
         if not isinstance(spec, dict) or "value" not in spec or not spec.get("source"):
             raise LabError(f"twin profile {path}: parameter {name!r} needs 'value' and 'source'")
         if name not in DECLARED:
             raise UnknownParameter(f"twin profile {path}: unknown parameter {name!r}; "
                                    f"known: {', '.join(sorted(DECLARED))}")
+        if name not in own:
+            raise UnknownParameter(f"twin profile {path}: parameter {name!r} is not one of the {protocol} protocol's")
         try:
             value = DECLARED[name].check(name, spec["value"])
         except LabError as e:
@@ -161,13 +189,20 @@ def _load(path: Path, seen: tuple) -> tuple[dict, dict[str, Param]]:
     return data, params
 
 
-def load_profile(name_or_path: str = "developer-api", overrides=None) -> Profile:
+def load_profile(name_or_path: str = "developer-api", overrides=None, protocol: str | None = GEMINI) -> Profile:
+    """`protocol`: the one the caller serves (a profile of another is refused with one line);
+    None takes a profile of either (`lab twin serve` checks it against --protocol itself)."""
     path = _resolve(name_or_path)
     data, params = _load(path, ())
-    missing = sorted(set(DECLARED) - set(params))
+    own = _protocol(path, data)
+    if protocol is not None and own != protocol:
+        raise LabError(f"twin profile {path.stem!r} is for the {own} protocol, not {protocol}"
+                       + (" (lab twin serve --protocol openai)" if own != GEMINI else ""))
+    names = declared_for(own)
+    missing = sorted(set(names) - set(params))
     if missing:
         raise LabError(f"twin profile {path}: missing parameters {', '.join(missing)}")
     # the declared order, so --list-params and the twin's logs read the same for every profile
-    ordered = {n: params[n] for n in DECLARED}
-    prof = Profile(str(data.get("name") or path.stem), str(data.get("description") or ""), ordered)
+    ordered = {n: params[n] for n in names}
+    prof = Profile(str(data.get("name") or path.stem), str(data.get("description") or ""), ordered, own)
     return prof.with_overrides(overrides)

@@ -48,6 +48,10 @@ from lab.twin import recognizer
 from lab.twin.io_actions import Close, Hear, Log, Send, Timer, WakeEar
 from lab.twin.control import ControlServer
 from lab.twin.core import TwinCore
+from lab.twin.openai_core import OpenAICore
+
+# the core each protocol is served by, and its default profile (`lab twin serve --protocol`)
+CORES = {"gemini": (TwinCore, "developer-api"), "openai": (OpenAICore, "openai-realtime")}
 
 DEFAULT_SANS = ("localhost", "127.0.0.1", "endpoint")
 
@@ -86,13 +90,18 @@ def stop_signal() -> asyncio.Event:
 
 
 class TwinServer:
-    def __init__(self, profile: str = "developer-api", host: str = "127.0.0.1", port: int = 0, tls: bool = True,
+    def __init__(self, profile: str | None = None, host: str = "127.0.0.1", port: int = 0, tls: bool = True,
                  cert_dir: str | Path | None = None, api_key: str | None = None, overrides: Any = None,
                  log_path: str | Path | None = None, seed: int | None = None, san: list[str] | None = None,
                  log: EventLog | None = None, t0: float | None = None,
-                 control: tuple[str, int] | None = None, conversation: Any = None, keep_events: bool = True):
+                 control: tuple[str, int] | None = None, conversation: Any = None, keep_events: bool = True,
+                 protocol: str = "gemini"):
         # keep_events=False (`lab twin serve`): its events go to the log file only, not into memory
-        self.core = TwinCore(profile, overrides, seed=seed, api_key=api_key, conversation=conversation)
+        if protocol not in CORES:
+            raise ValueError(f"unknown twin protocol {protocol!r}; known: {', '.join(CORES)}")
+        core, default_profile = CORES[protocol]
+        self.protocol = protocol
+        self.core = core(profile or default_profile, overrides, seed=seed, api_key=api_key, conversation=conversation)
         self.profile = self.core.profile
         # read here, not in start(): a bad profile fails before anything listens
         self._ping_interval = self.profile["ping_interval"]
@@ -119,8 +128,11 @@ class TwinServer:
         # the twin hears speech in a worker process (lab.twin.recognizer), made as the first speech begins;
         # why_deaf: why it cannot, when the profile asks it to (the twin then reads turns by position)
         self._ear = None
-        self.why_deaf = recognizer.missing() if self.profile["hear_speech"] else None
-        self.core.turns.ear = self.profile["hear_speech"] and self.why_deaf is None
+        # (a protocol whose profile has no hear_speech, OpenAI's so far, reads speech by position)
+        wants_ear = bool(self.profile.get("hear_speech", False))
+        self.why_deaf = recognizer.missing() if wants_ear else None
+        if wants_ear:
+            self.core.turns.ear = self.why_deaf is None
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def start(self) -> "TwinServer":
@@ -186,7 +198,8 @@ class TwinServer:
     @property
     def hearing(self) -> str:
         """How spoken turns are read: by their words, or by position (and why, when hearing was asked for)."""
-        if self.core.turns.hears:
+        turns = getattr(self.core, "turns", None)
+        if turns is not None and turns.hears:
             return "speech, by its words"
         return f"speech by position: {self.why_deaf}" if self.why_deaf else "speech by position"
 

@@ -94,7 +94,7 @@ def test_schedule_without_detection_attempt_and_explicit_offsets():
 
 # ---- registry ----------------------------------------------------------------------------------
 def test_registry_names_and_unknown():
-    assert set(names()) == {"probe", "recovery", "naive", "recovery-sequential", "guard", "session-manager"}
+    assert set(names()) == {"probe", "recovery", "naive", "recovery-sequential", "guard", "session-manager", "openai"}
     assert get("recovery").name == "recovery"
     # the study's sequential pattern is the reference client with the study's timing, nothing else
     seq = get("recovery-sequential")
@@ -263,7 +263,7 @@ def test_every_parameter_a_client_reads_is_in_its_defaults():
 
     reads_seen = 0
     for mod_name in ("lab.clients.sdk", "lab.clients.probe", "lab.clients.naive", "lab.clients.recovery",
-                     "lab.clients.sequential", "lab.clients.managed"):
+                     "lab.clients.sequential", "lab.clients.managed", "lab.clients.openai_realtime"):
         mod = importlib.import_module(mod_name)
         for node in ast.parse(inspect.getsource(mod)).body:
             cls = getattr(mod, node.name, None) if isinstance(node, ast.ClassDef) else None

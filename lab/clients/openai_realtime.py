@@ -1,0 +1,266 @@
+"""A lab client on the unmodified `openai` SDK's Realtime API (`client.realtime.connect`).
+
+What a plain OpenAI Realtime app does: one socket, `session.update` with the book_slot tool, each
+user line as a user item plus `response.create` (text), or as 24 kHz PCM appended to the input
+buffer for the server's VAD (speech); a function call goes to the lab's backend, and its result goes
+back as a `function_call_output` followed by `response.create` (OpenAI never continues by itself).
+It writes the same event kinds as the Gemini clients (user.say, tool.call, tool.response,
+model.audio, model.text, model.turn_complete, conn.*), so the report's user outcomes judge it alike.
+
+After a drop it does nothing of its own: with `sdk_reconnect` the SDK's transport-level reconnect
+(openai-python >= 2.32, opt-in through `on_reconnecting`) opens a new socket, which is a new, empty
+session on the service; the SDK's send queue may then replay frames into it (the orphaned tool result
+of issue 38). Scripted actions: 'close' and 'abort'.
+
+Pointed at the twin by `websocket_base_url` (the endpoint's https base URL as wss, plus /v1, to
+which the SDK appends /realtime?model=...) and the twin's CA in an ssl context handed to
+websockets through `websocket_connection_options` (the SDK's typed options omit `ssl`, but it
+passes every option through to websockets' connect).
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import ssl
+import time
+from typing import Any
+
+from openai import AsyncOpenAI
+
+from lab import speech
+from lab.clients.base import Client, ClientContext
+from lab.clients.connection import SRC
+from lab.clients.params import Params
+from lab.clients.session_config import DEFAULT_SYSTEM_INSTRUCTION
+from lab.errors import LabError
+
+try:  # the stdlib's resampler while it has it (removed in Python 3.13; the lab runs 3.11)
+    import audioop as _audioop
+except ImportError:  # pragma: no cover
+    _audioop = None
+
+OUT_RATE = 24000        # the GA protocol's only PCM rate, both ways (SDK RealtimeAudioFormats)
+
+BOOK_SLOT = {"type": "function", "name": "book_slot",
+             "description": "Book an appointment slot for the user. Takes a few seconds to commit.",
+             "parameters": {"type": "object", "required": ["slot"], "properties": {
+                 "slot": {"type": "string", "description": "The slot as the user said it, e.g. 'tomorrow 3pm'."}}}}
+
+
+def websocket_base_url(base_url: str) -> str:
+    """https://host:port (the lab's endpoint) -> wss://host:port/v1 (what the SDK appends /realtime to)."""
+    scheme, sep, rest = base_url.rstrip("/").partition("://")
+    ws = {"https": "wss", "http": "ws"}.get(scheme, scheme)
+    return f"{ws}{sep}{rest}" + ("" if rest.endswith("/v1") else "/v1")
+
+
+def to_24k(pcm16k: bytes) -> bytes:
+    """The lab's 16 kHz speech as the 24 kHz PCM the protocol takes."""
+    if _audioop is None:
+        raise LabError("speech to the OpenAI client needs audioop (Python <= 3.12)")
+    return _audioop.ratecv(pcm16k, 2, 1, speech.IN_RATE, OUT_RATE, None)[0]
+
+
+class OpenAIRealtimeClient(Client):
+    name = "openai"
+    DEFAULTS: dict[str, Any] = {
+        "model": "gpt-realtime",
+        "system_instruction": DEFAULT_SYSTEM_INSTRUCTION,
+        "text_output": False,               # output_modalities ["text"] instead of ["audio"]
+        "sdk_reconnect": False,             # the SDK's own reconnect (on_reconnecting), off as the SDK's default
+        "attempt_timeout_s": 10.0,          # the socket and session.created
+        "speech_tail_ms": 700,
+    }
+
+    def __init__(self, ctx: ClientContext):
+        super().__init__(ctx)
+        self.p = Params(self.name, self.declared_params(), ctx.params)
+        self.log = ctx.log
+        self.backend = ctx.backend
+        self.conn: Any = None               # the SDK's AsyncRealtimeConnection
+        self.n = 0                          # connection number, as the Gemini clients count
+        self.session_id: str | None = None
+        self._recv: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._text: list[str] = []
+        self._audio = False
+        self.playback = speech.PlaybackModel()
+        self.answers: list[str] = []
+
+    # ---- Client interface --------------------------------------------------------------------
+    async def start(self) -> None:
+        self.log.write("client.params", src=SRC, client=self.name,
+                       params=self.p.recorded(omit=frozenset({"system_instruction"})))
+        if self.ctx.before_connect is not None:
+            self.ctx.before_connect("initial")
+        ep = self.ctx.endpoint
+        client = AsyncOpenAI(api_key=ep.api_key, **({"websocket_base_url": websocket_base_url(ep.base_url)}
+                                                    if ep.base_url else {}))
+        options: dict[str, Any] = {}
+        if ep.ca_path:
+            options["ssl"] = ssl.create_default_context(cafile=ep.ca_path)
+        t0 = time.monotonic()
+        manager = client.realtime.connect(model=self.p["model"], websocket_connection_options=options,
+                                          on_reconnecting=self._reconnecting if self.p["sdk_reconnect"] else None)
+        self.conn = await asyncio.wait_for(manager.enter(), float(self.p["attempt_timeout_s"]))
+        first = await asyncio.wait_for(self.conn.recv(), float(self.p["attempt_timeout_s"]))
+        if first.type != "session.created":
+            code = getattr(getattr(first, "error", None), "code", None)
+            raise LabError(f"openai client: the server answered {first.type} ({code}) instead of session.created")
+        self._session(first.session.id, "initial", t0)
+        await self.conn.session.update(session={
+            "type": "realtime", "instructions": self.p["system_instruction"], "tools": [BOOK_SLOT],
+            "output_modalities": ["text"] if self.p["text_output"] else ["audio"]})
+        self._recv = self._spawn(self._receive(), "openai-recv")
+
+    async def say(self, text: str, line: int) -> None:
+        mode = "speech" if self.ctx.speech else "text"
+        voice = speech.synth(text) if self.ctx.speech else None
+        self.log.write("user.say", src=SRC, conn=self.n, text=text, line=line, mode=mode,
+                       **({"voiced_ms": speech.voiced_ms(voice)} if voice else {}))
+        if self.conn is None:
+            return
+        try:
+            if voice is None:
+                await self.conn.conversation.item.create(item={
+                    "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+                await self.conn.response.create()
+                return
+            # the server's VAD ends the turn and starts the response (turn_detection's create_response)
+            pcm = voice + speech.silence(int(self.p["speech_tail_ms"]))
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            for i, chunk in enumerate(speech.chunks(pcm, 100)):
+                await asyncio.sleep(max(0.0, t0 + i * 0.1 - loop.time()))
+                await self.conn.input_audio_buffer.append(audio=base64.b64encode(to_24k(chunk)).decode())
+        except Exception as e:          # a closed socket: the line is lost, as the user would find
+            self.log.write("user.say.failed", src=SRC, conn=self.n, line=line)
+            self.log.write("client.error", src=SRC, conn=self.n, error=f"{type(e).__name__}: {e}"[:200], task="say")
+
+    async def action(self, what: str, **kw: Any) -> None:
+        ws = getattr(self.conn, "_connection", None) if self.conn is not None else None
+        if what == "close" and self.conn is not None:
+            await self.conn.close()
+        elif what == "abort" and ws is not None and ws.transport is not None:
+            ws.transport.abort()
+        else:
+            raise LabError(f"client {self.name!r} has no action {what!r} (known: close, abort)")
+
+    def flow(self) -> tuple[str, int, str, int] | None:
+        ws = getattr(self.conn, "_connection", None) if self.conn is not None else None
+        local, remote = getattr(ws, "local_address", None), getattr(ws, "remote_address", None)
+        if not local or not remote:
+            return None
+        return (str(local[0]), int(local[1]), str(remote[0]), int(remote[1]))
+
+    async def stop(self) -> None:
+        try:
+            for t in list(self._tasks):
+                t.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self.conn is not None:
+                await asyncio.wait_for(self.conn.close(), 2.0)
+        except BaseException:
+            pass
+
+    # ---- receiving ---------------------------------------------------------------------------
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task:
+        t = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+        return t
+
+    def _reconnecting(self, event: Any) -> None:
+        """The SDK is about to reconnect (sdk_reconnect): no overrides, so it reconnects as it would."""
+        self.log.write("conn.closed", src=SRC, conn=self.n, code=None, reason="sdk reconnect", by="server",
+                       how="reconnect", during=None)
+        return None
+
+    def _session(self, sid: str, purpose: str, t0: float | None = None) -> None:
+        self.n += 1
+        self.session_id = sid
+        flow = self.flow()
+        self.log.write("conn.open", src=SRC, conn=self.n, purpose=purpose, local=flow and f"{flow[0]}:{flow[1]}",
+                       remote=flow and f"{flow[2]}:{flow[3]}", session=self.n)
+        self.log.write("conn.setup_complete", src=SRC, conn=self.n, purpose=purpose,
+                       setup_ms=round((time.monotonic() - t0) * 1000, 1) if t0 is not None else None)
+
+    async def _receive(self) -> None:
+        code = reason = None
+        try:
+            async for ev in self.conn:
+                self._on_event(ev)
+        except Exception as e:
+            rcvd = getattr(e, "rcvd", None)
+            code, reason = getattr(rcvd, "code", None), getattr(rcvd, "reason", None)
+        ws = getattr(self.conn, "_connection", None)
+        code = code if code is not None else getattr(ws, "close_code", None)
+        reason = reason if reason is not None else getattr(ws, "close_reason", None)
+        self.log.write("conn.closed", src=SRC, conn=self.n, code=code, reason=reason, by="server",
+                       how="close", during=None)
+
+    def _on_event(self, ev: Any) -> None:
+        kind = ev.type
+        if kind == "session.created" and ev.session.id != self.session_id:
+            # the SDK reconnected: a new socket is a new, empty session on the service
+            self._session(ev.session.id, "new")
+        elif kind == "response.output_audio.delta":
+            data = base64.b64decode(ev.delta or "")
+            first = not self._audio
+            if first:
+                self._audio = True
+                self.playback.begin_turn()
+            self.playback.add(self.log.now_ms(), len(data))
+            self.log.write("model.audio", src=SRC, conn=self.n, bytes=len(data), **({"first": True} if first else {}))
+        elif kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
+            self._text.append(ev.delta or "")
+        elif kind == "response.function_call_arguments.done":
+            self._on_call(ev.call_id, ev.name, ev.arguments)
+        elif kind == "response.done":
+            self._response_done(ev.response)
+        elif kind == "error":
+            err = ev.error
+            self.log.write("client.error", src=SRC, conn=self.n, task="server",
+                           error=f"{err.type}/{err.code}: {err.message}"[:200])
+
+    def _response_done(self, response: Any) -> None:
+        text = "".join(self._text).strip()
+        heard = self.playback.end_turn() if self._audio else None
+        self._text, self._audio = [], False
+        if getattr(response, "status", None) == "cancelled":
+            self.log.write("model.interrupted", src=SRC, conn=self.n, text=text)
+            return
+        if text:
+            self.log.write("model.text", src=SRC, conn=self.n, text=text)
+            self.answers.append(text)
+        if heard is not None:
+            self.log.write("user.heard", src=SRC, conn=self.n, text=text, start_ms=round(heard.start_ms, 1),
+                           end_ms=round(heard.end_ms, 1))
+        self.log.write("model.turn_complete", src=SRC, conn=self.n)
+
+    # ---- tools -------------------------------------------------------------------------------
+    def _on_call(self, call_id: str, name: str, arguments: str) -> None:
+        try:
+            args = json.loads(arguments or "{}")
+        except ValueError:
+            args = {"_raw": arguments}
+        self.log.write("tool.call", src=SRC, conn=self.n, id=call_id, name=name, args=args)
+        self._spawn(self._run_tool(call_id, name, args), f"tool-{call_id}")
+
+    async def _run_tool(self, call_id: str, name: str, args: dict) -> None:
+        if name != "book_slot" or self.backend is None:
+            result: dict[str, Any] = {"status": "error", "error": f"unknown tool {name}"}
+        else:
+            job = await self.backend.request(args.get("slot"), call_id, name=name)
+            await job.wait()
+            result = job.result()
+        n, sent = self.n, True
+        try:
+            await self.conn.conversation.item.create(item={"type": "function_call_output", "call_id": call_id,
+                                                           "output": json.dumps(result)})
+            await self.conn.response.create()      # OpenAI never continues after a tool result by itself
+        except Exception:
+            sent = False
+        self.log.write("tool.response", src=SRC, conn=n, id=call_id, name=name, status=result.get("status"),
+                       job=result.get("job"), sent=sent)

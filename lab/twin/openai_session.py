@@ -1,0 +1,570 @@
+"""The OpenAI Realtime session room: one socket, one session, and the rules between its events.
+
+What it models (each behaviour's source is its parameter's, lab/twin/profiles/openai-realtime.yaml):
+- a socket is a session: `session.created` first, a new `sess_` id and an empty conversation every
+  time (no server-side resumption, md L40-43); the socket's end is the session's;
+- a bad or missing key: the upgrade succeeds, then an `error` (invalid_api_key) and a close
+  (openai_bad_key_*);
+- `session.update` merges into the session and is answered with the whole of it (`session.updated`);
+- the conversation: `conversation.item.create` is acknowledged with `conversation.item.added` then
+  `.done` (GA, md L19-21); a `function_call_output` whose call_id no function_call of this session
+  issued is an `error` (openai_check_call_id), so a tool result sent into a new session after a
+  reconnect is an orphan;
+- the input audio buffer: append, commit (an empty one is an error), clear; with server VAD (the
+  shared energy detector of lab.twin.model, on the audio's own clock) speech_started / speech_stopped,
+  then the commit and the user's item, then a response when the session's turn detection says
+  create_response; speech is not transcribed: the Nth utterance stands for line N of the script;
+- responses: only `response.create` starts one (no auto-continue after a tool output,
+  openai_auto_response_after_tool_output); one at a time (a second is an error), `response.cancel`
+  (an error when none is active) and a barge-in (interrupt_response) end it `cancelled`; each starts
+  with `response.created` and `rate_limits.updated` and ends with `response.done`;
+- what the model says and calls is the conversation engine's plan (lab.twin.openai_model), each
+  step at its drawn delay (a timer per step, so a cancel stops the rest): a sentence is one message
+  item (audio deltas with its transcript, or text deltas), a call one function_call item with its
+  arguments; a step's events go out together (the service streams faster than real time; how much
+  faster is unmeasured);
+- the session cap: `error` session_expired at openai_session_max_s, then a close 1001.
+
+Sans-I/O: events in with an explicit `now`, actions out (lab.twin.io_actions). Knows nothing of
+sockets or the clock; the frames' spelling is lab.twin.openai_wire's.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from lab.conversation.engine import Plan, Step
+from lab.stats.distributions import draw
+from lab.twin import model as M
+from lab.twin import openai_wire as W
+from lab.twin.io_actions import Action, Close, Log, Send, Timer, TimerKey, UnknownConnection, UnknownTimer
+from lab.twin.openai_model import OpenAIModel
+from lab.twin.wire import KEY_MISSING, KEY_WRONG, fit_close_reason
+
+RATE = 24000            # the GA protocol's only PCM rate (SDK RealtimeAudioFormats: "Always 24000")
+
+
+@dataclass(frozen=True)
+class OpenAIParams:
+    """The profile's values this room reads (names and shapes: lab.twin.params)."""
+    bad_key_close_code: int
+    bad_key_close_reason: str
+    bad_key_message: str
+    session_max_s: float | None
+    session_expired_message: str
+    session_expired_code: int
+    check_call_id: bool
+    auto_response_after_tool_output: bool
+    default_model: str
+    default_turn_detection: str
+    session_created_s: Any
+    rate_limit_requests: int
+    rate_limit_tokens: int
+    vad_threshold_rms: float
+    vad_onset_ms: float
+    vad_silence_ms: float
+    speech_ms_per_char: float
+    audio_chunk_ms: float
+    tone_hz: float
+
+    @classmethod
+    def from_profile(cls, profile) -> "OpenAIParams":
+        return cls(profile["openai_bad_key_close_code"], profile["openai_bad_key_close_reason"],
+                   profile["openai_bad_key_message"], profile["openai_session_max_s"],
+                   profile["openai_session_expired_message"], profile["openai_session_expired_code"],
+                   profile["openai_check_call_id"], profile["openai_auto_response_after_tool_output"],
+                   profile["openai_default_model"], profile["openai_default_turn_detection"],
+                   profile["openai_session_created_s"], profile["openai_rate_limit_requests"],
+                   profile["openai_rate_limit_tokens"], profile["vad_threshold_rms"], profile["vad_onset_ms"],
+                   profile["vad_silence_ms"], profile["speech_ms_per_char"], profile["audio_chunk_ms"],
+                   profile["tone_hz"])
+
+
+# ---- timers ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StepDue(TimerKey):
+    """The next step of a response is due (stale when the response ended meanwhile)."""
+    conn: int
+    response: str
+
+
+@dataclass(frozen=True)
+class SessionExpiry(TimerKey):
+    conn: int
+
+
+# ---- state ----------------------------------------------------------------------------------
+
+@dataclass
+class Response:
+    id: str
+    steps: list[Step]
+    modalities: list[str]
+    output: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Session:
+    id: str
+    conn: int
+    model: str
+    config: dict
+    engine: OpenAIModel
+    opened_at: float
+    items: list[str] = field(default_factory=list)             # item ids in conversation order
+    calls: dict[str, str] = field(default_factory=dict)        # call_id -> its function_call item id
+    unanswered: list[str] = field(default_factory=list)        # user turns no response has answered yet
+    reply: Plan | None = None                                  # the model's answer to tool outputs, said when asked
+    audio_ms: float = 0.0                                      # audio appended since the session began
+    buffer_ms: float = 0.0                                     # audio in the input buffer now
+    speech_item: str | None = None                             # the item id speech_started promised
+    detector: M.AudioTurnDetector | None = None
+    response: Response | None = None
+    closing: bool = False
+
+    def turn_detection(self) -> dict | None:
+        td = ((self.config.get("audio") or {}).get("input") or {}).get("turn_detection")
+        return td if isinstance(td, dict) and td.get("type") in ("server_vad", "semantic_vad") else None
+
+
+def default_config(prm: OpenAIParams) -> dict:
+    """A new session's configuration as session.created shows it (RealtimeSessionCreateRequest)."""
+    td = None if prm.default_turn_detection == "none" else {
+        "type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300,
+        "silence_duration_ms": int(prm.vad_silence_ms), "create_response": True, "interrupt_response": True,
+        "idle_timeout_ms": None}
+    pcm = {"type": "audio/pcm", "rate": RATE}
+    return {"output_modalities": ["audio"], "instructions": "", "tools": [], "tool_choice": "auto",
+            "max_output_tokens": "inf", "tracing": None, "truncation": "auto", "prompt": None,
+            "audio": {"input": {"format": pcm, "transcription": None, "noise_reduction": None, "turn_detection": td},
+                      "output": {"format": pcm, "voice": "alloy", "speed": 1.0}}}
+
+
+def merge(into: dict, update: dict) -> dict:
+    """session.update's fields over the session's: nested objects merged, everything else replaced."""
+    out = copy.deepcopy(into)
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+class OpenAISessions:
+    """Every connection's session of one twin."""
+
+    def __init__(self, prm: OpenAIParams, model_cfg: M.ModelConfig, rng: random.Random):
+        self.prm = prm
+        self.model_cfg = model_cfg
+        self.rng = rng
+        self.events = W.Events(rng)
+        self.sessions: dict[int, Session] = {}
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def _send(self, conn: int, frame: dict, at: float) -> Send:
+        return Send(conn, W.encode(frame), frame, at)
+
+    def _error(self, s: Session, e: W.ClientError, now: float) -> list[Action]:
+        return [Log("twin.error_event", {"conn": s.conn, "session": s.id, "code": e.code, "type": e.kind,
+                                         "param": e.param}),
+                self._send(s.conn, self.events.error(e.code, e.message, e.param, e.event_id, e.kind), now)]
+
+    def _close(self, s: Session, code: int, reason: str, now: float) -> Close:
+        s.closing = True
+        return Close(s.conn, code, fit_close_reason(reason), now)
+
+    def session(self, conn: int) -> Session:
+        try:
+            return self.sessions[conn]
+        except KeyError:
+            raise UnknownConnection(f"no OpenAI connection {conn}") from None
+
+    # ---- connections ------------------------------------------------------------------------
+    def opened(self, conn: int, now: float, route: str, peer: Any, key: str) -> list[Action]:
+        if conn in self.sessions:
+            raise UnknownConnection(f"connection {conn} opened twice")
+        sid = W.new_id("sess_", self.rng)
+        engine = OpenAIModel(self.model_cfg, self.rng, lambda blocking: W.new_id("call_", self.rng))
+        s = Session(sid, conn, W.model_of(route) or self.prm.default_model, default_config(self.prm), engine, now)
+        s.detector = self._detector(s)
+        self.sessions[conn] = s
+        acts: list[Action] = [Log("twin.conn.open", {"conn": conn, "route": route, "peer": peer})]
+        if key in (KEY_MISSING, KEY_WRONG):
+            # the service's way: accepted at the upgrade, refused on the socket (openai_bad_key_*)
+            acts += self._error(s, W.ClientError("invalid_api_key", self.prm.bad_key_message), now)
+            acts.append(Log("twin.refuse", {"conn": conn, "session": sid, "code": self.prm.bad_key_close_code,
+                                            "reason": self.prm.bad_key_close_reason, "why": f"key {key}"}))
+            return acts + [self._close(s, self.prm.bad_key_close_code, self.prm.bad_key_close_reason, now)]
+        at = now + draw(self.prm.session_created_s, self.rng)
+        acts += [self._send(conn, self.events.event("session.created", session=W.session_object(sid, s.model, s.config)), at),
+                 Log("twin.accept", {"conn": conn, "session": sid, "resume": False,
+                                     "setup_ms": round((at - now) * 1000, 1)})]
+        if self.prm.session_max_s is not None:
+            acts.append(Timer(SessionExpiry(conn), now + self.prm.session_max_s))
+        return acts
+
+    def ended(self, conn: int, how: str, now: float) -> list[Action]:
+        s = self.sessions.pop(conn, None)
+        if s is None:
+            raise UnknownConnection(f"no OpenAI connection {conn}")
+        # no resumption: the session, its conversation and its calls end with the socket
+        return [Log("twin.conn.end", {"conn": conn, "how": how, "session": s.id,
+                                      "age_ms": round((now - s.opened_at) * 1000, 1),
+                                      "speaking": s.response is not None})]
+
+    def fire(self, key: TimerKey, now: float) -> list[Action]:
+        if not isinstance(key, (StepDue, SessionExpiry)):
+            raise UnknownTimer(f"not an OpenAI twin timer: {key!r}")
+        s = self.sessions.get(key.conn)
+        if s is None or s.closing:
+            return []           # timers are never cancelled: a stale one finds nothing to do
+        if isinstance(key, SessionExpiry):
+            return self._expire(s, now)
+        if s.response is None or s.response.id != key.response:
+            return []
+        return self._step(s, now)
+
+    def _expire(self, s: Session, now: float) -> list[Action]:
+        minutes = self.prm.session_max_s / 60
+        message = self.prm.session_expired_message.format(minutes=f"{minutes:g}")
+        return [Log("twin.session_cap", {"conn": s.conn, "session": s.id, "audio_video": False,
+                                         "age_ms": round((now - s.opened_at) * 1000, 1)}),
+                *self._error(s, W.ClientError("session_expired", message), now),
+                self._close(s, self.prm.session_expired_code, message, now)]
+
+    # ---- client events ----------------------------------------------------------------------
+    def frame(self, conn: int, data: bytes | str, now: float) -> list[Action]:
+        s = self.session(conn)
+        if s.closing:
+            return []
+        try:
+            kind, ev = W.load_event(data)
+            return getattr(self, "_on_" + kind.replace(".", "_"))(s, ev, now)
+        except W.ClientError as e:
+            return self._error(s, e, now)
+
+    def _on_session_update(self, s: Session, ev: dict, now: float) -> list[Action]:
+        upd = ev.get("session")
+        if not isinstance(upd, dict):
+            raise W.ClientError("missing_required_parameter", "Missing required parameter: 'session'.",
+                                "session", ev.get("event_id"))
+        if upd.get("type") != "realtime":
+            # the GA protocol names the session's type; a Beta-shaped update has none (assumption: wording)
+            raise W.ClientError("missing_required_parameter", "Missing required parameter: 'session.type'.",
+                                "session.type", ev.get("event_id"))
+        s.config = merge(s.config, {k: v for k, v in upd.items() if k not in ("type", "id", "object", "model")})
+        s.engine.configure(s.config.get("tools"))
+        s.detector = self._detector(s)
+        return [self._send(s.conn, self.events.event("session.updated",
+                                                     session=W.session_object(s.id, s.model, s.config)), now)]
+
+    def _on_input_audio_buffer_append(self, s: Session, ev: dict, now: float) -> list[Action]:
+        try:
+            pcm = base64.b64decode(ev.get("audio") or "", validate=True)
+        except (binascii.Error, ValueError, TypeError):
+            raise W.ClientError("invalid_value", "Invalid 'audio'. Expected base64-encoded audio.", "audio",
+                                ev.get("event_id")) from None
+        ms = len(pcm) / 2 / RATE * 1000
+        s.audio_ms += ms
+        s.buffer_ms += ms
+        if s.turn_detection() is None or s.detector is None:
+            return []
+        acts: list[Action] = []
+        for event in s.detector.feed(pcm, RATE):
+            acts += self._speech_started(s, now) if event == "onset" else self._speech_stopped(s, now)
+        return acts
+
+    def _on_input_audio_buffer_commit(self, s: Session, ev: dict, now: float) -> list[Action]:
+        if s.buffer_ms < 100:
+            # assumption: the wording users report for an empty commit
+            raise W.ClientError("input_audio_buffer_commit_empty",
+                                "Error committing input audio buffer: buffer too small. Expected at least 100ms "
+                                f"of audio, but buffer only has {s.buffer_ms:.2f}ms of audio.", None, ev.get("event_id"))
+        if s.detector is not None:
+            s.detector.flush()
+        return self._commit(s, now, respond=False)
+
+    def _on_input_audio_buffer_clear(self, s: Session, ev: dict, now: float) -> list[Action]:
+        s.buffer_ms, s.speech_item = 0.0, None
+        if s.detector is not None:
+            s.detector.flush()
+        return [self._send(s.conn, self.events.event("input_audio_buffer.cleared"), now)]
+
+    def _on_output_audio_buffer_clear(self, s: Session, ev: dict, now: float) -> list[Action]:
+        # WebRTC/SIP only: over a WebSocket the client plays the audio itself (not modelled: assumption)
+        return []
+
+    def _on_conversation_item_create(self, s: Session, ev: dict, now: float) -> list[Action]:
+        item = ev.get("item")
+        eid = ev.get("event_id")
+        if not isinstance(item, dict):
+            raise W.ClientError("missing_required_parameter", "Missing required parameter: 'item'.", "item", eid)
+        kind = item.get("type")
+        item_id = item.get("id") if isinstance(item.get("id"), str) and item.get("id") else W.new_id("item_", self.rng)
+        acts: list[Action] = []
+        if kind == "function_call_output":
+            call_id = item.get("call_id")
+            if self.prm.check_call_id and call_id not in s.calls:
+                # md L25-27: checked against this session's function_call items; a new socket has none
+                acts.append(Log("twin.tool_response", {"conn": s.conn, "session": s.id, "id": call_id, "name": None,
+                                                       "known": False, "status": None, "scheduling": None}))
+                # its code and wording: assumption
+                return acts + self._error(s, W.ClientError(
+                    "invalid_value", f"Tool call ID '{call_id}' not found in conversation.", "item.call_id", eid), now)
+            known, status, plan = s.engine.output_arrived(call_id, item.get("output"))
+            name = s.engine.calls[call_id].name if known else None
+            acts.append(Log("twin.tool_response", {"conn": s.conn, "session": s.id, "id": call_id, "name": name,
+                                                   "known": known, "status": status, "scheduling": None}))
+            if plan is not None:
+                s.reply = plan
+            full = {"id": item_id, "object": "realtime.item", "type": kind, "status": "completed",
+                    "call_id": call_id, "output": item.get("output")}
+        elif kind == "function_call":
+            # history a client writes itself (a restore): its call_id is then known to this session
+            full = W.function_call_item(item_id, str(item.get("call_id") or ""), str(item.get("name") or ""),
+                                        str(item.get("arguments") or ""), "completed")
+            s.calls[full["call_id"]] = item_id
+        elif kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system"):
+                raise W.ClientError("invalid_value", f"Invalid value: '{role}'. Supported values are: 'user', "
+                                    "'assistant', and 'system'.", "item.role", eid)
+            content = item.get("content") if isinstance(item.get("content"), list) else []
+            texts = [str(c.get("text") or c.get("transcript") or "") for c in content if isinstance(c, dict)]
+            text = " ".join(t for t in texts if t)
+            if role == "user" and text:
+                s.unanswered.append(text)
+            elif text:
+                s.engine.history.append((role, text))
+            full = W.message_item(item_id, role, content)
+        else:
+            raise W.ClientError("invalid_value", f"Invalid value: '{kind}'. Supported values are: 'message', "
+                                "'function_call', and 'function_call_output'.", "item.type", eid)
+        acts += self._item_added(s, full, now)
+        if kind == "function_call_output" and self.prm.auto_response_after_tool_output and s.response is None:
+            acts += self._start_response(s, now, None)
+        return acts
+
+    def _on_conversation_item_delete(self, s: Session, ev: dict, now: float) -> list[Action]:
+        item_id = self._known_item(s, ev)
+        s.items.remove(item_id)
+        return [self._send(s.conn, self.events.event("conversation.item.deleted", item_id=item_id), now)]
+
+    def _on_conversation_item_retrieve(self, s: Session, ev: dict, now: float) -> list[Action]:
+        item_id = self._known_item(s, ev)
+        # the item's content is not kept (not modelled): its id and place only
+        return [self._send(s.conn, self.events.event("conversation.item.retrieved",
+                                                     item={"id": item_id, "object": "realtime.item"}), now)]
+
+    def _on_conversation_item_truncate(self, s: Session, ev: dict, now: float) -> list[Action]:
+        item_id = self._known_item(s, ev)
+        return [self._send(s.conn, self.events.event("conversation.item.truncated", item_id=item_id,
+                                                     content_index=ev.get("content_index", 0),
+                                                     audio_end_ms=ev.get("audio_end_ms", 0)), now)]
+
+    def _known_item(self, s: Session, ev: dict) -> str:
+        item_id = ev.get("item_id")
+        if item_id not in s.items:
+            raise W.ClientError("item_not_found", f"Item with item_id '{item_id}' not found.", "item_id",
+                                ev.get("event_id"))
+        return item_id
+
+    def _on_response_create(self, s: Session, ev: dict, now: float) -> list[Action]:
+        if s.response is not None:
+            raise W.ClientError("conversation_already_has_active_response",
+                                f"Conversation already has an active response in progress: {s.response.id}. "
+                                "Wait until the response is finished before creating a new one.", None,
+                                ev.get("event_id"))
+        resp = ev.get("response") if isinstance(ev.get("response"), dict) else {}
+        mods = resp.get("output_modalities")
+        return self._start_response(s, now, mods if isinstance(mods, list) else None)
+
+    def _on_response_cancel(self, s: Session, ev: dict, now: float) -> list[Action]:
+        if s.response is None:
+            raise W.ClientError("response_cancel_not_active", "Cancellation failed: no active response found.",
+                                None, ev.get("event_id"))
+        return self._finish(s, now, "cancelled", "client_cancelled")
+
+    # ---- the input audio buffer and server VAD ---------------------------------------------
+    def _detector(self, s: Session) -> M.AudioTurnDetector | None:
+        td = s.turn_detection()
+        if td is None:
+            return None
+        silence = td.get("silence_duration_ms")
+        return M.AudioTurnDetector(self.prm.vad_threshold_rms, self.prm.vad_onset_ms,
+                                   float(silence) if isinstance(silence, (int, float)) else self.prm.vad_silence_ms)
+
+    def _speech_started(self, s: Session, now: float) -> list[Action]:
+        s.speech_item = W.new_id("item_", self.rng)
+        start = max(0, round(s.audio_ms - self.prm.vad_onset_ms))
+        acts: list[Action] = [Log("twin.vad", {"conn": s.conn, "session": s.id, "event": "onset"}),
+                              self._send(s.conn, self.events.event("input_audio_buffer.speech_started",
+                                                                   audio_start_ms=start, item_id=s.speech_item), now)]
+        s.engine.utterance_started()
+        td = s.turn_detection() or {}
+        if s.response is not None and td.get("interrupt_response", True):
+            acts.append(Log("twin.interrupted", {"conn": s.conn, "session": s.id, "speaking": True}))
+            acts += self._finish(s, now, "cancelled", "turn_detected")
+        return acts
+
+    def _speech_stopped(self, s: Session, now: float) -> list[Action]:
+        item_id = s.speech_item or W.new_id("item_", self.rng)
+        s.speech_item = item_id
+        acts: list[Action] = [self._send(s.conn, self.events.event("input_audio_buffer.speech_stopped",
+                                                                   audio_end_ms=round(s.audio_ms), item_id=item_id), now)]
+        td = s.turn_detection() or {}
+        return acts + self._commit(s, now, respond=bool(td.get("create_response", True)))
+
+    def _commit(self, s: Session, now: float, respond: bool) -> list[Action]:
+        """The buffer becomes a user message item; speech is not transcribed: it stands for the next
+        line of the script (lab.conversation.engine.Engine.next_line)."""
+        item_id = s.speech_item or W.new_id("item_", self.rng)
+        s.speech_item, s.buffer_ms = None, 0.0
+        line = s.engine.next_line()
+        acts: list[Action] = [
+            Log("twin.vad", {"conn": s.conn, "session": s.id, "event": "end", "line": s.engine.utterances - 1}),
+            self._send(s.conn, self.events.event("input_audio_buffer.committed", item_id=item_id,
+                                                 previous_item_id=s.items[-1] if s.items else None), now)]
+        s.unanswered.append(line)
+        acts += self._item_added(s, W.message_item(item_id, "user", [{"type": "input_audio", "transcript": None}]), now)
+        if respond and s.response is None:
+            acts += self._start_response(s, now, None, spoken=True)
+        return acts
+
+    def _item_added(self, s: Session, item: dict, now: float) -> list[Action]:
+        prev = s.items[-1] if s.items else None
+        s.items.append(item["id"])
+        return [self._send(s.conn, self.events.event("conversation.item.added", previous_item_id=prev, item=item), now),
+                self._send(s.conn, self.events.event("conversation.item.done", previous_item_id=prev, item=item), now)]
+
+    # ---- responses --------------------------------------------------------------------------
+    def _plan(self, s: Session, spoken: bool) -> tuple[Plan, list[Action]]:
+        """What the model does when asked: its answer to tool outputs, else to the user's last turn
+        (earlier unanswered ones are history), else to nothing new (the conversation's plain answer)."""
+        if s.reply is not None and not s.unanswered:
+            plan, s.reply = s.reply, None
+            return plan, []
+        s.reply = None
+        texts, s.unanswered = s.unanswered, []
+        for t in texts[:-1]:
+            s.engine.history.append(("user", t))
+        text = texts[-1] if texts else ""
+        plan = s.engine.user_turn(text, spoken=spoken) or Plan([Step("turn_complete")], why="nothing")
+        call = next((st for st in plan.steps if st.kind == "call"), None)
+        return plan, [Log("twin.user", {"conn": s.conn, "session": s.id, "source": "audio" if spoken else "text",
+                                        "intent": plan.match.get("intent"), "plan": plan.why}),
+                      Log("twin.model", {"conn": s.conn, "session": s.id, "source": "audio" if spoken else "text",
+                                         "text": text, "match": dict(plan.match), "plan": plan.why,
+                                         "tool": call.tool if call else None,
+                                         "args": dict(call.args) if call else None})]
+
+    def _start_response(self, s: Session, now: float, modalities: list[str] | None, spoken: bool = False) -> list[Action]:
+        plan, acts = self._plan(s, spoken)
+        mods = modalities or list(s.config.get("output_modalities") or ["audio"])
+        r = Response(W.new_id("resp_", self.rng), [st for st in plan.steps if st.kind != "turn_complete"], mods)
+        s.response = r
+        reserved = 4096     # the output-token reservation rate_limits.updated reflects (md L33); the figure: assumption
+        acts += [self._send(s.conn, self.events.event("response.created",
+                                                      response=W.response_object(r.id, "in_progress", [], mods)), now),
+                 self._send(s.conn, self.events.event("rate_limits.updated", rate_limits=W.rate_limits(
+                     (self.prm.rate_limit_requests, self.prm.rate_limit_requests - 1),
+                     (self.prm.rate_limit_tokens, self.prm.rate_limit_tokens - reserved))), now)]
+        return acts + self._next(s, now)
+
+    def _next(self, s: Session, now: float) -> list[Action]:
+        r = s.response
+        assert r is not None
+        if not r.steps:
+            return self._finish(s, now, "completed", None)
+        return [Timer(StepDue(s.conn, r.id), now + max(0.0, r.steps[0].delay))]
+
+    def _step(self, s: Session, now: float) -> list[Action]:
+        r = s.response
+        assert r is not None
+        step = r.steps.pop(0)
+        acts = self._say(s, r, step, now) if step.kind == "say" else self._calls(s, r, step, now)
+        return acts + self._next(s, now)
+
+    def _say(self, s: Session, r: Response, step: Step, now: float) -> list[Action]:
+        ev, send = self.events.event, self._send
+        item_id, index = W.new_id("item_", self.rng), len(r.output)
+        audio = "audio" in r.modalities
+        part_kind = "audio" if audio else "text"
+        where = {"response_id": r.id, "item_id": item_id, "output_index": index, "content_index": 0}
+        item = W.message_item(item_id, "assistant", [], "in_progress")
+        prev = s.items[-1] if s.items else None
+        s.items.append(item_id)
+        c = s.conn
+        acts: list[Action] = [Log("twin.say", {"conn": c, "session": s.id, "text": step.text}),
+                              send(c, ev("response.output_item.added", response_id=r.id, output_index=index, item=item), now),
+                              send(c, ev("conversation.item.added", previous_item_id=prev, item=item), now),
+                              send(c, ev("response.content_part.added", **where, part={"type": part_kind, ("transcript" if audio else "text"): ""}), now)]
+        pieces = _pieces(step.text)
+        if audio:
+            chunks = max(1, math.ceil(len(step.text) * self.prm.speech_ms_per_char / self.prm.audio_chunk_ms))
+            pcm = base64.b64encode(M.tone(self.prm.audio_chunk_ms / 1000.0, RATE, self.prm.tone_hz)).decode()
+            per = math.ceil(len(pieces) / chunks) if pieces else 0
+            for i in range(chunks):
+                for p in pieces[i * per:(i + 1) * per]:
+                    acts.append(send(c, ev("response.output_audio_transcript.delta", **where, delta=p), now))
+                acts.append(send(c, ev("response.output_audio.delta", **where, delta=pcm), now))
+            acts += [send(c, ev("response.output_audio.done", **where), now),
+                     send(c, ev("response.output_audio_transcript.done", **where, transcript=step.text), now)]
+            content = [{"type": "output_audio", "transcript": step.text}]
+        else:
+            acts += [send(c, ev("response.output_text.delta", **where, delta=p), now) for p in pieces]
+            acts.append(send(c, ev("response.output_text.done", **where, text=step.text), now))
+            content = [{"type": "output_text", "text": step.text}]
+        said = {"transcript": step.text} if audio else {"text": step.text}
+        acts.append(send(c, ev("response.content_part.done", **where, part={"type": part_kind, **said}), now))
+        done = W.message_item(item_id, "assistant", content, "completed")
+        r.output.append(done)
+        s.engine.history.append(("model", step.text))
+        return acts + [send(c, ev("response.output_item.done", response_id=r.id, output_index=index, item=done), now),
+                       send(c, ev("conversation.item.done", previous_item_id=prev, item=done), now)]
+
+    def _calls(self, s: Session, r: Response, step: Step, now: float) -> list[Action]:
+        """One function_call item per call of the step (a multi-value line asks several)."""
+        ev, send, c = self.events.event, self._send, s.conn
+        acts: list[Action] = []
+        for call in s.engine.new_calls([dict(step.args), *[dict(a) for a in step.more]], step.tool):
+            item_id, index = W.new_id("item_", self.rng), len(r.output)
+            args = W.arguments_json(call.args)
+            s.calls[call.id] = item_id
+            prev = s.items[-1] if s.items else None
+            s.items.append(item_id)
+            item = W.function_call_item(item_id, call.id, call.name, "", "in_progress")
+            done = W.function_call_item(item_id, call.id, call.name, args, "completed")
+            r.output.append(done)
+            where = {"response_id": r.id, "item_id": item_id, "output_index": index, "call_id": call.id}
+            acts += [Log("twin.tool_call", {"conn": c, "session": s.id, "id": call.id, "name": call.name,
+                                            "args": call.args, "blocking": call.blocking}),
+                     send(c, ev("response.output_item.added", response_id=r.id, output_index=index, item=item), now),
+                     send(c, ev("conversation.item.added", previous_item_id=prev, item=item), now),
+                     send(c, ev("response.function_call_arguments.delta", **where, delta=args), now),
+                     send(c, ev("response.function_call_arguments.done", **where, name=call.name, arguments=args), now),
+                     send(c, ev("response.output_item.done", response_id=r.id, output_index=index, item=done), now),
+                     send(c, ev("conversation.item.done", previous_item_id=prev, item=done), now)]
+        return acts
+
+    def _finish(self, s: Session, now: float, status: str, reason: str | None) -> list[Action]:
+        r = s.response
+        assert r is not None
+        s.response = None
+        details = {"type": status, "reason": reason} if reason else {"type": status}
+        usage = {"total_tokens": 0, "input_tokens": 0, "output_tokens": 0}     # token counts: not modelled
+        return [self._send(s.conn, self.events.event("response.done", response=W.response_object(
+            r.id, status, r.output, r.modalities, details, usage)), now)]
+
+
+def _pieces(text: str) -> list[str]:
+    """A sentence in the pieces its deltas carry: a word and the space before it."""
+    words = text.split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(words) if w or i == 0]
