@@ -21,7 +21,7 @@ _BUILTIN = {
     "recovery-sequential": ("lab.clients.sequential", "SequentialRecoveryClient"),
     "guard": ("lab.clients.guard", "GuardClient"),
     "session-manager": ("lab.clients.managed", "SessionManagerClient"),
-    # the OpenAI Realtime API on the openai SDK (serve the twin with --protocol openai; issue 38)
+    # the OpenAI Realtime API on the openai SDK (serve the twin with --protocol openai)
     "openai": ("lab.clients.openai_realtime", "OpenAIRealtimeClient"),
 }
 

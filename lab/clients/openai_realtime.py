@@ -9,8 +9,8 @@ model.audio, model.text, model.turn_complete, conn.*), so the report's user outc
 
 After a drop it does nothing of its own: with `sdk_reconnect` the SDK's transport-level reconnect
 (openai-python >= 2.32, opt-in through `on_reconnecting`) opens a new socket, which is a new, empty
-session on the service; the SDK's send queue may then replay frames into it (the orphaned tool result
-of issue 38). Scripted actions: 'close' and 'abort'.
+session on the service; the SDK's send queue may then replay frames into it (a tool result orphaned
+in the new session). Scripted actions: 'close' and 'abort'.
 
 Pointed at the twin by `websocket_base_url` (the endpoint's https base URL as wss, plus /v1, to
 which the SDK appends /realtime?model=...) and the twin's CA in an ssl context handed to
