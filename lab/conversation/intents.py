@@ -30,6 +30,17 @@ _GREETING = re.compile(r"^\W*(hi|hello|hey|good (morning|afternoon|evening))\b[^
                        r"|\bcan you hear me\b|\bare you there\b", re.I)
 
 
+def phrases(verbs: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """How a user says each intent aloud, the studies' own phrasings (000 R0 and F14, 000's status
+    question, 001's stops), with each of the conversation's action verbs (default the booking
+    story's): the closed set a spoken turn is matched against besides the conversation's own lines
+    (lab.twin.hearing). Kept few: each is one more phrase a noisy turn can be mistaken for."""
+    out = ["Hi, can you hear me?"]
+    for verb in verbs or BOOKING.words.verb[:1]:
+        out += [f"Did you {verb} it?", f"Actually, stop. Don't {verb} it."]
+    return tuple(dict.fromkeys(out + ["Stop."]))
+
+
 def norm(text: object) -> str:
     """Lower case, curly apostrophes folded, spaces collapsed."""
     t = str(text or "").lower().replace("\u2019", "'").replace("\u2018", "'")

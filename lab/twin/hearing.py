@@ -15,10 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# phrasings of the intents a user says without a script line: the studies' own ("Hi, can you hear
-# me?" 000 R0, "Did you book it?" 000, "Actually, stop. Don't book it." and "Stop." 001), kept few:
-# every phrase in the grammar is one more a noisy turn can be mistaken for
-INTENT_PHRASES = ("Hi, can you hear me?", "Did you book it?", "Actually, stop. Don't book it.", "Stop.")
+from lab.conversation import intents
 
 # a phrase is accepted when at least this share of its words was heard in order (a weak recognizer
 # drops a word or two, most often at the end of a line: "and what" for "And what about London?")
@@ -105,7 +102,8 @@ def vocabulary(script: list[str], asks: dict[str, tuple[str, ...]] | None = None
     for i, line in enumerate(script):
         out.append(Phrase(line, tuple(w for w in words(line) if known(w)), i))
     seen = {p.words for p in out}
-    for line in INTENT_PHRASES:
+    verbs = tuple(dict.fromkeys(w for ws in (asks or {}).values() for w in ws[:1]))
+    for line in intents.phrases(verbs):
         ws = tuple(w for w in words(line) if known(w))
         if ws not in seen:
             out.append(Phrase(line, ws))

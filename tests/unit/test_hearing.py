@@ -92,3 +92,12 @@ def test_the_grammar_holds_each_phrase_once():
     phrases = v.grammar_phrases()
     assert len(phrases) == len(set(phrases))
     assert ("did", "you", "book", "it") in phrases and ("stop",) in phrases
+
+
+def test_the_intents_are_said_with_the_conversations_own_verbs():
+    v = H.vocabulary(["My order arrived broken, please refund it."], {"refund_order": ("refund", "return")})
+    texts = [p.text for p in v.phrases]
+    assert "Did you refund it?" in texts and "Actually, stop. Don't refund it." in texts
+    assert "Did you book it?" not in texts                # the booking story's verbs only by default
+    assert "Did you book it?" in [p.text for p in H.vocabulary(["Hello there."]).phrases]
+    assert H.match("did you refund it", None, v).lines == ("Did you refund it?",)
