@@ -99,3 +99,22 @@ def test_a_support_app_with_only_its_lines_gets_refund_order_through_compose(tmp
     assert next(e for e in twin if e.kind == "twin.conversation")["source"] == "lines"
     calls = [(e["name"], e["args"]) for e in twin if e.kind == "twin.tool_call"]
     assert calls == [("refund_order", {"order_id": "4417"})], out[-25:]
+
+
+def test_an_app_that_plays_its_own_prompts_is_answered_by_what_it_said_through_compose(tmp_path, monkeypatch):
+    """The twin in the endpoint container hears the app's own audio: "Hi, can you hear me?" said
+    first is a greeting with no call, the booking line then the booking (as in netns,
+    tests/integration/test_client_cmd.py)."""
+    from lab.run import run_batch
+    from lab.topology.compose import REPO
+
+    monkeypatch.chdir(REPO)
+    greeting, book = "Hi, can you hear me?", "Book me the 3pm slot tomorrow, please."
+    out: list[str] = []
+    batch = run_batch(["control"], topology="compose", duration=30, out_dir=tmp_path / "batch", out=out.append,
+                      client_cmd=f'python tests/fixtures/prompt_app.py "{greeting}" "{book}"')
+    twin = read_events(batch / "control-cmd-01" / "twin.jsonl")
+    assert next(e for e in twin if e.kind == "twin.start")["hears"] == "speech, by its words"
+    heard = [(e["heard"].get("match"), e.get("tool")) for e in twin
+             if e.kind == "twin.model" and e.get("source") == "speech"]
+    assert heard == [(greeting, None), (book, "book_slot")], out[-25:]

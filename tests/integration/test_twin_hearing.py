@@ -176,3 +176,10 @@ def test_vocabulary_words_the_recognizer_lacks_are_left_out(ear):
     v = ear.vocabulary(("Book the Zyxwvut room.",), ())
     assert v.phrases[0].words == ("book", "the", "room")
     assert H.words("Book the Zyxwvut room.") == ("book", "the", "zyxwvut", "room")
+
+
+def test_a_turn_sent_at_another_rate_is_heard_at_the_recognizers(ear):
+    script = ("Book me the 3pm slot tomorrow, please.", "Did you book it?")
+    pcm24 = speech.resample(_clip(script[1]), speech.IN_RATE, 24000)
+    heard, m = ear.hear_turn(script, (), 1, pcm24, rate=24000)
+    assert m.lines == (script[1],), m
