@@ -42,6 +42,7 @@ from lab.errors import LabError
 from lab.report import board
 from lab.report import conformance as matrix_report
 from lab.report.junit import publish
+from lab.report import phases
 from lab.report.shards import merge_summary
 from lab.topology import TOPOLOGIES
 from lab.topology import get as get_topology
@@ -158,9 +159,12 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
             out(f"== matrix: {md}")
             if any(_release_of(c) for c in clients):      # a sweep: the rules x releases board too
                 out(f"== board: {board.write(batch)[0]}")
-    (batch / TIMING_FILE).write_text(json.dumps(_timing(cells, done), indent=2) + "\n")
+    timing = _timing(cells, done)
+    (batch / TIMING_FILE).write_text(json.dumps(timing, indent=2) + "\n")
     m = parallel.machine()
     out(f"== matrix time: {done.figure()}; load {m.load1:.1f} at the end on {m.cores} cores")
+    if timing["phases_read"]:
+        out(f"== where the cells' time went ({timing['phases_read']} cells): {phases.line(timing['phases_s'])}")
     return batch
 
 
@@ -174,7 +178,8 @@ TIMING_FILE = "timing.json"   # the matrix's wall time and each cell's own (the 
 
 
 def _timing(cells: list, done) -> dict:
-    return {"jobs": done.jobs, "wall_s": round(done.wall_s, 3), "cells_s": round(done.cells_s, 3),
+    total, read = phases.summed([c.log.parent for c in cells if c.log is not None])
+    return {"phases_s": {k: round(v, 3) for k, v in total.items()}, "phases_read": read,"jobs": done.jobs, "wall_s": round(done.wall_s, 3), "cells_s": round(done.cells_s, 3),
             "ratio": round(done.wall_s / done.cells_s, 4) if done.cells_s else None,
             "cells": {c.name: (round(s, 3) if s is not None else None) for c, s in zip(cells, done.cell_s)}}
 

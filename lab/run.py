@@ -34,6 +34,7 @@ from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
 from lab.clients.frameworks import venvs as framework_venvs
 from lab.events import read_events
 from lab.plan import KEY_ENV, RunPlan
+from lab.report.phases import PHASES_FILE
 from lab.report.verdict import REPRODUCTION, USER, headline, verdict_met   # reads old verdicts too; loads no matplotlib
 from lab.errors import CapabilityError, LabError
 from lab.model_id import DEFAULT_MODEL
@@ -444,7 +445,6 @@ def _judge(run: _Run, status: str) -> dict:
     return verdict
 
 
-PHASES_FILE = "phases.json"
 GO_FILE = ".agent-go"    # written once the services are ready; the started-early agent waits for it
 
 

@@ -1,16 +1,9 @@
 """`lab bench overhead`: what one run costs outside its scenario, per phase, median of N. Prints figures only.
 
 Each run is a real `lab run` of a short scenario (default `control`: no fault, ends when answered)
-through lab.run.run_one, in each topology asked for. The phases come from the run's own record:
-phases.json (lab.run: topology up, services ready = twin + capture, agent, teardown, report, on the
-monotonic clock) and events.jsonl (the agent's run.start and run.end, on the run's clock, whose zero
-is the end of topology up). From them:
-
-    agent start  = run.start - services ready          (what the agent, started with the services,
-                                                       still takes after them to its first event)
-    scenario     = run.end - run.start                 (the scenario itself: not overhead)
-    agent exit   = agent - agent start - scenario      (the agent's own teardown and exit)
-    overhead     = topology up + services ready + agent start + agent exit + teardown + report
+through lab.run.run_one, in each topology asked for. The phases come from the run's own record, as lab.report.phases reads them (topology up, services
+ready, agent start, the scenario, agent exit, teardown, report); overhead is every phase but the
+scenario.
 
 The baseline, measured in the same run: one Python process that imports lab.agent and exits (every
 Python service a run starts pays at least this), so the overhead also prints as a multiple of it.
@@ -41,12 +34,13 @@ from lab.errors import LabError
 from lab.events import read_events
 from lab.model_id import DEFAULT_MODEL
 from lab.report.verdict import verdict_passed
-from lab.run import PHASES_FILE, RunSpec, preflight, run_one
+from lab.report.phases import OVERHEAD as PHASES
+from lab.report.phases import figures as _figures
+from lab.run import RunSpec, preflight, run_one
 from lab.forkserver import client as forked
 
 FLOORS_S = {"netns": 1.0, "compose": 6.0}
 EXEC = "netns-exec"     # netns with the fork server off: the in-run comparison
-PHASES = ("topology_up", "services_ready", "agent_start", "agent_exit", "teardown", "report")
 
 
 def _baseline_s(n: int) -> float:
@@ -57,24 +51,6 @@ def _baseline_s(n: int) -> float:
         subprocess.run([sys.executable, "-c", "import lab.agent"], check=True)
         times.append(time.monotonic() - t0)
     return statistics.median(times)
-
-
-def _figures(run_dir: Path) -> dict[str, float]:
-    """The phases of one finished run, in seconds (LabError if it did not get through)."""
-    path = run_dir / PHASES_FILE
-    if not path.exists():
-        raise LabError(f"{run_dir.name}: no {PHASES_FILE}: the run did not finish")
-    ph = json.loads(path.read_text())
-    ev = {e.kind: e for e in read_events(run_dir / "events.jsonl") if e.kind in ("run.start", "run.end")}
-    if "run.start" not in ev or "run.end" not in ev or "agent" not in ph:
-        raise LabError(f"{run_dir.name}: the agent did not start and end its run")
-    start_s, end_s = ev["run.start"].ms / 1000, ev["run.end"].ms / 1000
-    out = {k: ph[k] for k in ("topology_up", "services_ready", "teardown", "report")}
-    out["agent_start"] = start_s - ph["services_ready"]
-    out["scenario"] = end_s - start_s
-    out["agent_exit"] = ph["agent"] - out["agent_start"] - out["scenario"]
-    out["overhead"] = sum(out[k] for k in PHASES)
-    return out
 
 
 def _one(scn, client: str, label: str, out_dir: Path, i: int, duration: float | None, progress) -> dict:

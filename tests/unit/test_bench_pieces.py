@@ -1,13 +1,16 @@
 """The arithmetic of `lab bench twin` and `lab bench overhead`, on made-up inputs (no servers, no runs)."""
 import base64
 import json
+import re
 
 import pytest
 
 from lab.bench import load, overhead, twin
 from lab.errors import LabError
 from lab.events import EventLog
-from lab.run import PHASES_FILE, _Phases
+from lab.report.phases import PHASES_FILE
+from lab.report import phases
+from lab.run import _Phases
 
 
 def _audio_frame(n_bytes: int) -> dict:
@@ -50,18 +53,37 @@ def _fake_run(tmp_path, phases: dict, start_ms: float | None, end_ms: float | No
 def test_overhead_is_every_phase_but_the_scenario(tmp_path):
     run = _fake_run(tmp_path, {"topology_up": 0.5, "services_ready": 0.7, "agent": 12.0, "teardown": 0.4,
                                "report": 1.1}, start_ms=1900.0, end_ms=11900.0)
-    fig = overhead._figures(run)
+    fig = phases.figures(run)
     assert fig["agent_start"] == pytest.approx(1.2)      # run.start 1.9 s after t0, services took 0.7
     assert fig["scenario"] == pytest.approx(10.0)
     assert fig["agent_exit"] == pytest.approx(0.8)       # 12.0 - 1.2 - 10.0
     assert fig["overhead"] == pytest.approx(0.5 + 0.7 + 1.2 + 0.8 + 0.4 + 1.1)
 
 
+def test_a_matrix_sums_each_phase_over_the_cells_that_got_through(tmp_path):
+    for d in "ab":
+        (tmp_path / d).mkdir()
+    a = _fake_run(tmp_path / "a", {"topology_up": 0.5, "services_ready": 0.7, "agent": 12.0, "teardown": 0.4,
+                                   "report": 1.1}, start_ms=1900.0, end_ms=11900.0)
+    b = _fake_run(tmp_path / "b", {"topology_up": 1.5, "services_ready": 0.3, "agent": 5.0, "teardown": 0.6,
+                                   "report": 0.9}, start_ms=1300.0, end_ms=5300.0)
+    broken = tmp_path / "c"
+    broken.mkdir()
+    total, read = phases.summed([a, b, broken])
+    assert read == 2
+    assert total["topology_up"] == pytest.approx(2.0) and total["scenario"] == pytest.approx(14.0)
+    assert total["agent_start"] == pytest.approx(1.2 + 1.0)
+    said = phases.line(total)
+    assert said.startswith("topology up 2.0 s (") and "the scenario 14.0 s (" in said
+    shares = [int(x) for x in re.findall(r"\((\d+) %\)", said)]
+    assert len(shares) == 7 and sum(shares) in range(98, 103)
+
+
 def test_a_run_the_agent_never_ended_is_refused(tmp_path):
     run = _fake_run(tmp_path, {"topology_up": 0.5, "services_ready": 0.7, "agent": 3.0, "teardown": 0.4,
                                "report": 1.1}, start_ms=1900.0, end_ms=None)
     with pytest.raises(LabError, match="did not start and end"):
-        overhead._figures(run)
+        phases.figures(run)
 
 
 @pytest.mark.parametrize("argv, words", [(["--mode", "stream,bogus"], "bad --mode"),
