@@ -151,13 +151,16 @@ def heard_turns(run: Path) -> list[dict]:
 def test_an_app_that_plays_its_own_prompts_is_answered_by_what_it_said(tmp_path):
     # the app's own audio (its voice, its order), not the lab's lines: "Hi, can you hear me?" first is a
     # greeting with no call, though by position it would be line 0, the booking; the booking line
-    # said second is the booking
-    batch, lines = _batch(tmp_path, "control", f'{sys.executable} {PROMPT_APP} "{GREETING}" "{BOOK}"',
-                          duration=30)
+    # said second is the booking; the status question third is a status question
+    batch, lines = _batch(tmp_path, "control",
+                          f'{sys.executable} {PROMPT_APP} "{GREETING}" "{BOOK}" "Did you book it?"', duration=35)
     run = batch / "control-cmd-01"
     assert heard_turns(run) == [{"match": GREETING, "by": "recognizer", "tool": None},
-                                {"match": BOOK, "by": "recognizer", "tool": "book_slot"}], \
+                                {"match": BOOK, "by": "recognizer", "tool": "book_slot"},
+                                {"match": "Did you book it?", "by": "recognizer", "tool": None}], \
         (run / "client.log").read_text()[-2000:]
+    status = [e for e in read_events(run / "twin.jsonl") if e.kind == "twin.model"][-1]
+    assert status["match"]["intent"] == "STATUS"
     calls = [e for e in read_events(run / "twin.jsonl") if e.kind == "twin.tool_call"]
     assert [c["args"] for c in calls] == [{"slot": "tomorrow 3pm"}]
     _no_leftovers(run)
