@@ -246,7 +246,7 @@ class OpenAISessions:
             return []
         try:
             kind, ev = W.load_event(data)
-            return getattr(self, "_on_" + kind.replace(".", "_"))(s, ev, now)
+            return _received(s, kind, ev) + getattr(self, "_on_" + kind.replace(".", "_"))(s, ev, now)
         except W.ClientError as e:
             return self._error(s, e, now)
 
@@ -562,6 +562,25 @@ class OpenAISessions:
         usage = {"total_tokens": 0, "input_tokens": 0, "output_tokens": 0}     # token counts: not modelled
         return [self._send(s.conn, self.events.event("response.done", response=W.response_object(
             r.id, status, r.output, r.modalities, details, usage)), now)]
+
+
+def _received(s: Session, kind: str, ev: dict) -> list[Action]:
+    """What the client sent, for the record: which event, and for the ones that shape the session its
+    gist (the tools a session.update declares, an item's type, role and call_id), so a client's
+    behaviour on the wire (a reconnect's session.update, history replayed without its calls, a
+    response.create after a tool output) is read from twin.jsonl. Audio appends are not recorded one
+    by one (one per chunk): the VAD's twin.vad says when speech came."""
+    if kind == "input_audio_buffer.append":
+        return []
+    fields: dict[str, Any] = {"conn": s.conn, "session": s.id, "type": kind}
+    update, item = ev.get("session"), ev.get("item")
+    if kind == "session.update" and isinstance(update, dict) and isinstance(update.get("tools"), list):
+        fields["tools"] = [t.get("name") for t in update["tools"] if isinstance(t, dict)]
+    elif kind == "conversation.item.create" and isinstance(item, dict):
+        for field_, key in (("item", "type"), ("role", "role"), ("call_id", "call_id")):
+            if isinstance(item.get(key), str):
+                fields[field_] = item[key]
+    return [Log("twin.client_event", fields)]
 
 
 def _pieces(text: str) -> list[str]:

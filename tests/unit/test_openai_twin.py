@@ -370,3 +370,19 @@ def test_twin_serve_protocol_openai_lists_the_openai_profile_and_refuses_a_misma
     assert main(["twin", "serve", "--profile", "openai-realtime", "--list-params"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "openai protocol, not gemini" in err
+
+
+def test_the_record_says_what_the_client_sent_but_not_each_audio_chunk():
+    sim = Sim()
+    call_id = _called(sim)
+    _answer(sim, call_id)
+    sim.send(1, {"type": "input_audio_buffer.append", "audio": ""})
+    sim.send(1, {"type": "response.create"})
+    sim.send(1, {"type": "no.such_event"})
+    got = [{k: v for k, v in log.fields.items() if k not in ("conn", "session")}
+           for log in sim.logs if log.kind == "twin.client_event"]
+    assert got == [{"type": "session.update", "tools": ["check_slot", "reserve_table"]},
+                   {"type": "conversation.item.create", "item": "message", "role": "user"},
+                   {"type": "response.create"},
+                   {"type": "conversation.item.create", "item": "function_call_output", "call_id": call_id},
+                   {"type": "response.create"}]
