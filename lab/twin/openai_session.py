@@ -107,6 +107,7 @@ class Response:
     steps: list[Step]
     modalities: list[str]
     output: list[dict] = field(default_factory=list)
+    metadata: dict | None = None       # response.create's, echoed on the response (a client matches by it)
 
 
 @dataclass
@@ -384,7 +385,9 @@ class OpenAISessions:
                                 ev.get("event_id"))
         resp = ev.get("response") if isinstance(ev.get("response"), dict) else {}
         mods = resp.get("output_modalities")
-        return self._start_response(s, now, mods if isinstance(mods, list) else None)
+        meta = resp.get("metadata")
+        return self._start_response(s, now, mods if isinstance(mods, list) else None,
+                                    metadata=meta if isinstance(meta, dict) else None)
 
     def _on_response_cancel(self, s: Session, ev: dict, now: float) -> list[Action]:
         if s.response is None:
@@ -465,14 +468,17 @@ class OpenAISessions:
                                          "tool": call.tool if call else None,
                                          "args": dict(call.args) if call else None})]
 
-    def _start_response(self, s: Session, now: float, modalities: list[str] | None, spoken: bool = False) -> list[Action]:
+    def _start_response(self, s: Session, now: float, modalities: list[str] | None, spoken: bool = False,
+                        metadata: dict | None = None) -> list[Action]:
         plan, acts = self._plan(s, spoken)
         mods = modalities or list(s.config.get("output_modalities") or ["audio"])
-        r = Response(W.new_id("resp_", self.rng), [st for st in plan.steps if st.kind != "turn_complete"], mods)
+        r = Response(W.new_id("resp_", self.rng), [st for st in plan.steps if st.kind != "turn_complete"], mods,
+                     metadata=metadata)
         s.response = r
         reserved = 4096     # the output-token reservation rate_limits.updated reflects (md L33); the figure: assumption
         acts += [self._send(s.conn, self.events.event("response.created",
-                                                      response=W.response_object(r.id, "in_progress", [], mods)), now),
+                                                      response=W.response_object(r.id, "in_progress", [], mods,
+                                                                                 metadata=r.metadata)), now),
                  self._send(s.conn, self.events.event("rate_limits.updated", rate_limits=W.rate_limits(
                      (self.prm.rate_limit_requests, self.prm.rate_limit_requests - 1),
                      (self.prm.rate_limit_tokens, self.prm.rate_limit_tokens - reserved))), now)]
@@ -561,7 +567,7 @@ class OpenAISessions:
         details = {"type": status, "reason": reason} if reason else {"type": status}
         usage = {"total_tokens": 0, "input_tokens": 0, "output_tokens": 0}     # token counts: not modelled
         return [self._send(s.conn, self.events.event("response.done", response=W.response_object(
-            r.id, status, r.output, r.modalities, details, usage)), now)]
+            r.id, status, r.output, r.modalities, details, usage, r.metadata)), now)]
 
 
 def _received(s: Session, kind: str, ev: dict) -> list[Action]:

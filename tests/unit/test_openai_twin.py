@@ -386,3 +386,16 @@ def test_the_record_says_what_the_client_sent_but_not_each_audio_chunk():
                    {"type": "response.create"},
                    {"type": "conversation.item.create", "item": "function_call_output", "call_id": call_id},
                    {"type": "response.create"}]
+
+
+def test_response_create_metadata_is_echoed_on_the_response_a_client_matches_by_it():
+    sim = Sim()
+    _configured(sim)
+    _say(sim, ASK)
+    sim.send(1, {"type": "response.create", "response": {"metadata": {"client_event_id": "response_create_x1"}}})
+    sim.run(sim.now + 5)
+    created, done = sim.of("response.created")[0], sim.of("response.done")[0]
+    assert created["response"]["metadata"] == done["response"]["metadata"] == {"client_event_id": "response_create_x1"}
+    sim.send(1, {"type": "response.create"})
+    sim.run(sim.now + 5)
+    assert sim.of("response.created")[1]["response"]["metadata"] is None
