@@ -332,6 +332,7 @@ class OpenAISessions:
             full = W.function_call_item(item_id, str(item.get("call_id") or ""), str(item.get("name") or ""),
                                         str(item.get("arguments") or ""), "completed")
             s.calls[full["call_id"]] = item_id
+            s.engine.written_call(full["call_id"], full["name"], full["arguments"])
         elif kind == "message":
             role = item.get("role")
             if role not in ("user", "assistant", "system"):

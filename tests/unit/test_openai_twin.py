@@ -399,3 +399,24 @@ def test_response_create_metadata_is_echoed_on_the_response_a_client_matches_by_
     sim.send(1, {"type": "response.create"})
     sim.run(sim.now + 5)
     assert sim.of("response.created")[1]["response"]["metadata"] is None
+
+
+def test_a_call_and_its_output_replayed_into_a_new_session_are_known_there():
+    """A client that restores its history into the new session (the call item, then its output)
+    is answered from it: no orphan error, and the model knows the booking was made."""
+    sim = Sim(conversation=None)
+    sim.open(1)
+    sim.send(1, {"type": "session.update", "session": {"type": "realtime", "tools": [
+        {"type": "function", "name": "book_slot", "description": "Book the given appointment slot",
+         "parameters": {"type": "object", "properties": {"slot": {"type": "string"}}}}]}})
+    sim.send(1, {"type": "conversation.item.create", "item": {
+        "type": "function_call", "call_id": "call_old", "name": "book_slot", "arguments": '{"slot":"tomorrow 3pm"}'}})
+    sim.send(1, {"type": "conversation.item.create", "item": {
+        "type": "function_call_output", "call_id": "call_old", "output": json.dumps({"status": "booked"})}})
+    assert not sim.of("error")
+    answered = [log.fields for log in sim.logs if log.kind == "twin.tool_response"]
+    assert (answered[-1]["known"], answered[-1]["name"], answered[-1]["status"]) == (True, "book_slot", "booked")
+    _say(sim, "Did you book it?")
+    sim.send(1, {"type": "response.create"})
+    sim.run(sim.now + 5)
+    assert [log.fields["plan"] for log in sim.logs if log.kind == "twin.model"] == ["status-booked"]
