@@ -333,6 +333,7 @@ class OpenAISessions:
                                         str(item.get("arguments") or ""), "completed")
             s.calls[full["call_id"]] = item_id
             s.engine.written_call(full["call_id"], full["name"], full["arguments"])
+            _answered(s)
         elif kind == "message":
             role = item.get("role")
             if role not in ("user", "assistant", "system"):
@@ -344,6 +345,8 @@ class OpenAISessions:
             if role == "user" and text:
                 s.unanswered.append(text)
             elif text:
+                if role == "assistant":
+                    _answered(s)
                 s.engine.history.append((role, text))
             full = W.message_item(item_id, role, content)
         else:
@@ -569,6 +572,14 @@ class OpenAISessions:
         usage = {"total_tokens": 0, "input_tokens": 0, "output_tokens": 0}     # token counts: not modelled
         return [self._send(s.conn, self.events.event("response.done", response=W.response_object(
             r.id, status, r.output, r.modalities, details, usage, r.metadata)), now)]
+
+
+def _answered(s: Session) -> None:
+    """The client wrote the model's side of the conversation (a call, an assistant message): the user
+    turns before it were answered there, so they are history, not turns the next response answers."""
+    for text in s.unanswered:
+        s.engine.history.append(("user", text))
+    s.unanswered = []
 
 
 def _received(s: Session, kind: str, ev: dict) -> list[Action]:

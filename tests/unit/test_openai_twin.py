@@ -409,6 +409,7 @@ def test_a_call_and_its_output_replayed_into_a_new_session_are_known_there():
     sim.send(1, {"type": "session.update", "session": {"type": "realtime", "tools": [
         {"type": "function", "name": "book_slot", "description": "Book the given appointment slot",
          "parameters": {"type": "object", "properties": {"slot": {"type": "string"}}}}]}})
+    _say(sim, "Book me the 3pm slot tomorrow, please.")
     sim.send(1, {"type": "conversation.item.create", "item": {
         "type": "function_call", "call_id": "call_old", "name": "book_slot", "arguments": '{"slot":"tomorrow 3pm"}'}})
     sim.send(1, {"type": "conversation.item.create", "item": {
@@ -416,6 +417,11 @@ def test_a_call_and_its_output_replayed_into_a_new_session_are_known_there():
     assert not sim.of("error")
     answered = [log.fields for log in sim.logs if log.kind == "twin.tool_response"]
     assert (answered[-1]["known"], answered[-1]["name"], answered[-1]["status"]) == (True, "book_slot", "booked")
+    # the user's request was answered by the call written after it: asked now, the model answers the output
+    sim.send(1, {"type": "response.create"})
+    sim.run(sim.now + 5)
+    assert not [log for log in sim.logs if log.kind == "twin.model"]
+    assert sim.of("response.output_audio_transcript.done")[-1]["transcript"] == "I'm booking the 3 pm slot tomorrow for you."
     _say(sim, "Did you book it?")
     sim.send(1, {"type": "response.create"})
     sim.run(sim.now + 5)
