@@ -2,7 +2,8 @@
 # Installs the peer clients (issue 2) into venvs of their own, outside the project venv:
 #   .venv-livekit  livekit-agents + livekit-plugins-google (google-genai 3.x) + livekit-plugins-openai (its
 #                  OpenAI Realtime model, for the OpenAI twin), the plugins at livekit-agents' release
-#   .venv-pipecat  pipecat-ai[google] (pins google-genai<3, which the project cannot share)
+#   .venv-pipecat  pipecat-ai[google,openai] (pins google-genai<3, which the project cannot share; the openai
+#                  extra for its OpenAI Realtime service, against the OpenAI twin)
 #   .venv-adk      google-adk==2.13.0, pinned exactly: it needs google-genai<3 and websockets<16, and
 #                  an unpinned install next to google-genai>=3.3 quietly resolves to google-adk 1.1.1
 # The peer scripts under tests/peers/ use only the stdlib and these packages, so neither venv needs
@@ -23,8 +24,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 LIVEKIT_PKGS=("livekit-agents==1.8.9" "livekit-plugins-google==1.8.9" "livekit-plugins-openai==1.8.9")
 LIVEKIT_CHECK='import livekit.agents, livekit.rtc, livekit.plugins.google, google.genai, livekit.plugins.openai'
-PIPECAT_PKGS=("pipecat-ai[google]==1.14.0")
-PIPECAT_CHECK='import pipecat, pipecat.services.google.gemini_live.llm, pipecat.tests.utils, google.genai'
+PIPECAT_PKGS=("pipecat-ai[google,openai]==1.14.0")
+PIPECAT_CHECK='import pipecat, pipecat.services.google.gemini_live.llm, pipecat.tests.utils, google.genai, pipecat.services.openai.realtime.llm'
 ADK_PKGS=("google-adk==2.13.0")
 ADK_CHECK='import google.adk, google.adk.agents, google.adk.runners, google.genai; assert google.adk.__version__ == "2.13.0", google.adk.__version__'
 
@@ -150,7 +151,7 @@ case "$which" in
     case "$name" in
       livekit) setup_peer "$which" "$dir" "$LIVEKIT_CHECK" "$patchfile" "livekit-agents==$release" "livekit-plugins-google==$release" \
                  "livekit-plugins-openai==$release" ;;
-      pipecat) setup_peer "$which" "$dir" "$PIPECAT_CHECK" "" "pipecat-ai[google]==$release" ;;
+      pipecat) setup_peer "$which" "$dir" "$PIPECAT_CHECK" "" "pipecat-ai[google,openai]==$release" ;;
       adk) setup_peer "$which" "$dir" "${ADK_CHECK%%; assert*}" "" "google-adk==$release" ;;
     esac
     exit $? ;;
