@@ -193,6 +193,22 @@ def of(events: list, kind: str, conn: int | None = None) -> list:
     return [e for e in events if e.kind == kind and (conn is None or e["conn"] == conn)]
 
 
+def booked(ev: list, said: dict) -> object:
+    """The booking turn as the twin recorded it, on one connection at the twin's route: the model read
+    the slot from the user's line and called book_slot with it, the framework answered that call id
+    with the booked result, no error event went out, and what the framework said is the twin's reply.
+    Returns the twin's call."""
+    assert [e["route"] for e in of(ev, "twin.conn.open")] == ["v1/realtime?model=gpt-realtime"]
+    model = of(ev, "twin.model")
+    assert [(m["text"], m["tool"], m["args"]) for m in model] == [(BOOK, "book_slot", {"slot": "tomorrow 3pm"})]
+    call, = of(ev, "twin.tool_call")
+    answered, = of(ev, "twin.tool_response")
+    assert (answered["id"], answered["known"], answered["status"]) == (call["id"], True, "booked")
+    assert said["text"] == of(ev, "twin.say")[-1]["text"] == "I'm booking the 3 pm slot tomorrow for you."
+    assert not of(ev, "twin.error_event")
+    return call
+
+
 def run(coro, timeout: float = START_S + 90):
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
@@ -222,12 +238,7 @@ def test_livekit_openai_realtime_holds_a_tool_conversation_with_the_twin(livekit
     assert summary["errors"] == [] and not summary["fatal"], summary
     ev = record(tmp_path)
     # the plugin's URL: base_url + /realtime, the model as a query parameter
-    assert [e["route"] for e in of(ev, "twin.conn.open")] == ["v1/realtime?model=gpt-realtime"]
-    model = of(ev, "twin.model")
-    assert [(m["text"], m["tool"], m["args"]) for m in model] == [(BOOK, "book_slot", {"slot": "tomorrow 3pm"})]
-    call, = of(ev, "twin.tool_call")
-    answered, = of(ev, "twin.tool_response")
-    assert (answered["id"], answered["known"], answered["status"]) == (call["id"], True, "booked")
+    call = booked(ev, said)
     wire = sent(ev, 1)
     # the session's config, then its tools, then the user's line and the request for a response
     declared = next(i for i, w in enumerate(wire) if w.get("tools") == ["book_slot"])
@@ -238,8 +249,6 @@ def test_livekit_openai_realtime_holds_a_tool_conversation_with_the_twin(livekit
         {"type": "conversation.item.create", "item": "function_call_output", "call_id": call["id"]},
         {"type": "response.create"},            # the framework asks for the reply to the tool's output
     ]
-    assert said["text"] == of(ev, "twin.say")[-1]["text"] == "I'm booking the 3 pm slot tomorrow for you."
-    assert not of(ev, "twin.error_event")
 
 
 @pytest.mark.parametrize("how", ["close-1011", "abort"])
@@ -349,12 +358,7 @@ def test_pipecat_openai_realtime_holds_a_tool_conversation_with_the_twin(pipecat
     assert summary["errors"] == [] and summary["logged_errors"] == [], summary
     ev = record(tmp_path)
     # the service's URL: base_url with ?model=M appended
-    assert [e["route"] for e in of(ev, "twin.conn.open")] == ["v1/realtime?model=gpt-realtime"]
-    model = of(ev, "twin.model")
-    assert [(m["text"], m["tool"], m["args"]) for m in model] == [(BOOK, "book_slot", {"slot": "tomorrow 3pm"})]
-    call, = of(ev, "twin.tool_call")
-    answered, = of(ev, "twin.tool_response")
-    assert (answered["id"], answered["known"], answered["status"]) == (call["id"], True, "booked")
+    call = booked(ev, said)
     assert sent(ev, 1) == [
         {"type": "session.update"},                                     # on session.created
         {"type": "conversation.item.create", "item": "message", "role": "user"},   # the context's line
@@ -363,8 +367,6 @@ def test_pipecat_openai_realtime_holds_a_tool_conversation_with_the_twin(pipecat
         {"type": "conversation.item.create", "item": "function_call_output", "call_id": call["id"]},
         {"type": "response.create"},            # the framework asks for the reply to the tool's output
     ]
-    assert said["text"] == of(ev, "twin.say")[-1]["text"] == "I'm booking the 3 pm slot tomorrow for you."
-    assert not of(ev, "twin.error_event")
 
 
 @pytest.mark.parametrize("how", ["close-1011", "abort"])

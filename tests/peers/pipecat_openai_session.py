@@ -66,14 +66,14 @@ async def run(args: argparse.Namespace, out: dict) -> None:
     import pipecat
     from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
     from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
-    from pipecat.frames.frames import (EndFrame, ErrorFrame, Frame, LLMFullResponseEndFrame, LLMMessagesAppendFrame,
+    from pipecat.frames.frames import (ErrorFrame, Frame, LLMFullResponseEndFrame, LLMMessagesAppendFrame,
                                        LLMRunFrame, TTSTextFrame)
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.processors.aggregators.llm_context import LLMContext
     from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
     from pipecat.services.openai.realtime.llm import OpenAIRealtimeLLMService
-    from pipecat_io import start_headless
+    from pipecat_io import start_headless, stop_headless
 
     out["versions"] = {"pipecat-ai": getattr(pipecat, "__version__", "?")}
     turn = {"text": ""}
@@ -139,13 +139,7 @@ async def run(args: argparse.Namespace, out: dict) -> None:
                 await worker.queue_frame(LLMMessagesAppendFrame(messages=[{"role": "user", "content": text}],
                                                                 run_llm=True))
     finally:
-        if not run_task.done():
-            await worker.queue_frame(EndFrame())
-            try:
-                await asyncio.wait_for(asyncio.shield(run_task), 5)
-            except (asyncio.TimeoutError, TimeoutError):
-                await worker.cancel(reason="peer script done")
-                await asyncio.wait([run_task], timeout=5)
+        await stop_headless(worker, run_task)
 
 
 def main(argv: list[str] | None = None) -> int:
