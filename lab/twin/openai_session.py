@@ -120,6 +120,7 @@ class Session:
     opened_at: float
     items: list[str] = field(default_factory=list)             # item ids in conversation order
     calls: dict[str, str] = field(default_factory=dict)        # call_id -> its function_call item id
+    written: set[str] = field(default_factory=set)             # call_ids of function_call items the client wrote
     unanswered: list[str] = field(default_factory=list)        # user turns no response has answered yet
     reply: Plan | None = None                                  # the model's answer to tool outputs, said when asked
     audio_ms: float = 0.0                                      # audio appended since the session began
@@ -321,8 +322,12 @@ class OpenAISessions:
                     "invalid_value", f"Tool call ID '{call_id}' not found in conversation.", "item.call_id", eid), now)
             known, status, plan = s.engine.output_arrived(call_id, item.get("output"))
             name = s.engine.calls[call_id].name if known else None
+            # history: the output of a call the client wrote itself (its history replayed into a new
+            # session), not of one this session's model issued: an answer given before, sent again, or the
+            # first answer of a call cut off by the drop (the record says which, by the call id)
             acts.append(Log("twin.tool_response", {"conn": s.conn, "session": s.id, "id": call_id, "name": name,
-                                                   "known": known, "status": status, "scheduling": None}))
+                                                   "known": known, "status": status, "scheduling": None,
+                                                   "history": call_id in s.written}))
             if plan is not None:
                 s.reply = plan
             full = {"id": item_id, "object": "realtime.item", "type": kind, "status": "completed",
@@ -332,6 +337,7 @@ class OpenAISessions:
             full = W.function_call_item(item_id, str(item.get("call_id") or ""), str(item.get("name") or ""),
                                         str(item.get("arguments") or ""), "completed")
             s.calls[full["call_id"]] = item_id
+            s.written.add(full["call_id"])
             s.engine.written_call(full["call_id"], full["name"], full["arguments"])
             _answered(s)
         elif kind == "message":

@@ -203,7 +203,8 @@ def booked(ev: list, said: dict) -> object:
     assert [(m["text"], m["tool"], m["args"]) for m in model] == [(BOOK, "book_slot", {"slot": "tomorrow 3pm"})]
     call, = of(ev, "twin.tool_call")
     answered, = of(ev, "twin.tool_response")
-    assert (answered["id"], answered["known"], answered["status"]) == (call["id"], True, "booked")
+    assert (answered["id"], answered["known"], answered["status"], answered["history"]) == \
+        (call["id"], True, "booked", False)
     assert said["text"] == of(ev, "twin.say")[-1]["text"] == "I'm booking the 3 pm slot tomorrow for you."
     assert not of(ev, "twin.error_event")
     return call
@@ -296,7 +297,9 @@ def test_livekit_openai_reconnects_after_a_drop_and_replays_its_history_with_the
     # the replayed output names a call the replay declared first: no orphan error
     assert not of(ev, "twin.error_event")
     replayed, = of(ev, "twin.tool_response", 2)
-    assert (replayed["id"], replayed["known"]) == (call["id"], True)
+    assert (replayed["id"], replayed["known"], replayed["history"]) == (call["id"], True, True)
+    # the same call answered on both connections: the first answer, then its replay
+    assert [(r["conn"], r["history"]) for r in of(ev, "twin.tool_response")] == [(1, False), (2, True)]
     asked, = of(ev, "twin.model", 2)
     assert (asked["text"], asked["plan"]) == (STATUS, "status-booked")
     assert second["text"] == of(ev, "twin.say", 2)[-1]["text"] == "Yes, your 3 pm slot tomorrow is booked."
@@ -332,8 +335,8 @@ def test_livekit_openai_drop_while_its_tool_runs_sends_the_output_into_the_new_s
         {"type": "conversation.item.create", "item": "function_call_output", "call_id": call["id"]},
     ]
     assert wire[-1] == {"type": "response.create"} and wire.index(replay[-1]) == len(wire) - 2
-    answered, = of(ev, "twin.tool_response")
-    assert (answered["conn"], answered["known"], answered["status"]) == (2, True, "booked")
+    answered, = of(ev, "twin.tool_response")      # its only answer, into the session the replay declared it in
+    assert (answered["conn"], answered["known"], answered["status"], answered["history"]) == (2, True, "booked", True)
     assert not of(ev, "twin.error_event")
     # the reply answers the output (the user's request was answered by the replayed call)
     assert not of(ev, "twin.model", 2)

@@ -417,6 +417,7 @@ def test_a_call_and_its_output_replayed_into_a_new_session_are_known_there():
     assert not sim.of("error")
     answered = [log.fields for log in sim.logs if log.kind == "twin.tool_response"]
     assert (answered[-1]["known"], answered[-1]["name"], answered[-1]["status"]) == (True, "book_slot", "booked")
+    assert answered[-1]["history"] is True          # a replay, not a second answer to an issued call
     # the user's request was answered by the call written after it: asked now, the model answers the output
     sim.send(1, {"type": "response.create"})
     sim.run(sim.now + 5)
