@@ -156,7 +156,12 @@ EVENT_KINDS: dict[str, EventKind] = {
     "twin.interrupted": _k("twin", "conn session speaking"),
     "twin.say": _k("twin", "conn session text"),
     "twin.tool_call": _k("twin", "conn session id name args blocking"),
-    "twin.tool_response": _k("twin", "conn session id name known status scheduling"),
+    "twin.tool_response": _k("twin", "conn session id name known status scheduling history",
+                             "history (OpenAI): the output of a function_call the client wrote itself (replayed history); "
+                             "a second answer only if the id was answered before"),
+    "twin.client_event": _k("twin", "conn session type tools item role call_id",
+                            "an OpenAI Realtime client event the twin received (audio appends are not recorded): "
+                            "tools a session.update declares; item, role, call_id of a conversation.item.create"),
     "twin.error_event": _k("twin", "conn session code type param",
                            "an OpenAI Realtime `error` event the twin sent (the session stays open unless a close follows)"),
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the peer clients (issue 2) into venvs of their own, outside the project venv:
-#   .venv-livekit  livekit-agents + livekit-plugins-google (google-genai 3.x)
-#   .venv-pipecat  pipecat-ai[google] (pins google-genai<3, which the project cannot share)
+#   .venv-livekit  livekit-agents + livekit-plugins-google (google-genai 3.x) + livekit-plugins-openai (its
+#                  OpenAI Realtime model, for the OpenAI twin), the plugins at livekit-agents' release
+#   .venv-pipecat  pipecat-ai[google,openai] (pins google-genai<3, which the project cannot share; the openai
+#                  extra for its OpenAI Realtime service, against the OpenAI twin)
 #   .venv-adk      google-adk==2.13.0, pinned exactly: it needs google-genai<3 and websockets<16, and
 #                  an unpinned install next to google-genai>=3.3 quietly resolves to google-adk 1.1.1
 # The peer scripts under tests/peers/ use only the stdlib and these packages, so neither venv needs
@@ -10,7 +12,7 @@
 # Usage: scripts/peers-setup.sh [livekit|pipecat|adk|all|NAME@RELEASE[+BUILD]]...   (default all; several
 #        names are built side by side)
 #   NAME@RELEASE (livekit@1.8.9, pipecat@1.14.0, adk@2.13.0) builds .venv-NAME-RELEASE with that release of
-#   the framework's packages (for livekit: livekit-agents and livekit-plugins-google at the same release);
+#   the framework's packages (for livekit: livekit-agents and both plugins at the same release);
 #   +BUILD also applies our patch tests/fixtures/NAME-BUILD.patch to the installed package (livekit@1.8.0+pr003:
 #   tests/fixtures/livekit-pr003.patch, livekit/agents PR #6481 as its description says, seed 003) and
 #   names the venv .venv-NAME-RELEASE-BUILD (lab/clients/frameworks reads the same names).
@@ -20,10 +22,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
-LIVEKIT_PKGS=("livekit-agents==1.8.9" "livekit-plugins-google==1.8.9")
-LIVEKIT_CHECK='import livekit.agents, livekit.rtc, livekit.plugins.google, google.genai'
-PIPECAT_PKGS=("pipecat-ai[google]==1.14.0")
-PIPECAT_CHECK='import pipecat, pipecat.services.google.gemini_live.llm, pipecat.tests.utils, google.genai'
+LIVEKIT_PKGS=("livekit-agents==1.8.9" "livekit-plugins-google==1.8.9" "livekit-plugins-openai==1.8.9")
+LIVEKIT_CHECK='import livekit.agents, livekit.rtc, livekit.plugins.google, google.genai, livekit.plugins.openai'
+PIPECAT_PKGS=("pipecat-ai[google,openai]==1.14.0")
+PIPECAT_CHECK='import pipecat, pipecat.services.google.gemini_live.llm, pipecat.tests.utils, google.genai, pipecat.services.openai.realtime.llm'
 ADK_PKGS=("google-adk==2.13.0")
 ADK_CHECK='import google.adk, google.adk.agents, google.adk.runners, google.genai; assert google.adk.__version__ == "2.13.0", google.adk.__version__'
 
@@ -96,7 +98,7 @@ setup_peer_locked() {
     return 1
   fi
   printf '%s\n' "$want" >"$stamp"
-  echo "peers-setup: $name installed in $dir (first, $(since "$t0") s): $("$dir/bin/pip" freeze 2>/dev/null | grep -iE '^(livekit-agents|livekit-plugins-google|livekit|pipecat-ai|google-adk|google-genai)==' | tr '\n' ' ')"
+  echo "peers-setup: $name installed in $dir (first, $(since "$t0") s): $("$dir/bin/pip" freeze 2>/dev/null | grep -iE '^(livekit-agents|livekit-plugins-google|livekit-plugins-openai|livekit|pipecat-ai|google-adk|google-genai)==' | tr '\n' ' ')"
 }
 
 # wait_all PID...: wait for builds side by side and exit as one would: the first failure decides
@@ -147,8 +149,9 @@ case "$which" in
     fi
     dir=".venv-$name-$release${build:+-$build}"
     case "$name" in
-      livekit) setup_peer "$which" "$dir" "$LIVEKIT_CHECK" "$patchfile" "livekit-agents==$release" "livekit-plugins-google==$release" ;;
-      pipecat) setup_peer "$which" "$dir" "$PIPECAT_CHECK" "" "pipecat-ai[google]==$release" ;;
+      livekit) setup_peer "$which" "$dir" "$LIVEKIT_CHECK" "$patchfile" "livekit-agents==$release" "livekit-plugins-google==$release" \
+                 "livekit-plugins-openai==$release" ;;
+      pipecat) setup_peer "$which" "$dir" "$PIPECAT_CHECK" "" "pipecat-ai[google,openai]==$release" ;;
       adk) setup_peer "$which" "$dir" "${ADK_CHECK%%; assert*}" "" "google-adk==$release" ;;
     esac
     exit $? ;;

@@ -1,8 +1,8 @@
 """Starting a pipecat pipeline headless, with no transport (pipecat venv only; stdlib + pipecat).
 
-Shared by lab/peers/pipecat_app.py and tests/peers/pipecat_turn.py: the pipeline runs under
+Shared by lab/peers/pipecat_app.py and the pipecat peers under tests/peers/: the pipeline runs under
 pipecat's worker and runner (PipelineTask is deprecated in 1.x) and is ready once the worker says
-`on_pipeline_started`.
+`on_pipeline_started`; stop_headless ends it.
 """
 from __future__ import annotations
 
@@ -30,3 +30,17 @@ async def start_headless(pipeline: Any, timeout: float, params: Any = None) -> t
 
     await asyncio.wait_for(started.wait(), timeout)
     return worker, run_task
+
+
+async def stop_headless(worker: Any, run_task: asyncio.Task, timeout: float = 5) -> None:
+    """End a headless pipeline: an EndFrame, and if it has not ended `timeout` seconds later, a cancel."""
+    from pipecat.frames.frames import EndFrame
+
+    if run_task.done():
+        return
+    await worker.queue_frame(EndFrame())
+    try:
+        await asyncio.wait_for(asyncio.shield(run_task), timeout)
+    except (asyncio.TimeoutError, TimeoutError):
+        await worker.cancel(reason="peer script done")
+        await asyncio.wait([run_task], timeout=timeout)

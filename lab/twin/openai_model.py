@@ -9,6 +9,7 @@ the conversation's or the profile's default, as for a Gemini client that does no
 """
 from __future__ import annotations
 
+import json
 import random
 from typing import Any, Callable
 
@@ -40,3 +41,16 @@ class OpenAIModel(E.Engine):
     def output_arrived(self, call_id: str, output: Any) -> tuple[bool, str, E.Plan | None]:
         """(known, status, the reply the model will give when asked) for one function_call_output."""
         return self.tool_response(call_id, output_value(output))
+
+    def written_call(self, call_id: str, name: str, arguments: str) -> None:
+        """A function_call item the client wrote itself (the history it replays into a new session):
+        the model knows the call from then on, as the service knows every item of its conversation,
+        so the output that follows answers it and a status question reads it."""
+        if not call_id or call_id in self.calls:
+            return
+        try:
+            args = json.loads(arguments) if arguments else {}
+        except ValueError:
+            args = {}
+        self.calls[call_id] = E.Call(id=call_id, name=name, args=args if isinstance(args, dict) else {},
+                                     blocking=False)

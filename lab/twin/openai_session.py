@@ -107,6 +107,7 @@ class Response:
     steps: list[Step]
     modalities: list[str]
     output: list[dict] = field(default_factory=list)
+    metadata: dict | None = None       # response.create's, echoed on the response (a client matches by it)
 
 
 @dataclass
@@ -119,6 +120,7 @@ class Session:
     opened_at: float
     items: list[str] = field(default_factory=list)             # item ids in conversation order
     calls: dict[str, str] = field(default_factory=dict)        # call_id -> its function_call item id
+    written: set[str] = field(default_factory=set)             # call_ids of function_call items the client wrote
     unanswered: list[str] = field(default_factory=list)        # user turns no response has answered yet
     reply: Plan | None = None                                  # the model's answer to tool outputs, said when asked
     audio_ms: float = 0.0                                      # audio appended since the session began
@@ -246,7 +248,7 @@ class OpenAISessions:
             return []
         try:
             kind, ev = W.load_event(data)
-            return getattr(self, "_on_" + kind.replace(".", "_"))(s, ev, now)
+            return _received(s, kind, ev) + getattr(self, "_on_" + kind.replace(".", "_"))(s, ev, now)
         except W.ClientError as e:
             return self._error(s, e, now)
 
@@ -320,8 +322,12 @@ class OpenAISessions:
                     "invalid_value", f"Tool call ID '{call_id}' not found in conversation.", "item.call_id", eid), now)
             known, status, plan = s.engine.output_arrived(call_id, item.get("output"))
             name = s.engine.calls[call_id].name if known else None
+            # history: the output of a call the client wrote itself (its history replayed into a new
+            # session), not of one this session's model issued: an answer given before, sent again, or the
+            # first answer of a call cut off by the drop (the record says which, by the call id)
             acts.append(Log("twin.tool_response", {"conn": s.conn, "session": s.id, "id": call_id, "name": name,
-                                                   "known": known, "status": status, "scheduling": None}))
+                                                   "known": known, "status": status, "scheduling": None,
+                                                   "history": call_id in s.written}))
             if plan is not None:
                 s.reply = plan
             full = {"id": item_id, "object": "realtime.item", "type": kind, "status": "completed",
@@ -331,6 +337,9 @@ class OpenAISessions:
             full = W.function_call_item(item_id, str(item.get("call_id") or ""), str(item.get("name") or ""),
                                         str(item.get("arguments") or ""), "completed")
             s.calls[full["call_id"]] = item_id
+            s.written.add(full["call_id"])
+            s.engine.written_call(full["call_id"], full["name"], full["arguments"])
+            _answered(s)
         elif kind == "message":
             role = item.get("role")
             if role not in ("user", "assistant", "system"):
@@ -342,6 +351,8 @@ class OpenAISessions:
             if role == "user" and text:
                 s.unanswered.append(text)
             elif text:
+                if role == "assistant":
+                    _answered(s)
                 s.engine.history.append((role, text))
             full = W.message_item(item_id, role, content)
         else:
@@ -384,7 +395,9 @@ class OpenAISessions:
                                 ev.get("event_id"))
         resp = ev.get("response") if isinstance(ev.get("response"), dict) else {}
         mods = resp.get("output_modalities")
-        return self._start_response(s, now, mods if isinstance(mods, list) else None)
+        meta = resp.get("metadata")
+        return self._start_response(s, now, mods if isinstance(mods, list) else None,
+                                    metadata=meta if isinstance(meta, dict) else None)
 
     def _on_response_cancel(self, s: Session, ev: dict, now: float) -> list[Action]:
         if s.response is None:
@@ -465,14 +478,17 @@ class OpenAISessions:
                                          "tool": call.tool if call else None,
                                          "args": dict(call.args) if call else None})]
 
-    def _start_response(self, s: Session, now: float, modalities: list[str] | None, spoken: bool = False) -> list[Action]:
+    def _start_response(self, s: Session, now: float, modalities: list[str] | None, spoken: bool = False,
+                        metadata: dict | None = None) -> list[Action]:
         plan, acts = self._plan(s, spoken)
         mods = modalities or list(s.config.get("output_modalities") or ["audio"])
-        r = Response(W.new_id("resp_", self.rng), [st for st in plan.steps if st.kind != "turn_complete"], mods)
+        r = Response(W.new_id("resp_", self.rng), [st for st in plan.steps if st.kind != "turn_complete"], mods,
+                     metadata=metadata)
         s.response = r
         reserved = 4096     # the output-token reservation rate_limits.updated reflects (md L33); the figure: assumption
         acts += [self._send(s.conn, self.events.event("response.created",
-                                                      response=W.response_object(r.id, "in_progress", [], mods)), now),
+                                                      response=W.response_object(r.id, "in_progress", [], mods,
+                                                                                 metadata=r.metadata)), now),
                  self._send(s.conn, self.events.event("rate_limits.updated", rate_limits=W.rate_limits(
                      (self.prm.rate_limit_requests, self.prm.rate_limit_requests - 1),
                      (self.prm.rate_limit_tokens, self.prm.rate_limit_tokens - reserved))), now)]
@@ -561,7 +577,34 @@ class OpenAISessions:
         details = {"type": status, "reason": reason} if reason else {"type": status}
         usage = {"total_tokens": 0, "input_tokens": 0, "output_tokens": 0}     # token counts: not modelled
         return [self._send(s.conn, self.events.event("response.done", response=W.response_object(
-            r.id, status, r.output, r.modalities, details, usage)), now)]
+            r.id, status, r.output, r.modalities, details, usage, r.metadata)), now)]
+
+
+def _answered(s: Session) -> None:
+    """The client wrote the model's side of the conversation (a call, an assistant message): the user
+    turns before it were answered there, so they are history, not turns the next response answers."""
+    for text in s.unanswered:
+        s.engine.history.append(("user", text))
+    s.unanswered = []
+
+
+def _received(s: Session, kind: str, ev: dict) -> list[Action]:
+    """What the client sent, for the record: which event, and for the ones that shape the session its
+    gist (the tools a session.update declares, an item's type, role and call_id), so a client's
+    behaviour on the wire (a reconnect's session.update, history replayed without its calls, a
+    response.create after a tool output) is read from twin.jsonl. Audio appends are not recorded one
+    by one (one per chunk): the VAD's twin.vad says when speech came."""
+    if kind == "input_audio_buffer.append":
+        return []
+    fields: dict[str, Any] = {"conn": s.conn, "session": s.id, "type": kind}
+    update, item = ev.get("session"), ev.get("item")
+    if kind == "session.update" and isinstance(update, dict) and isinstance(update.get("tools"), list):
+        fields["tools"] = [t.get("name") for t in update["tools"] if isinstance(t, dict)]
+    elif kind == "conversation.item.create" and isinstance(item, dict):
+        for field_, key in (("item", "type"), ("role", "role"), ("call_id", "call_id")):
+            if isinstance(item.get(key), str):
+                fields[field_] = item[key]
+    return [Log("twin.client_event", fields)]
 
 
 def _pieces(text: str) -> list[str]:

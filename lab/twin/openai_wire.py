@@ -141,10 +141,13 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str, st
 
 
 def response_object(rid: str, status: str, output: list[dict], modalities: list[str],
-                    details: dict | None = None, usage: dict | None = None) -> dict:
-    """RealtimeResponse: status in_progress at response.created; completed | cancelled at response.done."""
+                    details: dict | None = None, usage: dict | None = None, metadata: dict | None = None) -> dict:
+    """RealtimeResponse: status in_progress at response.created; completed | cancelled at response.done.
+    `metadata`: what the client's response.create attached (RealtimeResponseCreateParams.metadata, carried
+    on RealtimeResponse.metadata in the SDK's types); a client may match its request to the response by it."""
     return {"id": rid, "object": "realtime.response", "status": status, "status_details": details,
-            "output": output, "output_modalities": modalities, "conversation_id": None, "usage": usage}
+            "output": output, "output_modalities": modalities, "conversation_id": None, "usage": usage,
+            "metadata": metadata}
 
 
 def rate_limits(requests: tuple[int, int], tokens: tuple[int, int]) -> list[dict]:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 # the helpers the lab's own framework client uses (lab/peers: stdlib + the framework, no project)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab" / "peers"))
-from pipecat_io import start_headless  # noqa: E402
+from pipecat_io import start_headless, stop_headless  # noqa: E402
 
 BOOK = "Book me the 3pm slot tomorrow, please."
 
@@ -80,7 +80,7 @@ async def run(args: argparse.Namespace, out: dict) -> None:
     import pipecat
     from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
     from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
-    from pipecat.frames.frames import (EndFrame, ErrorFrame, Frame, FunctionCallInProgressFrame,
+    from pipecat.frames.frames import (ErrorFrame, Frame, FunctionCallInProgressFrame,
                                        FunctionCallResultFrame, InputTextRawFrame, LLMContextFrame,
                                        LLMFullResponseEndFrame, MetricsFrame, TTSAudioRawFrame,
                                        TTSTextFrame)
@@ -194,13 +194,7 @@ async def run(args: argparse.Namespace, out: dict) -> None:
             await asyncio.sleep(args.settle)
         out["elapsed_s"] = round(time.monotonic() - t0, 3)
     finally:
-        if not run_task.done():
-            await worker.queue_frame(EndFrame())
-            try:
-                await asyncio.wait_for(asyncio.shield(run_task), 5)
-            except (asyncio.TimeoutError, TimeoutError):
-                await worker.cancel(reason="peer script done")
-                await asyncio.wait([run_task], timeout=5)
+        await stop_headless(worker, run_task)
 
 
 def main(argv: list[str] | None = None) -> int:

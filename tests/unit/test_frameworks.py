@@ -217,7 +217,8 @@ def test_compose_takes_no_requirements_file(tmp_path):
 def test_the_image_wheelhouse_reads_the_pins_from_peers_setup():
     from lab.topology import framework_image
     assert framework_image.pins("adk") == ["google-adk==2.13.0"]
-    assert framework_image.pins("livekit") == ["livekit-agents==1.8.9", "livekit-plugins-google==1.8.9"]
+    assert framework_image.pins("livekit") == ["livekit-agents==1.8.9", "livekit-plugins-google==1.8.9",
+                                             "livekit-plugins-openai==1.8.9"]
     assert framework_image.environment("pipecat") == {"LAB_FRAMEWORK": "pipecat"}
 
 

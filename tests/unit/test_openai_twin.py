@@ -370,3 +370,60 @@ def test_twin_serve_protocol_openai_lists_the_openai_profile_and_refuses_a_misma
     assert main(["twin", "serve", "--profile", "openai-realtime", "--list-params"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "openai protocol, not gemini" in err
+
+
+def test_the_record_says_what_the_client_sent_but_not_each_audio_chunk():
+    sim = Sim()
+    call_id = _called(sim)
+    _answer(sim, call_id)
+    sim.send(1, {"type": "input_audio_buffer.append", "audio": ""})
+    sim.send(1, {"type": "response.create"})
+    sim.send(1, {"type": "no.such_event"})
+    got = [{k: v for k, v in log.fields.items() if k not in ("conn", "session")}
+           for log in sim.logs if log.kind == "twin.client_event"]
+    assert got == [{"type": "session.update", "tools": ["check_slot", "reserve_table"]},
+                   {"type": "conversation.item.create", "item": "message", "role": "user"},
+                   {"type": "response.create"},
+                   {"type": "conversation.item.create", "item": "function_call_output", "call_id": call_id},
+                   {"type": "response.create"}]
+
+
+def test_response_create_metadata_is_echoed_on_the_response_a_client_matches_by_it():
+    sim = Sim()
+    _configured(sim)
+    _say(sim, ASK)
+    sim.send(1, {"type": "response.create", "response": {"metadata": {"client_event_id": "response_create_x1"}}})
+    sim.run(sim.now + 5)
+    created, done = sim.of("response.created")[0], sim.of("response.done")[0]
+    assert created["response"]["metadata"] == done["response"]["metadata"] == {"client_event_id": "response_create_x1"}
+    sim.send(1, {"type": "response.create"})
+    sim.run(sim.now + 5)
+    assert sim.of("response.created")[1]["response"]["metadata"] is None
+
+
+def test_a_call_and_its_output_replayed_into_a_new_session_are_known_there():
+    """A client that restores its history into the new session (the call item, then its output)
+    is answered from it: no orphan error, and the model knows the booking was made."""
+    sim = Sim(conversation=None)
+    sim.open(1)
+    sim.send(1, {"type": "session.update", "session": {"type": "realtime", "tools": [
+        {"type": "function", "name": "book_slot", "description": "Book the given appointment slot",
+         "parameters": {"type": "object", "properties": {"slot": {"type": "string"}}}}]}})
+    _say(sim, "Book me the 3pm slot tomorrow, please.")
+    sim.send(1, {"type": "conversation.item.create", "item": {
+        "type": "function_call", "call_id": "call_old", "name": "book_slot", "arguments": '{"slot":"tomorrow 3pm"}'}})
+    sim.send(1, {"type": "conversation.item.create", "item": {
+        "type": "function_call_output", "call_id": "call_old", "output": json.dumps({"status": "booked"})}})
+    assert not sim.of("error")
+    answered = [log.fields for log in sim.logs if log.kind == "twin.tool_response"]
+    assert (answered[-1]["known"], answered[-1]["name"], answered[-1]["status"]) == (True, "book_slot", "booked")
+    assert answered[-1]["history"] is True          # a replay, not a second answer to an issued call
+    # the user's request was answered by the call written after it: asked now, the model answers the output
+    sim.send(1, {"type": "response.create"})
+    sim.run(sim.now + 5)
+    assert not [log for log in sim.logs if log.kind == "twin.model"]
+    assert sim.of("response.output_audio_transcript.done")[-1]["transcript"] == "I'm booking the 3 pm slot tomorrow for you."
+    _say(sim, "Did you book it?")
+    sim.send(1, {"type": "response.create"})
+    sim.run(sim.now + 5)
+    assert [log.fields["plan"] for log in sim.logs if log.kind == "twin.model"] == ["status-booked"]
