@@ -35,11 +35,6 @@ from lab.clients.params import Params
 from lab.clients.session_config import DEFAULT_SYSTEM_INSTRUCTION
 from lab.errors import LabError
 
-try:  # the stdlib's resampler while it has it (removed in Python 3.13; the lab runs 3.11)
-    import audioop as _audioop
-except ImportError:  # pragma: no cover
-    _audioop = None
-
 OUT_RATE = 24000        # the GA protocol's only PCM rate, both ways (SDK RealtimeAudioFormats)
 
 BOOK_SLOT = {"type": "function", "name": "book_slot",
@@ -56,10 +51,8 @@ def websocket_base_url(base_url: str) -> str:
 
 
 def to_24k(pcm16k: bytes) -> bytes:
-    """The lab's 16 kHz speech as the 24 kHz PCM the protocol takes."""
-    if _audioop is None:
-        raise LabError("speech to the OpenAI client needs audioop (Python <= 3.12)")
-    return _audioop.ratecv(pcm16k, 2, 1, speech.IN_RATE, OUT_RATE, None)[0]
+    """The lab's 16 kHz speech as the 24 kHz PCM the protocol takes (the lab's one resampler)."""
+    return speech.resample(pcm16k, speech.IN_RATE, OUT_RATE)
 
 
 class OpenAIRealtimeClient(Client):
