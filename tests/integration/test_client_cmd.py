@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from lab.errors import LabError
+from lab import scenario as scenario_mod
 from lab.events import read_events
 
 pytestmark = pytest.mark.netns
@@ -139,6 +140,7 @@ def test_the_scenario_clock_starts_at_the_apps_first_connection(tmp_path):
 PROMPT_APP = Path(__file__).resolve().parent.parent / "fixtures" / "prompt_app.py"
 GREETING = "Hi, can you hear me?"
 BOOK = "Book me the 3pm slot tomorrow, please."
+STOP = "Actually, stop. Don't book it."
 
 
 def heard_turns(run: Path) -> list[dict]:
@@ -151,16 +153,20 @@ def heard_turns(run: Path) -> list[dict]:
 def test_an_app_that_plays_its_own_prompts_is_answered_by_what_it_said(tmp_path):
     # the app's own audio (its voice, its order), not the lab's lines: "Hi, can you hear me?" first is a
     # greeting with no call, though by position it would be line 0, the booking; the booking line
-    # said second is the booking; the status question third is a status question
-    batch, lines = _batch(tmp_path, "control",
-                          f'{sys.executable} {PROMPT_APP} "{GREETING}" "{BOOK}" "Did you book it?"', duration=35)
+    # said second is the booking; then the stop is a stop and the status question a status question
+    prompts = f'"{GREETING}" "{BOOK}" "{STOP}" "Did you book it?"'
+    # the control story, run to its duration: the app, not the lab's lines, decides what is said when
+    scn = tmp_path / "prompts.yaml"
+    scn.write_text(scenario_mod.resolve("control").read_text().replace("end: answered", "end: duration"))
+    batch, lines = _batch(tmp_path, str(scn), f"{sys.executable} {PROMPT_APP} {prompts}", duration=40)
     run = batch / "control-cmd-01"
     assert heard_turns(run) == [{"match": GREETING, "by": "recognizer", "tool": None},
                                 {"match": BOOK, "by": "recognizer", "tool": "book_slot"},
+                                {"match": STOP, "by": "recognizer", "tool": None},
                                 {"match": "Did you book it?", "by": "recognizer", "tool": None}], \
         (run / "client.log").read_text()[-2000:]
-    status = [e for e in read_events(run / "twin.jsonl") if e.kind == "twin.model"][-1]
-    assert status["match"]["intent"] == "STATUS"
+    model = [e for e in read_events(run / "twin.jsonl") if e.kind == "twin.model"]
+    assert [e["match"].get("intent") for e in model[-2:]] == ["STOP", "STATUS"]
     calls = [e for e in read_events(run / "twin.jsonl") if e.kind == "twin.tool_call"]
     assert [c["args"] for c in calls] == [{"slot": "tomorrow 3pm"}]
     _no_leftovers(run)
