@@ -39,6 +39,7 @@ from lab import scenario as scenario_mod
 from lab.clients.frameworks import releases
 from lab.clients.frameworks import resolve as resolve_framework
 from lab.errors import LabError
+from lab.protocols import DEFAULT as DEFAULT_PROTOCOL
 from lab.report import board
 from lab.report import conformance as matrix_report
 from lab.report.junit import publish
@@ -120,7 +121,7 @@ def _duration(scn: scenario_mod.Scenario, cap: float | None) -> float | None:
 
 def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: float | None = None,
                out_dir: Path | None = None, topology: str = "netns", out=print, jobs: int | str = 1,
-               conversation: str | None = None) -> Path:
+               conversation: str | None = None, protocol: str = DEFAULT_PROTOCOL) -> Path:
     """Run every scenario x client n times into one batch folder, `jobs` cells side by side; write the
     matrix; return the folder. `conversation`: what the twin plays and the user says in every cell
     (lab run --conversation's; an agent's own lines)."""
@@ -131,7 +132,7 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
     if not scenarios or not clients:
         raise LabError("name at least one scenario and one client")
     # every name, before any run
-    scns = {c: run_mod.preflight(scenarios, c, topology, "twin", conversation=conversation) for c in clients}
+    scns = {c: run_mod.preflight(scenarios, c, topology, "twin", conversation=conversation, protocol=protocol) for c in clients}
     versions = {c: client_versions(c, topology=topology) for c in clients}
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     batch = Path(out_dir) if out_dir else Path.cwd() / "captures" / f"{stamp}-matrix"
@@ -142,7 +143,8 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
     for client in clients:
         for scn in scns[client]:
             cells += run_mod.batch_cells([scn], batch, n=n, client=client, topology=topology,
-                                         duration=_duration(scn, duration), conversation=conversation, out=out)
+                                         duration=_duration(scn, duration), conversation=conversation, out=out,
+                                         protocol=protocol)
     out(f"== matrix: {len(scenarios)} scenarios x {len(clients)} clients x {n} ({len(cells)} cells) -> {batch}")
     done = None
     try:
@@ -204,6 +206,7 @@ def add_parser(sub) -> None:
                    help="cap (s) for scenarios that run their whole duration (end: duration)")
     p.add_argument("--out", type=Path, default=None, help="batch folder (default captures/<time>-matrix)")
     p.add_argument("--topology", default="netns", choices=sorted(TOPOLOGIES))
+    run_mod.add_protocol_argument(p)
     p.add_argument("-j", "--jobs", type=parallel.parse_jobs, default=1, metavar="N",
                    help="cells side by side, each in its own namespaces or Compose project; auto: from the "
                         "cores, the load and the memory (says what it picked)")
@@ -227,7 +230,7 @@ def _cmd_matrix(args) -> int:
     releases.ensure_venvs(clients)
     batch = run_matrix(expand_scenarios(args.scenarios), clients, n=args.n,
                        duration=args.duration, out_dir=args.out, topology=args.topology, jobs=args.jobs,
-                       conversation=args.conversation)
+                       conversation=args.conversation, protocol=args.protocol)
     print(f"== results: {batch} (matrix.md, matrix.json, summary.md)")
     publish(batch, args.junit_xml)
     return 0

@@ -12,7 +12,9 @@ import importlib
 
 from lab.clients.base import Client, ClientContext, Endpoint
 from lab.clients.frameworks import names as framework_names
+from lab.clients.frameworks import resolve as resolve_framework
 from lab.errors import LabError
+from lab.protocols import GEMINI
 
 _BUILTIN = {
     "probe": ("lab.clients.probe", "ProbeClient"),
@@ -30,6 +32,14 @@ _REQUIRED = ("start", "say", "action", "flow", "stop")
 
 def names() -> list[str]:
     return list(_BUILTIN)
+
+
+def protocol_of(name: str) -> str:
+    """The realtime protocol a client speaks (lab.protocols): its class's `protocol`; a framework's
+    app speaks Gemini (their OpenAI plugins are not wired yet); a user's class without one, Gemini."""
+    if name in framework_names() or resolve_framework(name) is not None:
+        return GEMINI
+    return getattr(get(name), "protocol", GEMINI)
 
 
 def get(name: str) -> type[Client]:
@@ -57,4 +67,4 @@ def get(name: str) -> type[Client]:
                    "or a module path pkg.mod:Class implementing lab.clients.base.Client")
 
 
-__all__ = ["Client", "ClientContext", "Endpoint", "get", "names"]
+__all__ = ["Client", "ClientContext", "Endpoint", "get", "names", "protocol_of"]
