@@ -122,9 +122,11 @@ class Record:
         self.teardown_ms = min(ends, default=None)
         for e in self.twin or []:
             c = e.get("conn")
-            if e.kind == "twin.setup":
+            if e.kind == "twin.setup" or (e.kind in ("twin.accept", "twin.refuse") and c not in self.conns):
+                # a connection is known from its setup message; a protocol with none (OpenAI's session
+                # starts with the socket: its twin accepts or refuses at once) from its accept or refusal
                 self.conns[c] = TwinConn(c, e.ms, resume=bool(e.get("resume")))
-            elif c in self.conns:
+            if c in self.conns and e.kind != "twin.setup":
                 tc = self.conns[c]
                 if e.kind == "twin.accept":
                     tc.accept_ms, tc.session = e.ms, e.get("session")
