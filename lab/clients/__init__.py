@@ -1,6 +1,6 @@
 """The clients under test, by name; and the hook for a user's own client.
 
-`get("probe" | "recovery" | "naive" | "guard" | "openai")` returns the class. `get("pkg.mod:Class")` imports a user's
+`get("probe" | "recovery" | "naive" | "guard" | "openai" | "openai-recovery")` returns the class. `get("pkg.mod:Class")` imports a user's
 module and returns its class, which must subclass `lab.clients.base.Client` (or at least provide
 start/say/action/flow/stop). Anything else is a LabError naming the known clients. The framework
 clients (lab.clients.frameworks: livekit) are apps run black-box, which the orchestrator starts
@@ -25,6 +25,8 @@ _BUILTIN = {
     "session-manager": ("lab.clients.managed", "SessionManagerClient"),
     # the OpenAI Realtime API on the openai SDK (serve the twin with --protocol openai)
     "openai": ("lab.clients.openai_realtime", "OpenAIRealtimeClient"),
+    # its recovery reference: a new session restored from the transcript and a status note
+    "openai-recovery": ("lab.clients.openai_recovery", "OpenAIRecoveryClient"),
 }
 
 _REQUIRED = ("start", "say", "action", "flow", "stop")

@@ -44,7 +44,7 @@ def test_each_protocol_tells_its_client_the_endpoint_in_its_form():
 
 def test_which_protocol_each_client_speaks():
     assert protocol_of("probe") == protocol_of("recovery") == protocol_of("naive") == "gemini"
-    assert protocol_of("openai") == "openai"
+    assert protocol_of("openai") == protocol_of("openai-recovery") == "openai"
     assert protocol_of("livekit") == "gemini"          # a framework's app: its Gemini plugin so far
     assert protocol_of("lab.clients.probe:ProbeClient") == "gemini"
 
@@ -66,6 +66,8 @@ def test_the_catalogue_marks_the_scenarios_both_protocols_run():
         assert scenario.load(name).protocols == ("gemini", "openai"), name
     for name in ("l1-goaway", "t4-handle-expiry", "b3-after-server-close", "s2-recovery"):
         assert scenario.load(name).protocols == ("gemini",), name     # goAway, handles, the held session's model
+    cap = scenario.load("l1-session-cap")
+    assert cap.protocols == ("openai",) and cap.twin_for("openai")["set"]["openai_session_max_s"] < 60
 
 
 def test_a_step_of_an_action_the_protocol_lacks_is_not_played_and_nothing_may_wait_for_it(tmp_path):
@@ -100,11 +102,12 @@ def test_a_client_or_scenario_that_does_not_speak_the_protocol_is_refused():
             ("openai", control, None, "client probe speaks gemini"),          # the scenario's own client
             ("gemini", control, "openai", "client openai speaks openai, not gemini"),
             ("openai", [scenario.load("t4-handle-expiry")], "openai", "scenario t4-handle-expiry applies to gemini"),
+            ("gemini", [scenario.load("l1-session-cap")], "probe", "scenario l1-session-cap applies to openai"),
             ("grpc", control, "probe", "unknown protocol 'grpc'")):
         with pytest.raises(LabError) as ei:
             run_mod.check_protocol(proto, scns, client)
         assert words in str(ei.value) and "\n" not in str(ei.value), str(ei.value)
-    with pytest.raises(LabError, match="--client openai"):
+    with pytest.raises(LabError, match="--client openai or --client openai-recovery"):
         run_mod.check_protocol("openai", control, "recovery")
     with pytest.raises(LabError, match="twin only"):
         run_mod.check_protocol("openai", control, "openai", endpoint="live")
