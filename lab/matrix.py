@@ -80,14 +80,21 @@ _VERSIONS_PY = ("import importlib.metadata as m, json, sys\n"
                 "print(json.dumps({p: v(p) for p in sys.argv[1:]}))")
 
 
-def expand_scenarios(names: list[str]) -> list[str]:
-    """Scenario names with the named sets expanded, each once, in order."""
+def expand_scenarios(names: list[str], protocol: str = DEFAULT_PROTOCOL) -> list[str]:
+    """Scenario names with the named sets expanded, each once, in order; a set keeps only the
+    scenarios that apply to `protocol` (a scenario named on its own is checked by lab run's preflight)."""
     out: list[str] = []
     for n in names:
-        for s in SETS.get(n, (n,)):
+        members = [s for s in SETS[n] if protocol in scenario_mod.load(s).protocols] if n in SETS else [n]
+        for s in members:
             if s not in out:
                 out.append(s)
     return out
+
+
+def default_clients(protocol: str) -> tuple[str, ...]:
+    """The matrix's clients when --clients is not given: Gemini's set, or the clients that speak `protocol`."""
+    return DEFAULT_CLIENTS if protocol == DEFAULT_PROTOCOL else tuple(run_mod.speakers(protocol))
 
 
 def split_names(values: list[str]) -> list[str]:
@@ -197,8 +204,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("matrix", help="scenarios x clients, N runs each, then matrix.md/json (the conformance rules)")
     p.add_argument("--scenarios", nargs="+", default=["default"],
                    help=f"scenario names or sets ({', '.join(SETS)}); default: default")
-    p.add_argument("--clients", nargs="+", default=[",".join(DEFAULT_CLIENTS)],
-                   help=f"client names, comma or space separated (default {','.join(DEFAULT_CLIENTS)}); "
+    p.add_argument("--clients", nargs="+", default=None,
+                   help=f"client names, comma or space separated (default {','.join(DEFAULT_CLIENTS)}; with "
+                        f"--protocol openai: {','.join(default_clients('openai'))}); "
                         "NAME@A..B sweeps every release from A to B the package index serves, NAME@latest its "
                         "newest; a sweep builds the missing venvs and writes board.md/json")
     p.add_argument("-n", type=int, default=1, help="runs per cell")
@@ -226,9 +234,10 @@ def _cmd_matrix(args) -> int:
         print(f"matrix: {md}")
         publish(md.parent, args.junit_xml)
         return 0
-    clients = releases.expand(split_names(args.clients))   # livekit@1.8.0..1.8.9, pipecat@latest: releases
+    # livekit@1.8.0..1.8.9, pipecat@latest: releases
+    clients = releases.expand(split_names(args.clients or [",".join(default_clients(args.protocol))]))
     releases.ensure_venvs(clients)
-    batch = run_matrix(expand_scenarios(args.scenarios), clients, n=args.n,
+    batch = run_matrix(expand_scenarios(args.scenarios, args.protocol), clients, n=args.n,
                        duration=args.duration, out_dir=args.out, topology=args.topology, jobs=args.jobs,
                        conversation=args.conversation, protocol=args.protocol)
     print(f"== results: {batch} (matrix.md, matrix.json, summary.md)")

@@ -93,19 +93,19 @@ def check_protocol(protocol: str, scns: list[scenario_mod.Scenario], client: str
         raise LabError(f"--protocol {protocol} runs against the twin only (live mode speaks gemini)")
     elif client_cmd is not None:
         raise LabError(f"--client-cmd with --protocol {protocol}: an app reaches only the Gemini twin by the "
-                       "real hostnames so far; use --client " + " or --client ".join(_speakers(protocol)))
+                       "real hostnames so far; use --client " + " or --client ".join(speakers(protocol)))
     for s in scns:
         if protocol not in s.protocols:
-            others = [n for n in scenario_mod.names() if protocol in scenario_mod.load(n).protocols]
+            others = scenario_mod.names_for(protocol)
             raise LabError(f"scenario {s.name} applies to {', '.join(s.protocols)} (its protocols: key), not "
                            f"{protocol}; the {protocol} scenarios: {', '.join(others) or 'none'}")
         name = client or s.client
         if client_cmd is None and protocol_of(name) != protocol:
             raise LabError(f"client {name} speaks {protocol_of(name)}, not {protocol}: with --protocol {protocol} "
-                           f"use --client " + " or --client ".join(_speakers(protocol)))
+                           f"use --client " + " or --client ".join(speakers(protocol)))
 
 
-def _speakers(protocol: str) -> list[str]:
+def speakers(protocol: str) -> list[str]:
     """The built-in clients that speak `protocol`."""
     return [n for n in client_names() if protocol_of(n) == protocol]
 
@@ -697,7 +697,7 @@ def _said(run_dir: Path, verdict: dict) -> str:
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run scenarios and write result folders under captures/")
     p.add_argument("scenarios", nargs="*", help="scenario names or files (lab list)")
-    p.add_argument("--all", action="store_true", help="every scenario in the catalogue")
+    p.add_argument("--all", action="store_true", help="every scenario in the catalogue that applies to --protocol")
     p.add_argument("-n", type=int, default=1, help="runs per scenario")
     p.add_argument("--client", default=None,
                    help=f"probe, recovery, naive, a framework ({', '.join(FRAMEWORKS)}; NAME@RELEASE[+BUILD] for "
@@ -738,11 +738,12 @@ def add_protocol_argument(p) -> None:
     """`--protocol`, as `lab run` and `lab matrix` take it."""
     p.add_argument("--protocol", default=DEFAULT_PROTOCOL, choices=PROTOCOLS,
                    help="the realtime protocol the twin and the client speak: gemini (Live API, default) or "
-                        "openai (Realtime API; clients " + ", ".join(_speakers("openai")) + "; docs/protocol-openai.md)")
+                        "openai (Realtime API; clients " + ", ".join(speakers("openai")) + "; docs/protocol-openai.md)")
 
 
 def _cmd_run(args) -> int:
-    names = scenario_mod.names() if args.all else args.scenarios
+    # --all: every scenario of the catalogue that applies to the run's protocol
+    names = scenario_mod.names_for(args.protocol) if args.all else args.scenarios
     if not names:
         raise LabError("name at least one scenario (lab list), or --all")
     if args.n < 1:
@@ -773,5 +774,5 @@ def batch_passed(batch: Path) -> bool:
 def _cmd_list(args) -> int:
     for n in scenario_mod.names():
         s = scenario_mod.load(n)
-        print(f"{n:26s} {s.title}  [{s.client}, {s.duration:g}s]")
+        print(f"{n:26s} {s.title}  [{s.client}, {s.duration:g}s, {'/'.join(s.protocols)}]")
     return 0

@@ -177,6 +177,11 @@ def names() -> list[str]:
     return sorted(p.stem for p in catalogue_dir().glob("*.yaml"))
 
 
+def names_for(protocol: str) -> list[str]:
+    """The catalogue's scenarios that apply to `protocol` (their protocols: key)."""
+    return [n for n in names() if protocol in load(n).protocols]
+
+
 def resolve(name_or_path: str) -> Path:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") and p.exists():

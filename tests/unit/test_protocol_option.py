@@ -135,3 +135,14 @@ def test_the_twin_is_served_with_the_runs_protocol_and_the_plan_carries_it(tmp_p
     assert plan_mod.read(path).protocol == "openai"
     assert plan_mod.read(plan_mod.RunPlan(scenario="s", client="probe", run_dir=str(tmp_path)).write(tmp_path)).protocol \
         == "gemini"
+
+
+def test_a_set_and_all_keep_the_scenarios_of_the_protocol_and_the_matrix_its_clients():
+    from lab import matrix
+    resume = matrix.expand_scenarios(["resume"], "openai")
+    assert resume == [s for s in matrix.SETS["resume"] if "openai" in scenario.load(s).protocols]
+    assert "control" in resume and "r2-freeze" not in resume and "b2-path-return" in resume
+    assert matrix.expand_scenarios(["resume"]) == list(matrix.SETS["resume"])       # gemini: the whole set
+    assert "l1-session-cap" in scenario.names_for("openai") and "l1-session-cap" not in scenario.names_for("gemini")
+    assert matrix.default_clients("openai") == ("openai", "openai-recovery")
+    assert matrix.default_clients("gemini") == matrix.DEFAULT_CLIENTS
