@@ -336,3 +336,13 @@ def test_a_protocol_without_a_setup_message_is_judged_from_its_accepts():
     assert got["status_from_backend"].status == PASS
     never = rules.judge_all(record([*accepted(1, 100, "s1"), call(1000)]))
     assert never["own_loss_detection"].status == FAIL and never["resume_cutoff_fallback"].status == FAIL
+
+
+def test_the_resume_rules_say_they_are_the_live_apis_in_an_openai_run():
+    gemini = r1_idle_drop(retry=False)
+    assert rules.judge_all(gemini)["retry_refused_resume"].status == FAIL
+    gemini.meta["protocol"] = "openai"
+    openai = rules.judge_all(gemini)
+    for name in ("retry_refused_resume", "ledger_old_id_after_resume", "no_transparent_mode"):
+        assert openai[name].status == NA and "gemini protocol" in openai[name].observed, (name, openai[name])
+    assert openai["own_loss_detection"] == rules.judge_all(r1_idle_drop(retry=False))["own_loss_detection"]
