@@ -42,10 +42,12 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("abort", CLIENT, True, "the client drops its connection without a close frame (the server sees a RST)"),
     Action("close", CLIENT, True, "the client closes its connection cleanly (close 1000) and waits for the echo"),
     Action("resume", CLIENT, False, "the client makes one resume attempt with its last handle", protocols=(GEMINI,)),
-    Action("reuse_old", CLIENT, False, "the client sends on the old connection again (after an unfreeze)", protocols=(GEMINI,)),
+    Action("reuse_old", CLIENT, False, "the client sends on the old connection again (after an unfreeze)",
+           protocols=(GEMINI,)),
     Action("start_video", CLIENT, False, "the client's camera starts: a JPEG frame every 1/video_fps s "
            "as realtimeInput.video (lab.clients.video)", protocols=(GEMINI,)),
-    Action("stop_video", CLIENT, False, "the client's camera stops (002: video off before the reconnect)", protocols=(GEMINI,)),
+    Action("stop_video", CLIENT, False, "the client's camera stops (002: video off before the reconnect)",
+           protocols=(GEMINI,)),
     Action("audio_stream_end", CLIENT, False, "the client sends realtimeInput.audioStreamEnd (002: before "
            "closing the old session)", protocols=(GEMINI,)),
     Action("freeze", PROXY, True, "the proxy stops forwarding the first connection's bytes; its TCP stays up",

@@ -348,7 +348,8 @@ def _main(args) -> int:
             get_client(plan.client)
         wait_for_go(Path(plan.go_file))
     if not plan.client_cmd and protocol_of(plan.client) != plan.protocol:
-        raise LabError(f"{args.plan}: client {plan.client} speaks {protocol_of(plan.client)}, not the plan's {plan.protocol}")
+        raise LabError(f"{args.plan}: client {plan.client} speaks {protocol_of(plan.client)}, "
+                       f"not the plan's {plan.protocol}")
     key = os.environ.get(plan_mod.KEY_ENV)
     if not key:
         raise LabError(f"no API key in ${plan_mod.KEY_ENV} for the agent")

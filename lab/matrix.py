@@ -36,10 +36,12 @@ from pathlib import Path
 from lab import parallel
 from lab import run as run_mod
 from lab import scenario as scenario_mod
+from lab.clients import speaking
 from lab.clients.frameworks import releases
 from lab.clients.frameworks import resolve as resolve_framework
 from lab.errors import LabError
 from lab.protocols import DEFAULT as DEFAULT_PROTOCOL
+from lab.protocols import add_protocol_argument
 from lab.report import board
 from lab.report import conformance as matrix_report
 from lab.report.junit import publish
@@ -94,7 +96,7 @@ def expand_scenarios(names: list[str], protocol: str = DEFAULT_PROTOCOL) -> list
 
 def default_clients(protocol: str) -> tuple[str, ...]:
     """The matrix's clients when --clients is not given: Gemini's set, or the clients that speak `protocol`."""
-    return DEFAULT_CLIENTS if protocol == DEFAULT_PROTOCOL else tuple(run_mod.speakers(protocol))
+    return DEFAULT_CLIENTS if protocol == DEFAULT_PROTOCOL else tuple(speaking(protocol))
 
 
 def split_names(values: list[str]) -> list[str]:
@@ -139,7 +141,8 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
     if not scenarios or not clients:
         raise LabError("name at least one scenario and one client")
     # every name, before any run
-    scns = {c: run_mod.preflight(scenarios, c, topology, "twin", conversation=conversation, protocol=protocol) for c in clients}
+    scns = {c: run_mod.preflight(scenarios, c, topology, "twin", conversation=conversation, protocol=protocol)
+            for c in clients}
     versions = {c: client_versions(c, topology=topology) for c in clients}
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     batch = Path(out_dir) if out_dir else Path.cwd() / "captures" / f"{stamp}-matrix"
@@ -206,7 +209,7 @@ def add_parser(sub) -> None:
                    help=f"scenario names or sets ({', '.join(SETS)}); default: default")
     p.add_argument("--clients", nargs="+", default=None,
                    help=f"client names, comma or space separated (default {','.join(DEFAULT_CLIENTS)}; with "
-                        f"--protocol openai: {','.join(default_clients('openai'))}); "
+                        "--protocol openai: the clients that speak it); "
                         "NAME@A..B sweeps every release from A to B the package index serves, NAME@latest its "
                         "newest; a sweep builds the missing venvs and writes board.md/json")
     p.add_argument("-n", type=int, default=1, help="runs per cell")
@@ -214,7 +217,7 @@ def add_parser(sub) -> None:
                    help="cap (s) for scenarios that run their whole duration (end: duration)")
     p.add_argument("--out", type=Path, default=None, help="batch folder (default captures/<time>-matrix)")
     p.add_argument("--topology", default="netns", choices=sorted(TOPOLOGIES))
-    run_mod.add_protocol_argument(p)
+    add_protocol_argument(p)
     p.add_argument("-j", "--jobs", type=parallel.parse_jobs, default=1, metavar="N",
                    help="cells side by side, each in its own namespaces or Compose project; auto: from the "
                         "cores, the load and the memory (says what it picked)")

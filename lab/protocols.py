@@ -17,6 +17,13 @@ PROTOCOLS = (GEMINI, OPENAI)
 DEFAULT = GEMINI
 
 
+def add_protocol_argument(parser) -> None:
+    """`--protocol`, as `lab run` and `lab matrix` take it."""
+    parser.add_argument("--protocol", default=DEFAULT, choices=PROTOCOLS,
+                        help="the realtime protocol the twin and the client speak: gemini (Live API, default) or "
+                             "openai (Realtime API; its clients and scenarios: docs/protocol-openai.md)")
+
+
 def endpoint_url(protocol: str, base_url: str) -> str:
     """The endpoint as `protocol`'s client takes it, from the lab's https://host:port base:
     Gemini's SDK takes the https base; OpenAI's takes the WebSocket base, wss://host:port/v1, to

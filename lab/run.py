@@ -29,8 +29,7 @@ from lab import scenario as scenario_mod
 from lab.conversation import format as conversations
 from lab.conversation import semantics
 from lab.clients import get as get_client
-from lab.clients import names as client_names
-from lab.clients import protocol_of
+from lab.clients import protocol_of, speaking
 from lab.clients.command import parse_command
 from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
 from lab.clients.frameworks import venvs as framework_venvs
@@ -40,7 +39,7 @@ from lab.report.verdict import REPRODUCTION, USER, headline, verdict_met   # rea
 from lab.errors import CapabilityError, LabError
 from lab.model_id import DEFAULT_MODEL
 from lab.protocols import DEFAULT as DEFAULT_PROTOCOL
-from lab.protocols import GEMINI, PROTOCOLS, endpoint_url
+from lab.protocols import GEMINI, PROTOCOLS, add_protocol_argument, endpoint_url
 from lab.topology import AUTO, TOPOLOGIES
 from lab.topology import choose as choose_topology
 from lab.topology import get as get_topology
@@ -93,7 +92,7 @@ def check_protocol(protocol: str, scns: list[scenario_mod.Scenario], client: str
         raise LabError(f"--protocol {protocol} runs against the twin only (live mode speaks gemini)")
     elif client_cmd is not None:
         raise LabError(f"--client-cmd with --protocol {protocol}: an app reaches only the Gemini twin by the "
-                       "real hostnames so far; use --client " + " or --client ".join(speakers(protocol)))
+                       "real hostnames so far; use --client " + " or --client ".join(speaking(protocol)))
     for s in scns:
         if protocol not in s.protocols:
             others = scenario_mod.names_for(protocol)
@@ -102,17 +101,13 @@ def check_protocol(protocol: str, scns: list[scenario_mod.Scenario], client: str
         name = client or s.client
         if client_cmd is None and protocol_of(name) != protocol:
             raise LabError(f"client {name} speaks {protocol_of(name)}, not {protocol}: with --protocol {protocol} "
-                           f"use --client " + " or --client ".join(speakers(protocol)))
-
-
-def speakers(protocol: str) -> list[str]:
-    """The built-in clients that speak `protocol`."""
-    return [n for n in client_names() if protocol_of(n) == protocol]
+                           f"use --client " + " or --client ".join(speaking(protocol)))
 
 
 def preflight(scenarios: list[str], client: str | None, topology: str, endpoint: str,
               client_cmd: str | None = None, requirements: str | None = None,
-              out=print, conversation: str | None = None, protocol: str = DEFAULT_PROTOCOL) -> list[scenario_mod.Scenario]:
+              out=print, conversation: str | None = None,
+              protocol: str = DEFAULT_PROTOCOL) -> list[scenario_mod.Scenario]:
     """Validate everything up front; raise one clear LabError on the first problem. The scenarios
     come back as played (`conversation`: the user's lines from `lab run --conversation`)."""
     scns = [scenario_mod.played(scenario_mod.load(s), conversation) for s in scenarios]
@@ -308,7 +303,8 @@ def _prepare_folder(spec: RunSpec, out) -> _Run:
     duration = spec.duration or scn.duration
     conv_copy = _record_conversation(spec.conversation, run_dir)
     meta = {"run_id": run_id, "scenario": scn.to_json(), "client": spec.client, "topology": spec.topology,
-            "endpoint": spec.endpoint, "protocol": spec.protocol, "duration": duration, "params": scn.params_for(spec.client),
+            "endpoint": spec.endpoint, "protocol": spec.protocol, "duration": duration,
+            "params": scn.params_for(spec.client),
             "expect": scn.expect_for(spec.client), "held_to": held_to(spec),
             "started": datetime.now(timezone.utc).isoformat()}
     if spec.client_cmd:
@@ -732,13 +728,6 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser("list", help="list the scenario catalogue")
     p.set_defaults(func=_cmd_list)
-
-
-def add_protocol_argument(p) -> None:
-    """`--protocol`, as `lab run` and `lab matrix` take it."""
-    p.add_argument("--protocol", default=DEFAULT_PROTOCOL, choices=PROTOCOLS,
-                   help="the realtime protocol the twin and the client speak: gemini (Live API, default) or "
-                        "openai (Realtime API; clients " + ", ".join(speakers("openai")) + "; docs/protocol-openai.md)")
 
 
 def _cmd_run(args) -> int:

@@ -331,7 +331,8 @@ def _protocols(err, raw: dict) -> tuple[str, ...]:
         raise err(raw, "protocols", f"protocols takes a list of protocol names ({', '.join(PROTOCOLS)})")
     bad = [p for p in val if p not in PROTOCOLS]
     if bad:
-        raise err(raw, "protocols", f"unknown protocol {bad[0]!r}{_near(bad[0], PROTOCOLS)}; known: {', '.join(PROTOCOLS)}")
+        raise err(raw, "protocols", f"unknown protocol {bad[0]!r}{_near(bad[0], PROTOCOLS)}; "
+                                    f"known: {', '.join(PROTOCOLS)}")
     return tuple(dict.fromkeys(val))
 
 

@@ -1,8 +1,8 @@
 """The clients under test, by name; and the hook for a user's own client.
 
-`get("probe" | "recovery" | "naive" | "guard" | "openai" | "openai-recovery")` returns the class. `get("pkg.mod:Class")` imports a user's
-module and returns its class, which must subclass `lab.clients.base.Client` (or at least provide
-start/say/action/flow/stop). Anything else is a LabError naming the known clients. The framework
+`get("probe" | "recovery" | "naive" | "guard" | "openai" | "openai-recovery")` returns the class.
+`get("pkg.mod:Class")` imports a user's module and returns its class, which must subclass
+`lab.clients.base.Client` (or at least provide start/say/action/flow/stop). Anything else is a LabError naming the known clients. The framework
 clients (lab.clients.frameworks: livekit) are apps run black-box, which the orchestrator starts
 through lab/clients/command.py rather than through this lookup.
 """
@@ -44,6 +44,11 @@ def protocol_of(name: str) -> str:
     return getattr(get(name), "protocol", GEMINI)
 
 
+def speaking(protocol: str) -> list[str]:
+    """The built-in clients that speak `protocol`."""
+    return [n for n in names() if protocol_of(n) == protocol]
+
+
 def get(name: str) -> type[Client]:
     """A client class by name, or by module path `pkg.mod:Class` for a user's own client."""
     if name in _BUILTIN:
@@ -69,4 +74,4 @@ def get(name: str) -> type[Client]:
                    "or a module path pkg.mod:Class implementing lab.clients.base.Client")
 
 
-__all__ = ["Client", "ClientContext", "Endpoint", "get", "names", "protocol_of"]
+__all__ = ["Client", "ClientContext", "Endpoint", "get", "names", "protocol_of", "speaking"]

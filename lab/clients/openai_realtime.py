@@ -274,17 +274,24 @@ class OpenAIRealtimeClient(Client):
         self._spawn(self._run_tool(call_id, name, args), f"tool-{call_id}")
 
     async def _run_tool(self, call_id: str, name: str, args: dict) -> None:
+        result = await self._result(call_id, name, args)
+        await self._deliver(self.conn, self.n, call_id, name, result)
+
+    async def _result(self, call_id: str, name: str, args: dict) -> dict[str, Any]:
+        """The tool's result from the lab's backend, once its job is done."""
         if name != "book_slot" or self.backend is None:
-            result: dict[str, Any] = {"status": "error", "error": f"unknown tool {name}"}
-        else:
-            job = await self.backend.request(args.get("slot"), call_id, name=name)
-            await job.wait()
-            result = job.result()
-        n, sent = self.n, True
+            return {"status": "error", "error": f"unknown tool {name}"}
+        job = await self.backend.request(args.get("slot"), call_id, name=name)
+        await job.wait()
+        return job.result()
+
+    async def _deliver(self, conn: Any, n: int | None, call_id: str, name: str, result: dict[str, Any]) -> None:
+        """The result as a function_call_output on `conn` (connection number `n`), then response.create."""
+        sent = True
         try:
-            await self.conn.conversation.item.create(item={"type": "function_call_output", "call_id": call_id,
-                                                           "output": json.dumps(result)})
-            await self.conn.response.create()      # OpenAI never continues after a tool result by itself
+            await conn.conversation.item.create(item={"type": "function_call_output", "call_id": call_id,
+                                                      "output": json.dumps(result)})
+            await conn.response.create()      # OpenAI never continues after a tool result by itself
         except Exception:
             sent = False
         self.log.write("tool.response", src=SRC, conn=n, id=call_id, name=name, status=result.get("status"),

@@ -27,7 +27,6 @@ fallback.start, session.restored, session.note), so the report reads both alike.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
@@ -119,9 +118,9 @@ class OpenAIRecoveryClient(OpenAIRealtimeClient):
             silent = time.monotonic() - self._heard
             tcp = read_tcp(sock) if self.p["tcp_witness"] else None
             if self.conn is conn and det.judge(silent, tcp, ping_interval_s=every) == LOST:
-                self.log.write("loss.detected", src=SRC, conn=n, silent_ms=round(silent * 1000, 1),
-                               **({"ack_silent_ms": round(tcp.ack_silent_s * 1000, 1), "rto_ms": round(tcp.rto_s * 1000, 1),
-                                   "rtt_ms": round(tcp.rtt_s * 1000, 1), "unacked": tcp.unacked} if tcp else {}))
+                witness = ({"ack_silent_ms": round(tcp.ack_silent_s * 1000, 1), "rto_ms": round(tcp.rto_s * 1000, 1),
+                            "rtt_ms": round(tcp.rtt_s * 1000, 1), "unacked": tcp.unacked} if tcp else {})
+                self.log.write("loss.detected", src=SRC, conn=n, silent_ms=round(silent * 1000, 1), **witness)
                 self._lost(conn, "silence")
                 return
 
@@ -211,31 +210,18 @@ class OpenAIRecoveryClient(OpenAIRealtimeClient):
         """The backend's job (deduplicated by business key: a call issued again is answered from the
         existing job); its result goes only to the session that issued the call. A result of a
         replaced session becomes a status note for the current one, before the user's next line."""
-        if name != "book_slot" or self.backend is None:
-            result: dict[str, Any] = {"status": "error", "error": f"unknown tool {name}"}
-        else:
-            job = await self.backend.request(args.get("slot"), call_id, name=name)
-            await job.wait()
-            result = job.result()
+        result = await self._result(call_id, name, args)
         n, conn = self.call_conn.get(call_id), self.conn
-        if n != self.n or conn is None:
-            self.log.write("tool.response", src=SRC, conn=n, id=call_id, name=name, status=result.get("status"),
-                           job=result.get("job"), sent=False)
-            job = self.backend.job(result["job"]) if self.backend is not None and result.get("job") else None
-            if self.p["status_updates"] and job is not None:
-                line = status_line(job)
-                if line not in self._notes:
-                    self._notes.append(line)
+        if n == self.n and conn is not None:
+            await self._deliver(conn, n, call_id, name, result)
             return
-        sent = True
-        try:
-            await conn.conversation.item.create(item={"type": "function_call_output", "call_id": call_id,
-                                                      "output": json.dumps(result)})
-            await conn.response.create()      # OpenAI never continues after a tool result by itself
-        except Exception:
-            sent = False
         self.log.write("tool.response", src=SRC, conn=n, id=call_id, name=name, status=result.get("status"),
-                       job=result.get("job"), sent=sent)
+                       job=result.get("job"), sent=False)
+        job = self.backend.job(result["job"]) if self.backend is not None and result.get("job") else None
+        if self.p["status_updates"] and job is not None:
+            line = status_line(job)
+            if line not in self._notes:
+                self._notes.append(line)
 
     async def _send_notes(self) -> None:
         """Status lines owed to the current session, as one system message before the user's line."""
