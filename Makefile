@@ -8,12 +8,14 @@ CLIENT_CMD ?=
 N ?= 1
 DURATION ?=
 ENDPOINT ?= twin
+# the realtime protocol the twin and the client speak: gemini (default) or openai (lab/protocols.py)
+PROTOCOL ?= gemini
 BUDGET ?=
 SCENARIO ?=
 # parallel test workers for `make test`: the tests mostly wait on real timers and packets, not the CPU
 # (a scenario run in namespaces uses ~4 s of CPU in its ~50 s), so there are more workers than cores
 TEST_WORKERS ?= 8
-RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) -n $(N) $(if $(CLIENT),--client $(CLIENT)) \
+RUN_ARGS = --topology $(TOPOLOGY) --endpoint $(ENDPOINT) --protocol $(PROTOCOL) -n $(N) $(if $(CLIENT),--client $(CLIENT)) \
            $(if $(DURATION),--duration $(DURATION)) $(if $(BUDGET),--budget $(BUDGET)) \
            $(if $(CLIENT_CMD),--client-cmd "$(CLIENT_CMD)") $(if $(JUNIT),--junit-xml $(JUNIT))
 # JUNIT=file: lab run / lab matrix also write the verdicts as JUnit XML (for a CI's test tab)
@@ -26,6 +28,7 @@ help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo "  variables: TOPOLOGY=auto|netns|compose  CLIENT=probe|recovery|naive|guard|session-manager|livekit[@REL[+BUILD]]|pipecat|adk  CLIENT_CMD='python my_agent.py'  N=runs  DURATION=seconds"
 	@echo "             SPEECH=1 (lab-stop: the spoken set too)  STOP_OUT=folder (lab-stop's batch)"
+	@echo "             PROTOCOL=gemini|openai (openai: CLIENT=openai|openai-recovery)"
 	@echo "             ENDPOINT=twin|live (live needs GEMINI_API_KEY)  BUDGET=sessions  SCENARIO=name (lab-run)"
 	@echo "             MATRIX_SCENARIOS=sets or names  MATRIX_CLIENTS=a,b,c  MATRIX_OUT=folder (lab-matrix)"
 
@@ -100,7 +103,7 @@ MATRIX_CLIENTS ?= probe,recovery,naive,livekit,pipecat,adk
 MATRIX_OUT ?= captures/$(shell date -u +%Y%m%d-%H%M%S)-matrix
 
 lab-matrix: setup peers-setup ## the conformance matrix: scenarios x clients, then matrix.md and matrix.json
-	$(LAB) matrix --scenarios $(MATRIX_SCENARIOS) --clients $(MATRIX_CLIENTS) -n $(N) --topology $(TOPOLOGY) \
+	$(LAB) matrix --scenarios $(MATRIX_SCENARIOS) --clients $(MATRIX_CLIENTS) -n $(N) --topology $(TOPOLOGY) --protocol $(PROTOCOL) \
 	  --out "$(MATRIX_OUT)" $(if $(DURATION),--duration $(DURATION)) $(if $(JUNIT),--junit-xml $(JUNIT))
 
 # the release board (docs/matrix.md): the latest release of each framework across the resume, router and

@@ -29,6 +29,7 @@ from lab import plan as plan_mod
 from lab import scenario as scenario_mod
 from lab.backend import Backend
 from lab.clients import get as get_client
+from lab.clients import protocol_of
 from lab.clients.base import ClientContext, Endpoint
 from lab.clients.command import CommandClient, NotAskable
 from lab.errors import ONE_LINE_ERRORS, LabError
@@ -249,7 +250,8 @@ class Agent:
         self.client = (CommandClient(ctx, plan.client_cmd, plan.endpoint_ip, plan.client_owns_files, plan.client_cwd,
                                      proxy=plan.proxy) if plan.client_cmd
                        else get_client(self.client_name)(ctx))
-        steps = [s for s in self.scn.timeline if s.applies_to(self.client_name)]
+        # a step of an action the run's protocol lacks (a resume with a handle in OpenAI) is not played
+        steps = [s for s in self.scn.timeline if s.applies_to(self.client_name) and s.plays_in(plan.protocol)]
         says_expected = sum(1 for s in steps if s.say is not None)
         self.log.write("run.start", src="agent", scenario=self.scn.name, client=self.client_name,
                        **({"client_cmd": plan.client_cmd} if plan.client_cmd else {}),
@@ -345,6 +347,9 @@ def _main(args) -> int:
         if not plan.client_cmd:
             get_client(plan.client)
         wait_for_go(Path(plan.go_file))
+    if not plan.client_cmd and protocol_of(plan.client) != plan.protocol:
+        raise LabError(f"{args.plan}: client {plan.client} speaks {protocol_of(plan.client)}, "
+                       f"not the plan's {plan.protocol}")
     key = os.environ.get(plan_mod.KEY_ENV)
     if not key:
         raise LabError(f"no API key in ${plan_mod.KEY_ENV} for the agent")

@@ -36,9 +36,12 @@ from pathlib import Path
 from lab import parallel
 from lab import run as run_mod
 from lab import scenario as scenario_mod
+from lab.clients import speaking
 from lab.clients.frameworks import releases
 from lab.clients.frameworks import resolve as resolve_framework
 from lab.errors import LabError
+from lab.protocols import DEFAULT as DEFAULT_PROTOCOL
+from lab.protocols import add_protocol_argument
 from lab.report import board
 from lab.report import conformance as matrix_report
 from lab.report.junit import publish
@@ -80,14 +83,21 @@ _VERSIONS_PY = ("import importlib.metadata as m, json, sys\n"
                 "print(json.dumps({p: v(p) for p in sys.argv[1:]}))")
 
 
-def expand_scenarios(names: list[str]) -> list[str]:
-    """Scenario names with the named sets expanded, each once, in order."""
+def expand_scenarios(names: list[str], protocol: str = DEFAULT_PROTOCOL) -> list[str]:
+    """Scenario names with the named sets expanded, each once, in order; a set keeps only the
+    scenarios that apply to `protocol` (a scenario named on its own is checked by lab run's preflight)."""
     out: list[str] = []
     for n in names:
-        for s in SETS.get(n, (n,)):
+        members = [s for s in SETS[n] if protocol in scenario_mod.load(s).protocols] if n in SETS else [n]
+        for s in members:
             if s not in out:
                 out.append(s)
     return out
+
+
+def default_clients(protocol: str) -> tuple[str, ...]:
+    """The matrix's clients when --clients is not given: Gemini's set, or the clients that speak `protocol`."""
+    return DEFAULT_CLIENTS if protocol == DEFAULT_PROTOCOL else tuple(speaking(protocol))
 
 
 def split_names(values: list[str]) -> list[str]:
@@ -121,7 +131,7 @@ def _duration(scn: scenario_mod.Scenario, cap: float | None) -> float | None:
 
 def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: float | None = None,
                out_dir: Path | None = None, topology: str = "netns", out=print, jobs: int | str = 1,
-               conversation: str | None = None) -> Path:
+               conversation: str | None = None, protocol: str = DEFAULT_PROTOCOL) -> Path:
     """Run every scenario x client n times into one batch folder, `jobs` cells side by side; write the
     matrix; return the folder. `conversation`: what the twin plays and the user says in every cell
     (lab run --conversation's; an agent's own lines)."""
@@ -132,7 +142,8 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
     if not scenarios or not clients:
         raise LabError("name at least one scenario and one client")
     # every name, before any run
-    scns = {c: run_mod.preflight(scenarios, c, topology, "twin", conversation=conversation) for c in clients}
+    scns = {c: run_mod.preflight(scenarios, c, topology, "twin", conversation=conversation, protocol=protocol)
+            for c in clients}
     versions = {c: client_versions(c, topology=topology) for c in clients}
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     batch = Path(out_dir) if out_dir else Path.cwd() / "captures" / f"{stamp}-matrix"
@@ -143,7 +154,8 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
     for client in clients:
         for scn in scns[client]:
             cells += run_mod.batch_cells([scn], batch, n=n, client=client, topology=topology,
-                                         duration=_duration(scn, duration), conversation=conversation, out=out)
+                                         duration=_duration(scn, duration), conversation=conversation, out=out,
+                                         protocol=protocol)
     out(f"== matrix: {len(scenarios)} scenarios x {len(clients)} clients x {n} ({len(cells)} cells) -> {batch}")
     done = None
     try:
@@ -200,8 +212,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("matrix", help="scenarios x clients, N runs each, then matrix.md/json (the conformance rules)")
     p.add_argument("--scenarios", nargs="+", default=["default"],
                    help=f"scenario names or sets ({', '.join(SETS)}); default: default")
-    p.add_argument("--clients", nargs="+", default=[",".join(DEFAULT_CLIENTS)],
-                   help=f"client names, comma or space separated (default {','.join(DEFAULT_CLIENTS)}); "
+    p.add_argument("--clients", nargs="+", default=None,
+                   help=f"client names, comma or space separated (default {','.join(DEFAULT_CLIENTS)}; with "
+                        "--protocol openai: the clients that speak it); "
                         "NAME@A..B sweeps every release from A to B the package index serves, NAME@latest its "
                         "newest; a sweep builds the missing venvs and writes board.md/json")
     p.add_argument("-n", type=int, default=1, help="runs per cell")
@@ -209,6 +222,7 @@ def add_parser(sub) -> None:
                    help="cap (s) for scenarios that run their whole duration (end: duration)")
     p.add_argument("--out", type=Path, default=None, help="batch folder (default captures/<time>-matrix)")
     p.add_argument("--topology", default="netns", choices=sorted(TOPOLOGIES))
+    add_protocol_argument(p)
     p.add_argument("-j", "--jobs", type=parallel.parse_jobs, default=1, metavar="N",
                    help="cells side by side, each in its own namespaces or Compose project; auto: from the "
                         "cores, the load and the memory (says what it picked)")
@@ -228,11 +242,12 @@ def _cmd_matrix(args) -> int:
         print(f"matrix: {md}")
         publish(md.parent, args.junit_xml)
         return 0
-    clients = releases.expand(split_names(args.clients))   # livekit@1.8.0..1.8.9, pipecat@latest: releases
+    # livekit@1.8.0..1.8.9, pipecat@latest: releases
+    clients = releases.expand(split_names(args.clients or [",".join(default_clients(args.protocol))]))
     releases.ensure_venvs(clients)
-    batch = run_matrix(expand_scenarios(args.scenarios), clients, n=args.n,
+    batch = run_matrix(expand_scenarios(args.scenarios, args.protocol), clients, n=args.n,
                        duration=args.duration, out_dir=args.out, topology=args.topology, jobs=args.jobs,
-                       conversation=args.conversation)
+                       conversation=args.conversation, protocol=args.protocol)
     print(f"== results: {batch} (matrix.md, matrix.json, summary.md)")
     publish(batch, args.junit_xml)
     return 0

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.model_id import DEFAULT_MODEL
+from lab.protocols import DEFAULT as DEFAULT_PROTOCOL
 
 FILE = "plan.json"
 KEY_ENV = "LAB_API_KEY"     # the agent's key comes in the environment, never in the plan (it is a result)
@@ -34,7 +35,9 @@ class RunPlan:
     duration: float | None = None       # seconds; None: the scenario's
     go_file: str | None = None          # started early: wait for this file before opening anything
     model: str = DEFAULT_MODEL          # the model the client asks for
-    base_url: str | None = None         # the endpoint (https://host:port); None: the SDK's default
+    protocol: str = DEFAULT_PROTOCOL    # the realtime protocol the twin and the client speak (lab.protocols)
+    base_url: str | None = None         # the endpoint in its protocol's form (lab.protocols.endpoint_url:
+                                        # https://host:port, wss://host:port/v1); None: the SDK's default
     ca: str | None = None               # CA certificate the client trusts (the twin's); None: the system's
     keylog: str | None = None           # TLS secrets go here (twin runs; live only when asked)
     budget_ledger: str | None = None    # live: the batch's session ledger, charged before each connection

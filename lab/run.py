@@ -29,6 +29,7 @@ from lab import scenario as scenario_mod
 from lab.conversation import format as conversations
 from lab.conversation import semantics
 from lab.clients import get as get_client
+from lab.clients import protocol_of, speaking
 from lab.clients.command import parse_command
 from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
 from lab.clients.frameworks import venvs as framework_venvs
@@ -38,6 +39,8 @@ from lab.report.phases import PHASES_FILE
 from lab.report.verdict import REPRODUCTION, USER, headline, verdict_met   # reads old verdicts too; loads no matplotlib
 from lab.errors import CapabilityError, LabError
 from lab.model_id import DEFAULT_MODEL
+from lab.protocols import DEFAULT as DEFAULT_PROTOCOL
+from lab.protocols import GEMINI, PROTOCOLS, add_protocol_argument, endpoint_url
 from lab.topology import AUTO, TOPOLOGIES
 from lab.topology import choose as choose_topology
 from lab.topology import get as get_topology
@@ -78,12 +81,38 @@ def framework_build(name: str | None, requirements: str | None = None, out=print
     return framework_venvs.ensure(build, requirements, REPO, out) if requirements else build
 
 
+def check_protocol(protocol: str, scns: list[scenario_mod.Scenario], client: str | None,
+                   endpoint: str = "twin", client_cmd: str | None = None) -> None:
+    """A run of `protocol` (lab.protocols) only with scenarios that apply to it and clients that
+    speak it; else one LabError line, before anything starts."""
+    if protocol not in PROTOCOLS:
+        raise LabError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    if protocol == GEMINI:
+        pass
+    elif endpoint != "twin":
+        raise LabError(f"--protocol {protocol} runs against the twin only (live mode speaks gemini)")
+    elif client_cmd is not None:
+        raise LabError(f"--client-cmd with --protocol {protocol}: an app reaches only the Gemini twin by the "
+                       "real hostnames so far; use --client " + " or --client ".join(speaking(protocol)))
+    for s in scns:
+        if protocol not in s.protocols:
+            others = scenario_mod.names_for(protocol)
+            raise LabError(f"scenario {s.name} applies to {', '.join(s.protocols)} (its protocols: key), not "
+                           f"{protocol}; the {protocol} scenarios: {', '.join(others) or 'none'}")
+        name = client or s.client
+        if client_cmd is None and protocol_of(name) != protocol:
+            raise LabError(f"client {name} speaks {protocol_of(name)}, not {protocol}: with --protocol {protocol} "
+                           f"use --client " + " or --client ".join(speaking(protocol)))
+
+
 def preflight(scenarios: list[str], client: str | None, topology: str, endpoint: str,
               client_cmd: str | None = None, requirements: str | None = None,
-              out=print, conversation: str | None = None) -> list[scenario_mod.Scenario]:
+              out=print, conversation: str | None = None,
+              protocol: str = DEFAULT_PROTOCOL) -> list[scenario_mod.Scenario]:
     """Validate everything up front; raise one clear LabError on the first problem. The scenarios
     come back as played (`conversation`: the user's lines from `lab run --conversation`)."""
     scns = [scenario_mod.played(scenario_mod.load(s), conversation) for s in scenarios]
+    check_protocol(protocol, scns, client, endpoint, client_cmd)
     entries_checked: set[str] = set()
     image_frameworks: set[str] = set()      # compose: the framework venvs the client image must hold
     compose_entries: list = []              # compose: users' agents, checked in that image
@@ -173,7 +202,8 @@ class RunSpec:
 
     def __init__(self, scn, client, topology, endpoint, run_dir, duration, base_url, model, live_key=None,
                  keylog_live=False, ca=None, endpoint_hook=None, budget_ledger=None, client_cmd=None,
-                 framework=None, app_dir=None, conversation=None, app_judged_as=False):
+                 framework=None, app_dir=None, conversation=None, app_judged_as=False, protocol=DEFAULT_PROTOCOL):
+        self.protocol = protocol               # the realtime protocol the twin and the client speak (lab.protocols)
         # what the twin's model plays: `lab run --conversation`, else the scenario's own
         self.conversation = conversation or scn.conversation
         self.framework = framework             # a framework client's Build.describe(), for run.json
@@ -274,7 +304,8 @@ def _prepare_folder(spec: RunSpec, out) -> _Run:
     duration = spec.duration or scn.duration
     conv_copy = _record_conversation(spec.conversation, run_dir)
     meta = {"run_id": run_id, "scenario": scn.to_json(), "client": spec.client, "topology": spec.topology,
-            "endpoint": spec.endpoint, "duration": duration, "params": scn.params_for(spec.client),
+            "endpoint": spec.endpoint, "protocol": spec.protocol, "duration": duration,
+            "params": scn.params_for(spec.client),
             "expect": scn.expect_for(spec.client), "held_to": held_to(spec),
             "started": datetime.now(timezone.utc).isoformat()}
     if spec.client_cmd:
@@ -340,12 +371,15 @@ def _endpoint_services(run: _Run, t0: float) -> _Reach:
         if conversations.load(str(run.conversation)).source != conversations.SOURCE_LINES:
             script = ("--set", "script=" + json.dumps(scn.script))     # a lines file is its own script
         # the twin the scenario asks for (validated with the scenario): its profile and overrides
-        script += ("--profile", scn.twin.get("profile", "developer-api"),
-                   *(a for k, v in scn.twin.get("set", {}).items() for a in ("--set", f"{k}={json.dumps(v)}")))
+        twin_spec = scn.twin_for(spec.protocol)
+        script += ("--profile", twin_spec["profile"],
+                   *(a for k, v in twin_spec["set"].items() for a in ("--set", f"{k}={json.dumps(v)}")))
         twin = Twin(topo.endpoint, cert_dir=topo.cert_dir, api_key=TWIN_KEY, log_path=run.run_dir / "twin.jsonl",
-                    t0=t0, seed=seed, port=port, extra=sans + script, conversation=run.conversation)
+                    t0=t0, seed=seed, port=port, extra=sans + script, conversation=run.conversation,
+                    protocol=spec.protocol)
         run.services.append(twin)
-        base_url, ca, key = twin.base_url, topo.ca_path, TWIN_KEY
+        # the endpoint in the form the protocol's client takes it (Gemini's https base, OpenAI's wss .../v1)
+        base_url, ca, key = endpoint_url(spec.protocol, twin.base_url), topo.ca_path, TWIN_KEY
         twin_control = twin.control_url
     else:
         base_url, ca = spec.base_url, spec.ca
@@ -370,6 +404,7 @@ def _write_plan(run: _Run, t0: float, reach: _Reach) -> Path:
     return RunPlan(
         scenario=at(run.run_dir / "scenario.yaml"), client=spec.client, run_dir=at(run.run_dir),
         script=tuple(run.scn.script), t0=t0, duration=run.duration, go_file=at(run.go_file), model=spec.model,
+        protocol=spec.protocol,
         base_url=reach.base_url or None, ca=at(reach.ca) if reach.ca else None,
         keylog=at(run.keylog) if run.keylog else None,
         budget_ledger=at(spec.budget_ledger) if spec.budget_ledger else None,
@@ -525,8 +560,8 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
               base_url: str | None = None, budget=None, model: str = DEFAULT_MODEL, out=print,
               keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
               client_cmd: str | None = None, jobs: int | str = 1, conversation: str | None = None,
-              requirements: str | None = None) -> Path:
-    scns = preflight(scenarios, client, topology, endpoint, client_cmd, requirements, out, conversation)
+              requirements: str | None = None, protocol: str = DEFAULT_PROTOCOL) -> Path:
+    scns = preflight(scenarios, client, topology, endpoint, client_cmd, requirements, out, conversation, protocol)
     live_key = None
     if endpoint == "live":
         from lab.live.key import load_key     # here: lab.live's soak imports this module
@@ -539,7 +574,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     cells = batch_cells(scns, batch, n=n, client=client, topology=topology, endpoint=endpoint, duration=duration,
                         base_url=base_url, budget=budget, model=model, live_key=live_key, keylog_live=keylog_live,
                         ca=ca, endpoint_hook=endpoint_hook, client_cmd=client_cmd, conversation=conversation,
-                        requirements=requirements, out=out)
+                        requirements=requirements, out=out, protocol=protocol)
     parallel.run_cells(cells, parallel.resolve_jobs(jobs, cells, out), out=out)
     from lab.report import summarize      # here: matplotlib, as above
     summarize(batch)
@@ -553,7 +588,7 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
                 base_url: str | None = None, budget=None, model: str = DEFAULT_MODEL, live_key=None,
                 keylog_live: bool = False, ca: str | None = None, endpoint_hook=None,
                 client_cmd: str | None = None, conversation: str | None = None,
-                requirements: str | None = None, out=print) -> list[parallel.Cell]:
+                requirements: str | None = None, out=print, protocol: str = DEFAULT_PROTOCOL) -> list[parallel.Cell]:
     """The batch's runs as cells for lab.parallel (in order: scenario by scenario, run 1..n), each
     into its own folder under `batch`; the scenarios are preflight's."""
     cells = []
@@ -576,8 +611,8 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
             spec = RunSpec(scn, cl, topology, endpoint, run_dir, duration, base_url, model, live_key, keylog_live,
                            ca=ca, endpoint_hook=endpoint_hook, client_cmd=cmd,
                            framework=build.describe() if build else None, conversation=conversation,
-                           app_judged_as=bool(client_cmd and client))
-            title = f"{scn.name} ({who}, {topology}, {endpoint}) run {i}/{n}"
+                           app_judged_as=bool(client_cmd and client), protocol=protocol)
+            title = f"{scn.name} ({who}, {topology}, {endpoint}, {protocol}) run {i}/{n}"
             cells.append(parallel.Cell(
                 f"{scn.name} x {who} {i:02d}", functools.partial(_run_cell, spec, title, budget),
                 expected_s=duration or scn.duration, log=run_dir / CELL_LOG,
@@ -658,7 +693,7 @@ def _said(run_dir: Path, verdict: dict) -> str:
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run scenarios and write result folders under captures/")
     p.add_argument("scenarios", nargs="*", help="scenario names or files (lab list)")
-    p.add_argument("--all", action="store_true", help="every scenario in the catalogue")
+    p.add_argument("--all", action="store_true", help="every scenario in the catalogue that applies to --protocol")
     p.add_argument("-n", type=int, default=1, help="runs per scenario")
     p.add_argument("--client", default=None,
                    help=f"probe, recovery, naive, a framework ({', '.join(FRAMEWORKS)}; NAME@RELEASE[+BUILD] for "
@@ -674,6 +709,7 @@ def add_parser(sub) -> None:
     p.add_argument("--topology", default=AUTO, choices=[AUTO, *sorted(TOPOLOGIES)],
                    help="auto (default): netns where network namespaces can be made, else compose")
     p.add_argument("--endpoint", default="twin", choices=["twin", "live"])
+    add_protocol_argument(p)
     p.add_argument("--base-url", default=None, help="live mode: point at any endpoint (the twin, in tests)")
     p.add_argument("--ca", default=None, help="live mode: CA file the client trusts (default: the system's)")
     p.add_argument("--model", default=DEFAULT_MODEL)
@@ -695,7 +731,8 @@ def add_parser(sub) -> None:
 
 
 def _cmd_run(args) -> int:
-    names = scenario_mod.names() if args.all else args.scenarios
+    # --all: every scenario of the catalogue that applies to the run's protocol
+    names = scenario_mod.names_for(args.protocol) if args.all else args.scenarios
     if not names:
         raise LabError("name at least one scenario (lab list), or --all")
     if args.n < 1:
@@ -709,7 +746,7 @@ def _cmd_run(args) -> int:
                       out_dir=Path(args.out) if args.out else None, duration=args.duration,
                       base_url=args.base_url, budget=budget, model=args.model, keylog_live=args.keylog_live,
                       ca=args.ca, client_cmd=args.client_cmd, jobs=args.jobs, conversation=args.conversation,
-                      requirements=args.requirements)
+                      requirements=args.requirements, protocol=args.protocol)
     from lab.report.junit import publish      # here: the report loads matplotlib, as above
     publish(batch, args.junit_xml)
     # exit 1 when a run errored or did not do what it is held to (its user's outcomes; the study's own
@@ -726,5 +763,5 @@ def batch_passed(batch: Path) -> bool:
 def _cmd_list(args) -> int:
     for n in scenario_mod.names():
         s = scenario_mod.load(n)
-        print(f"{n:26s} {s.title}  [{s.client}, {s.duration:g}s]")
+        print(f"{n:26s} {s.title}  [{s.client}, {s.duration:g}s, {'/'.join(s.protocols)}]")
     return 0

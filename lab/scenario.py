@@ -21,12 +21,15 @@ from lab.conversation import format as conversation_format
 from lab import clients as client_registry
 from lab.clients import frameworks
 from lab.errors import LabError, ScenarioError
+from lab.protocols import GEMINI, PROTOCOLS
 from lab.topology.router import parse_links
+from lab.twin.params import DEFAULT_PROFILE
 from lab.twin.profile import load_profile
 
 END_MODES = {"duration", "answered"}
 TOP_KEYS = {"name", "title", "source", "shows", "client", "client_params", "backend", "endpoint",
-            "input", "duration", "script", "timeline", "end", "expect", "twin", "topology", "conversation"}
+            "input", "duration", "script", "timeline", "end", "expect", "twin", "topology", "conversation",
+            "protocols"}
 STEP_KEYS = {"id", "at", "plus", "say", "fault", "heal", "action", "note", "unless_client", "only_client"}
 BACKEND_KEYS = {"commit_after_s", "dedup"}
 ENDPOINT_KEYS = {"via", "idle_timeout_s"}  # idle_timeout_s: the proxy closes an idle tunnel (via: proxy)
@@ -99,6 +102,11 @@ class Step:
             return False
         return True
 
+    def plays_in(self, protocol: str) -> bool:
+        """Whether a run of `protocol` plays this step: every step but an action the protocol lacks
+        (lab.actions: a resume with a handle, goAway, ... are the Live API's)."""
+        return self.action is None or protocol in actions.ACTIONS[self.action].protocols
+
     def describe(self) -> str:
         what = (f"say line {self.say}" if self.say is not None else f"fault {self.fault.kind}"
                 if self.fault else "heal" if self.heal else f"action {self.action}")
@@ -122,7 +130,8 @@ class Scenario:
     input: str = "text"
     expect: dict[str, dict] = field(default_factory=dict)
     path: str = ""
-    twin: dict = field(default_factory=dict)     # {profile, set}: the twin this scenario needs
+    twin: dict = field(default_factory=dict)     # {profile (absent: the protocol's default), set}: the twin it needs
+    protocols: tuple[str, ...] = (GEMINI,)       # the realtime protocols it applies to (lab.protocols)
     topology: dict = field(default_factory=dict)   # {} (two nodes, one link) or {router, links}
     conversation: str = conversation_format.DEFAULT   # what the twin's model plays: a name or a path
     lines_from: str = ""    # the conversation whose lines the user says instead of the script (played)
@@ -131,6 +140,11 @@ class Scenario:
     def router_links(self) -> list:
         """The access links of a router scenario (empty: no router)."""
         return list(self.topology.get("links", [])) if self.topology.get("router") else []
+
+    def twin_for(self, protocol: str) -> dict:
+        """The twin a run of `protocol` serves: the scenario's profile, else the protocol's default
+        (lab.twin.params.DEFAULT_PROFILE), with the scenario's overrides."""
+        return {"profile": self.twin.get("profile") or DEFAULT_PROFILE[protocol], "set": dict(self.twin.get("set", {}))}
 
     def params_for(self, client: str) -> dict:
         merged = dict(self.client_params.get("all", {}))
@@ -150,7 +164,7 @@ class Scenario:
     def to_json(self) -> dict:
         return {"name": self.name, "title": self.title, "source": self.source, "client": self.client,
                 "duration": self.duration, "end": self.end, "input": self.input, "script": self.script,
-                "endpoint": self.endpoint, "backend": self.backend, "twin": self.twin,
+                "endpoint": self.endpoint, "backend": self.backend, "twin": self.twin, "protocols": list(self.protocols),
                 "topology": self.topology, "conversation": self.conversation,
                 "timeline": [s.describe() for s in self.timeline]}
 
@@ -161,6 +175,11 @@ def catalogue_dir() -> Path:
 
 def names() -> list[str]:
     return sorted(p.stem for p in catalogue_dir().glob("*.yaml"))
+
+
+def names_for(protocol: str) -> list[str]:
+    """The catalogue's scenarios that apply to `protocol` (their protocols: key)."""
+    return [n for n in names() if protocol in load(n).protocols]
 
 
 def resolve(name_or_path: str) -> Path:
@@ -247,12 +266,14 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
     if not isinstance(endpoint, dict) or endpoint.get("via", "direct") not in ("direct", "proxy"):
         raise err(raw, "endpoint", "endpoint.via must be direct or proxy")
     _refuse_unknown(err, endpoint, ENDPOINT_KEYS, "endpoint key")
-    twin = _twin(err, raw)
+    protocols = _protocols(err, raw)
+    twin = _twin(err, raw, protocols)
     idle = endpoint.get("idle_timeout_s")
     if idle is not None and (endpoint.get("via") != "proxy" or isinstance(idle, bool)
                              or not isinstance(idle, (int, float)) or idle <= 0):
         raise err(endpoint, "idle_timeout_s", "endpoint.idle_timeout_s is seconds > 0 and needs via: proxy")
     conversation = _conversation(err, raw, path)
+    _check_protocol_steps(err, raw, steps, protocols)
     for step in steps:
         if step.action and actions.ACTIONS[step.action].by == actions.NETWORK and not topology:
             raise err(raw, "timeline", f"action {step.action} moves the client between access links: "
@@ -263,7 +284,7 @@ def parse(raw: Any, path: str = "<scenario>") -> Scenario:
         shows=str(raw.get("shows", "")).strip(), client=client, script=list(script), timeline=steps,
         duration=float(duration), end=end, client_params={k: dict(v) for k, v in cp.items()},
         backend={"commit_after_s": 4.0, **backend}, endpoint=dict(endpoint), input=inp,
-        expect={k: dict(v) for k, v in exp.items()}, path=path, twin=twin, topology=topology,
+        expect={k: dict(v) for k, v in exp.items()}, path=path, twin=twin, protocols=protocols, topology=topology,
         conversation=conversation)
 
 
@@ -301,18 +322,46 @@ def _conversation(err, raw: dict, path: str) -> str:
     return ref
 
 
-def _twin(err, raw: dict) -> dict:
-    """`twin: {profile: vertex, set: {name: value}}`, checked as the twin will load it (an unknown
-    profile or parameter, or a value of the wrong shape, is one line here, before anything starts)."""
+def _protocols(err, raw: dict) -> tuple[str, ...]:
+    """`protocols: [gemini, openai]` (or one name): the realtime protocols the scenario applies to
+    (lab.protocols); absent: gemini only."""
+    val = raw.get("protocols", [GEMINI])
+    val = [val] if isinstance(val, str) else val
+    if not isinstance(val, list) or not val or not all(isinstance(p, str) for p in val):
+        raise err(raw, "protocols", f"protocols takes a list of protocol names ({', '.join(PROTOCOLS)})")
+    bad = [p for p in val if p not in PROTOCOLS]
+    if bad:
+        raise err(raw, "protocols", f"unknown protocol {bad[0]!r}{_near(bad[0], PROTOCOLS)}; "
+                                    f"known: {', '.join(PROTOCOLS)}")
+    return tuple(dict.fromkeys(val))
+
+
+def _check_protocol_steps(err, raw: dict, steps: list[Step], protocols: tuple[str, ...]) -> None:
+    """For each protocol the scenario applies to, a step it plays must not wait for one it skips
+    (an action that protocol lacks: lab.actions)."""
+    for protocol in protocols:
+        skipped = {st.id for st in steps if st.id and not st.plays_in(protocol)}
+        for node, st in zip(raw["timeline"], steps):
+            waits = {a[len("step:"):] for a in st.ats if a.startswith("step:")} & skipped
+            if st.plays_in(protocol) and waits:
+                raise err(node, "at", f"step:{sorted(waits)[0]} is an action {protocol} lacks, so a run of "
+                                      f"{protocol} skips it and this step would never play (protocols: lists {protocol})")
+
+
+def _twin(err, raw: dict, protocols: tuple[str, ...]) -> dict:
+    """`twin: {profile: vertex, set: {name: value}}`, checked as the twin of each protocol the scenario
+    applies to will load it (an unknown profile or parameter, a value of the wrong shape, or a profile
+    of another protocol is one line here, before anything starts)."""
     twin = raw.get("twin", {}) or {}
     if not isinstance(twin, dict) or not isinstance(twin.get("set", {}) or {}, dict):
         raise err(raw, "twin", "twin takes profile (a profile name) and set (a mapping of twin parameters)")
     _refuse_unknown(err, twin, TWIN_KEYS, "twin key")
-    out = {"profile": str(twin.get("profile") or "developer-api"), "set": dict(twin.get("set") or {})}
-    try:
-        load_profile(out["profile"], out["set"])
-    except LabError as e:
-        raise err(raw, "twin", f"twin: {e}") from None
+    out = {**({"profile": str(twin["profile"])} if twin.get("profile") else {}), "set": dict(twin.get("set") or {})}
+    for protocol in protocols:
+        try:
+            load_profile(out.get("profile") or DEFAULT_PROFILE[protocol], out["set"], protocol=protocol)
+        except LabError as e:
+            raise err(raw, "twin", f"twin ({protocol}): {e}") from None
     return out
 
 

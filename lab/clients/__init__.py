@@ -1,8 +1,8 @@
 """The clients under test, by name; and the hook for a user's own client.
 
-`get("probe" | "recovery" | "naive" | "guard" | "openai")` returns the class. `get("pkg.mod:Class")` imports a user's
-module and returns its class, which must subclass `lab.clients.base.Client` (or at least provide
-start/say/action/flow/stop). Anything else is a LabError naming the known clients. The framework
+`get("probe" | "recovery" | "naive" | "guard" | "openai" | "openai-recovery")` returns the class.
+`get("pkg.mod:Class")` imports a user's module and returns its class, which must subclass
+`lab.clients.base.Client` (or at least provide start/say/action/flow/stop). Anything else is a LabError naming the known clients. The framework
 clients (lab.clients.frameworks: livekit) are apps run black-box, which the orchestrator starts
 through lab/clients/command.py rather than through this lookup.
 """
@@ -12,7 +12,9 @@ import importlib
 
 from lab.clients.base import Client, ClientContext, Endpoint
 from lab.clients.frameworks import names as framework_names
+from lab.clients.frameworks import resolve as resolve_framework
 from lab.errors import LabError
+from lab.protocols import GEMINI
 
 _BUILTIN = {
     "probe": ("lab.clients.probe", "ProbeClient"),
@@ -23,6 +25,8 @@ _BUILTIN = {
     "session-manager": ("lab.clients.managed", "SessionManagerClient"),
     # the OpenAI Realtime API on the openai SDK (serve the twin with --protocol openai)
     "openai": ("lab.clients.openai_realtime", "OpenAIRealtimeClient"),
+    # its recovery reference: a new session restored from the transcript and a status note
+    "openai-recovery": ("lab.clients.openai_recovery", "OpenAIRecoveryClient"),
 }
 
 _REQUIRED = ("start", "say", "action", "flow", "stop")
@@ -30,6 +34,19 @@ _REQUIRED = ("start", "say", "action", "flow", "stop")
 
 def names() -> list[str]:
     return list(_BUILTIN)
+
+
+def protocol_of(name: str) -> str:
+    """The realtime protocol a client speaks (lab.protocols): its class's `protocol`; a framework's
+    app speaks Gemini (their OpenAI plugins are not wired yet); a user's class without one, Gemini."""
+    if name in framework_names() or resolve_framework(name) is not None:
+        return GEMINI
+    return getattr(get(name), "protocol", GEMINI)
+
+
+def speaking(protocol: str) -> list[str]:
+    """The built-in clients that speak `protocol`."""
+    return [n for n in names() if protocol_of(n) == protocol]
 
 
 def get(name: str) -> type[Client]:
@@ -57,4 +74,4 @@ def get(name: str) -> type[Client]:
                    "or a module path pkg.mod:Class implementing lab.clients.base.Client")
 
 
-__all__ = ["Client", "ClientContext", "Endpoint", "get", "names"]
+__all__ = ["Client", "ClientContext", "Endpoint", "get", "names", "protocol_of", "speaking"]

@@ -13,6 +13,7 @@ from typing import Any, Callable, ClassVar
 
 from lab.events import EventLog
 from lab.model_id import DEFAULT_MODEL
+from lab.protocols import GEMINI
 
 
 @dataclass
@@ -43,6 +44,9 @@ class Client(abc.ABC):
     # whether the lab can make it take a scripted action (resume, close, abort): the lab's own
     # clients can; a black-box app refuses every one (lab/clients/command.py)
     askable: ClassVar[bool] = True
+    # the realtime protocol it speaks (lab.protocols): a run of another protocol refuses it before
+    # anything starts (lab.clients.protocol_of)
+    protocol: ClassVar[str] = GEMINI
 
     def __init__(self, ctx: ClientContext):
         self.ctx = ctx

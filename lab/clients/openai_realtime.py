@@ -34,6 +34,7 @@ from lab.clients.connection import SRC
 from lab.clients.params import Params
 from lab.clients.session_config import DEFAULT_SYSTEM_INSTRUCTION
 from lab.errors import LabError
+from lab.protocols import OPENAI, endpoint_url
 
 OUT_RATE = 24000        # the GA protocol's only PCM rate, both ways (SDK RealtimeAudioFormats)
 
@@ -44,10 +45,16 @@ BOOK_SLOT = {"type": "function", "name": "book_slot",
 
 
 def websocket_base_url(base_url: str) -> str:
-    """https://host:port (the lab's endpoint) -> wss://host:port/v1 (what the SDK appends /realtime to)."""
-    scheme, sep, rest = base_url.rstrip("/").partition("://")
-    ws = {"https": "wss", "http": "ws"}.get(scheme, scheme)
-    return f"{ws}{sep}{rest}" + ("" if rest.endswith("/v1") else "/v1")
+    """https://host:port (the lab's endpoint) or the plan's wss://host:port/v1 -> wss://host:port/v1
+    (what the SDK appends /realtime to): lab.protocols' form for this protocol."""
+    return endpoint_url(OPENAI, base_url)
+
+
+def _abort(conn: Any) -> None:
+    """Drop an SDK connection's socket at once (no close handshake)."""
+    ws = getattr(conn, "_connection", None)
+    if ws is not None and ws.transport is not None:
+        ws.transport.abort()
 
 
 def to_24k(pcm16k: bytes) -> bytes:
@@ -57,6 +64,7 @@ def to_24k(pcm16k: bytes) -> bytes:
 
 class OpenAIRealtimeClient(Client):
     name = "openai"
+    protocol = OPENAI
     DEFAULTS: dict[str, Any] = {
         "model": "gpt-realtime",
         "system_instruction": DEFAULT_SYSTEM_INSTRUCTION,
@@ -85,8 +93,14 @@ class OpenAIRealtimeClient(Client):
     async def start(self) -> None:
         self.log.write("client.params", src=SRC, client=self.name,
                        params=self.p.recorded(omit=frozenset({"system_instruction"})))
+        self.conn = await self._open("initial")
+        self._recv = self._spawn(self._receive(self.conn), "openai-recv")
+
+    async def _open(self, purpose: str) -> Any:
+        """A new socket, which is a new session: session.created awaited, then session.update with the
+        tool (the same for every session the client opens). Returns the SDK's connection."""
         if self.ctx.before_connect is not None:
-            self.ctx.before_connect("initial")
+            self.ctx.before_connect(purpose)
         ep = self.ctx.endpoint
         client = AsyncOpenAI(api_key=ep.api_key, **({"websocket_base_url": websocket_base_url(ep.base_url)}
                                                     if ep.base_url else {}))
@@ -96,16 +110,21 @@ class OpenAIRealtimeClient(Client):
         t0 = time.monotonic()
         manager = client.realtime.connect(model=self.p["model"], websocket_connection_options=options,
                                           on_reconnecting=self._reconnecting if self.p["sdk_reconnect"] else None)
-        self.conn = await asyncio.wait_for(manager.enter(), float(self.p["attempt_timeout_s"]))
-        first = await asyncio.wait_for(self.conn.recv(), float(self.p["attempt_timeout_s"]))
-        if first.type != "session.created":
-            code = getattr(getattr(first, "error", None), "code", None)
-            raise LabError(f"openai client: the server answered {first.type} ({code}) instead of session.created")
-        self._session(first.session.id, "initial", t0)
-        await self.conn.session.update(session={
-            "type": "realtime", "instructions": self.p["system_instruction"], "tools": [BOOK_SLOT],
-            "output_modalities": ["text"] if self.p["text_output"] else ["audio"]})
-        self._recv = self._spawn(self._receive(), "openai-recv")
+        conn = await asyncio.wait_for(manager.enter(), float(self.p["attempt_timeout_s"]))
+        try:
+            first = await asyncio.wait_for(conn.recv(), float(self.p["attempt_timeout_s"]))
+            if first.type != "session.created":
+                code = getattr(getattr(first, "error", None), "code", None)
+                raise LabError(f"openai client: the server answered {first.type} ({code}) instead of session.created")
+            self.conn = conn
+            self._session(first.session.id, purpose, t0)
+            await conn.session.update(session={
+                "type": "realtime", "instructions": self.p["system_instruction"], "tools": [BOOK_SLOT],
+                "output_modalities": ["text"] if self.p["text_output"] else ["audio"]})
+        except BaseException:
+            _abort(conn)
+            raise
+        return conn
 
     async def say(self, text: str, line: int) -> None:
         mode = "speech" if self.ctx.speech else "text"
@@ -179,19 +198,25 @@ class OpenAIRealtimeClient(Client):
         self.log.write("conn.setup_complete", src=SRC, conn=self.n, purpose=purpose,
                        setup_ms=round((time.monotonic() - t0) * 1000, 1) if t0 is not None else None)
 
-    async def _receive(self) -> None:
+    async def _receive(self, conn: Any) -> None:
+        n = self.n
         code = reason = None
         try:
-            async for ev in self.conn:
+            async for ev in conn:
                 self._on_event(ev)
         except Exception as e:
             rcvd = getattr(e, "rcvd", None)
             code, reason = getattr(rcvd, "code", None), getattr(rcvd, "reason", None)
-        ws = getattr(self.conn, "_connection", None)
+        ws = getattr(conn, "_connection", None)
         code = code if code is not None else getattr(ws, "close_code", None)
         reason = reason if reason is not None else getattr(ws, "close_reason", None)
-        self.log.write("conn.closed", src=SRC, conn=self.n, code=code, reason=reason, by="server",
+        self.log.write("conn.closed", src=SRC, conn=n, code=code, reason=reason, by="server",
                        how="close", during=None)
+        self._ended(conn, code)
+
+    def _ended(self, conn: Any, code: int | None) -> None:
+        """A connection's receive loop ended (closed by either side, or the transport died): this
+        client does nothing about it (the recovery client opens a new session)."""
 
     def _on_event(self, ev: Any) -> None:
         kind = ev.type
@@ -242,17 +267,24 @@ class OpenAIRealtimeClient(Client):
         self._spawn(self._run_tool(call_id, name, args), f"tool-{call_id}")
 
     async def _run_tool(self, call_id: str, name: str, args: dict) -> None:
+        result = await self._result(call_id, name, args)
+        await self._deliver(self.conn, self.n, call_id, name, result)
+
+    async def _result(self, call_id: str, name: str, args: dict) -> dict[str, Any]:
+        """The tool's result from the lab's backend, once its job is done."""
         if name != "book_slot" or self.backend is None:
-            result: dict[str, Any] = {"status": "error", "error": f"unknown tool {name}"}
-        else:
-            job = await self.backend.request(args.get("slot"), call_id, name=name)
-            await job.wait()
-            result = job.result()
-        n, sent = self.n, True
+            return {"status": "error", "error": f"unknown tool {name}"}
+        job = await self.backend.request(args.get("slot"), call_id, name=name)
+        await job.wait()
+        return job.result()
+
+    async def _deliver(self, conn: Any, n: int | None, call_id: str, name: str, result: dict[str, Any]) -> None:
+        """The result as a function_call_output on `conn` (connection number `n`), then response.create."""
+        sent = True
         try:
-            await self.conn.conversation.item.create(item={"type": "function_call_output", "call_id": call_id,
-                                                           "output": json.dumps(result)})
-            await self.conn.response.create()      # OpenAI never continues after a tool result by itself
+            await conn.conversation.item.create(item={"type": "function_call_output", "call_id": call_id,
+                                                      "output": json.dumps(result)})
+            await conn.response.create()      # OpenAI never continues after a tool result by itself
         except Exception:
             sent = False
         self.log.write("tool.response", src=SRC, conn=n, id=call_id, name=name, status=result.get("status"),

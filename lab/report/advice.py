@@ -102,8 +102,9 @@ RULE_ADVICE: dict[str, Entry] = {
         "Without each side effect's status the new session's model re-issued the call (2 of 2 runs) and its "
         "first sentence announced a booking in progress that was already done.",
         "restore the new session with a \"System note\": one status line per side effect, read from your "
-        "backend (not from the model's words), in the same send_client_content as the transcript; with it the "
-        "model said the truth first and re-issued nothing (0 of 7).",
+        "backend (not from the model's words), in the same restore as the transcript (the Live API: one "
+        "send_client_content; OpenAI Realtime: conversation items and a system message, no response.create); "
+        "with it the model said the truth first and re-issued nothing (0 of 7).",
         "seed 000, What a client must do 6; Results 4"),
     "dedupe_by_business_key": Entry(
         "The user is booked twice: a re-issued call carries a new id, so only the business key ties it to the "
@@ -183,7 +184,8 @@ OUTCOME_ADVICE: dict[str, Entry] = {
         "whole outage (minutes of 1011 refusals) while a new session was possible at once.",
         "detect the dead path yourself (a ping every 0.5 s, 2 s of silence), resume if the server allows it, "
         "and otherwise fall back to a new session within seconds, restored from your transcript and a status "
-        "note.",
+        "note (OpenAI Realtime has no resume: a new socket is a new, empty session, so open it at once and never "
+        "send the old call_id's result into it).",
         "seed 000, What a client must do 3 and 5; Results 3 and 4"),
     "last_line_answered": Entry(
         "The user's last words went unanswered: to them the agent hung up.",

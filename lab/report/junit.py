@@ -28,7 +28,7 @@ from typing import Any
 
 from lab.report import advice as advice_mod
 from lab.report.summary import load_verdict, runs_under
-from lab.report.verdict import verdict_met
+from lab.report.verdict import protocol_of, verdict_met
 
 FAIL, NA = "fail", "n/a"    # lab.report.rules' outcome words, as the verdict stores them
 
@@ -55,6 +55,7 @@ def run_suite(run_id: str, run_dir: Path, v: dict[str, Any]) -> ET.Element:
     for k in ("scenario", "client", "topology", "endpoint"):
         if v.get(k) is not None:
             ET.SubElement(props, "property", name=k, value=str(v[k]))
+    ET.SubElement(props, "property", name="protocol", value=protocol_of(v))
     ET.SubElement(props, "property", name="dir", value=str(run_dir))
     seconds = float(m.get("duration_ms") or 0) / 1000.0
     case = _case(suite, cls, "verdict", seconds)

@@ -247,7 +247,7 @@ def _answered(r: Record) -> Outcome:
 
 # ---- the rules that are themselves what the user got --------------------------------------------
 def _rule(name: str) -> Callable[[Record], Outcome]:
-    return lambda r: RULES[name].judge(r)
+    return lambda r: RULES[name].applies(r) or RULES[name].judge(r)
 
 
 def _no_zombie(r: Record) -> Outcome:

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from lab import actions
 from lab.events import Event
+from lab.protocols import GEMINI, PROTOCOLS
 from lab.report import effects as effects_mod
 from lab.report import loss_shape, run_tools
 from lab.report.loss_shape import ARMED, CUT, DEGRADE, ZOMBIE
@@ -122,9 +123,11 @@ class Record:
         self.teardown_ms = min(ends, default=None)
         for e in self.twin or []:
             c = e.get("conn")
-            if e.kind == "twin.setup":
+            if e.kind == "twin.setup" or (e.kind in ("twin.accept", "twin.refuse") and c not in self.conns):
+                # a connection is known from its setup message; a protocol with none (OpenAI's session
+                # starts with the socket: its twin accepts or refuses at once) from its accept or refusal
                 self.conns[c] = TwinConn(c, e.ms, resume=bool(e.get("resume")))
-            elif c in self.conns:
+            if c in self.conns and e.kind != "twin.setup":
                 tc = self.conns[c]
                 if e.kind == "twin.accept":
                     tc.accept_ms, tc.session = e.ms, e.get("session")
@@ -537,14 +540,24 @@ class Rule:
     source: str             # the record it comes from: seed file and section
     about: str
     judge: Callable[[Record], Outcome]
+    protocols: tuple[str, ...] = PROTOCOLS      # the realtime protocols it applies to (lab.protocols)
+
+    def applies(self, r: Record) -> Outcome | None:
+        """n/a, saying so, for a run of a protocol the rule is not about; None when it applies."""
+        proto = str(r.meta.get("protocol") or GEMINI)
+        if proto in self.protocols:
+            return None
+        return Outcome(NA, f"a rule of the {', '.join(self.protocols)} protocol (resumption with a handle); "
+                           f"this run spoke {proto}, which has none")
 
 
 RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("ledger_old_id_after_resume", "000 §What a client must do, 1",
          "after an accepted resume, the result for the call id pending at the loss reaches the resumed session",
-         _ledger),
+         _ledger, protocols=(GEMINI,)),
     Rule("retry_refused_resume", "000 §What a client must do, 2",
-         "a resume refused right after an idle drop is tried again (that 1011 is not a dead handle)", _retry),
+         "a resume refused right after an idle drop is tried again (that 1011 is not a dead handle)", _retry,
+         protocols=(GEMINI,)),
     Rule("own_loss_detection", "000 §What a client must do, 3",
          "after a loss nobody told the client of, it reconnects on its own (seen at the twin)", _detection),
     Rule("close_reaches_server", "000 §What a client must do, 4",
@@ -559,7 +572,8 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "a side effect asked for twice (a re-issued call, a new id, one business key: a booking, a refund) "
          "happens once", _dedupe),
     Rule("no_transparent_mode", "000 §What a client must do, 8; §Other findings",
-         "no setup asks for transparent resumption (the Developer API closes it 1007)", _transparent),
+         "no setup asks for transparent resumption (the Developer API closes it 1007)", _transparent,
+         protocols=(GEMINI,)),
     Rule("no_reliance_on_goaway", "000 §What a client must do, 9; fidelity §5 (goAway)",
          "after a goAway or the server's own close the client is on a session again", _goaway),
     Rule("owed_results_delivered", "000 §Results 1 and §What a client must do, 1; 003 review (lost and overwritten "
@@ -579,4 +593,4 @@ RULES: dict[str, Rule] = {r.name: r for r in (
 
 def judge_all(record: Record) -> dict[str, Outcome]:
     """Every rule's outcome for one run, in RULES order."""
-    return {name: rule.judge(record) for name, rule in RULES.items()}
+    return {name: rule.applies(record) or rule.judge(record) for name, rule in RULES.items()}

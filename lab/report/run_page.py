@@ -28,7 +28,7 @@ from lab.report.page import RUN_PAGE as PAGE
 from lab.report.page import esc, outcome_class, shell, table, write as write_page
 from lab.report.rules import RULES
 from lab.report.arguments import describe as describe_defaulted
-from lab.report.verdict import REPRODUCTION, reproduction_word
+from lab.report.verdict import REPRODUCTION, protocol_of, reproduction_word
 
 TWIN_MARK = "\u2020"        # the summary's mark (lab.report.summary.TWIN_MARK) for a twin input echoed back
 SYMBOLS = {"o": "circle", "X": "x", "v": "triangle-down", "|": "line-ns-open", "x": "x-thin-open",
@@ -357,6 +357,7 @@ def render(run_dir: Path, v: dict[str, Any], events: list[Event], twin: list[Eve
     passed = bool(v.get("pass", v.get("passed")))
     title = f"{v.get('run_id') or run_dir.name}: {v.get('scenario') or '?'} x {v.get('client') or '-'}"
     info = ", ".join(f"{k} {esc(v.get(k))}" for k in ("topology", "endpoint", "duration", "model") if v.get(k) is not None)
+    info = ", ".join(x for x in (info, f"protocol {esc(protocol_of(v))}") if x)
     failed_rules = [n for n, o in (v.get("rules") or {}).items() if o.get("status") == "fail"]
     rep = reproduction_word(v)
     timeline_plot = plot(timeline_figure(events, twin))

@@ -44,12 +44,18 @@ from lab.report import arguments
 from lab.report import metrics as metrics_mod
 from lab.report import outcomes as outcomes_mod
 from lab.report import rules as rules_mod
+from lab.protocols import GEMINI
 
 RUN_FILES = ("events.jsonl", "run.json")
 VERDICT_FORMAT = 4      # 2: one `pass` field, "no checks" fails, rows carry origin; 3: rules and advice;
                         # 4: `pass` from the user outcomes, the expectations as reproduction rows
 USER, REPRODUCTION = "user", "reproduction"     # the two kinds of judgement a verdict row is
-META_FIELDS = ("scenario", "client", "topology", "endpoint", "duration", "n", "index", "started", "model")
+META_FIELDS = ("scenario", "client", "topology", "endpoint", "protocol", "duration", "n", "index", "started", "model")
+
+
+def protocol_of(v: dict[str, Any]) -> str:
+    """The realtime protocol a verdict's run spoke (lab.protocols); a run from before the option, Gemini's."""
+    return str(v.get("protocol") or GEMINI)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -328,6 +334,7 @@ def build_run(run_dir: Path | str, timeline: bool = True, write: bool = True, pa
 
 
 def _title(v: dict[str, Any]) -> str:
-    parts = [v.get("run_id") or "", v.get("scenario") or "", v.get("client") or "", v.get("endpoint") or ""]
+    parts = [v.get("run_id") or "", v.get("scenario") or "", v.get("client") or "", v.get("endpoint") or "",
+             protocol_of(v)]
     rep = {True: "  reproduces the study", False: "  does not reproduce the study"}.get(v.get("reproduces"), "")
     return "  ".join(p for p in parts if p) + ("  PASS" if v["pass"] else "  FAIL") + rep

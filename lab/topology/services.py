@@ -27,6 +27,7 @@ from pathlib import Path
 from lab.capture import RAW_FILES, finalize
 from lab.errors import CapabilityError
 from lab.events import read_events
+from lab.protocols import DEFAULT as DEFAULT_PROTOCOL
 from lab.topology.base import Node
 from lab.topology.router_service import PORT as ROUTER_SERVICE_PORT
 from lab.topology.router_service import READY_LINE as ROUTER_SERVICE_READY
@@ -138,12 +139,14 @@ class Twin(Service):
     control_port = 8444     # the control channel (lab.twin.control), for the agent's twin actions
 
     def __init__(self, node: Node, *, cert_dir: Path | str, api_key: str, log_path: Path | str, t0: float | None,
-                 seed: int | str, port: int = 8443, extra: tuple[str, ...] = (), conversation: Path | str | None = None):
+                 seed: int | str, port: int = 8443, extra: tuple[str, ...] = (), conversation: Path | str | None = None,
+                 protocol: str = DEFAULT_PROTOCOL):
         # seed may be a placeholder the pod spec fills in per index ("$(SHARD)")
         super().__init__(node)
         self.cert_dir, self.api_key, self.log_path = Path(cert_dir), api_key, Path(log_path)
         self.t0, self.seed, self.port, self.extra = t0, seed, int(port), tuple(extra)
         self.conversation = conversation      # what its model plays (a file the twin's node can read)
+        self.protocol = protocol              # the wire it speaks (lab.protocols)
 
     def argv(self) -> list[str]:
         # 0.0.0.0: the endpoint node has only its link and loopback, in every topology
@@ -151,7 +154,8 @@ class Twin(Service):
                 "--cert-dir", str(self.cert_dir), "--san", self.node.host, "--api-key", self.api_key,
                 "--log", str(self.log_path), *(["--t0", repr(self.t0)] if self.t0 is not None else []),
                 "--seed", str(self.seed), "--control", f"0.0.0.0:{self.control_port}",
-                *(["--conversation", str(self.conversation)] if self.conversation else []), *self.extra]
+                *(["--conversation", str(self.conversation)] if self.conversation else []),
+                *(["--protocol", self.protocol] if self.protocol != DEFAULT_PROTOCOL else []), *self.extra]
 
     @property
     def base_url(self) -> str:

@@ -15,6 +15,7 @@ import json
 import sys
 
 from lab.errors import LabError
+from lab.protocols import DEFAULT as DEFAULT_PROTOCOL, PROTOCOLS
 
 
 def add_parser(sub) -> None:
@@ -23,7 +24,7 @@ def add_parser(sub) -> None:
     s = tsub.add_parser("serve", help="serve the twin until SIGINT/SIGTERM")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8765, help="port (0 = any free port; default 8765)")
-    s.add_argument("--protocol", choices=("gemini", "openai"), default="gemini",
+    s.add_argument("--protocol", choices=PROTOCOLS, default=DEFAULT_PROTOCOL,
                    help="the wire to speak: gemini (Live API, default) or openai (Realtime API at /v1/realtime; "
                         "docs/protocol-openai.md)")
     s.add_argument("--profile", default=None,
@@ -118,10 +119,11 @@ def _replay(args) -> int:
 
 def _serve(args) -> int:
     from lab.twin.profile import load_profile   # here, like the others: the parsers load without the twin
+    from lab.twin.params import DEFAULT_PROFILE   # here, as load_profile
 
     from lab.conversation.format import load as load_conversation   # here too: only serving reads one
 
-    args.profile = args.profile or ("openai-realtime" if args.protocol == "openai" else "developer-api")
+    args.profile = args.profile or DEFAULT_PROFILE[args.protocol]
     # LabError on a bad profile or --set, or a profile of the other protocol
     prof = load_profile(args.profile, args.overrides, protocol=args.protocol)
     # a bad conversation fails before anything listens; its lines are the spoken order unless --set script

@@ -348,7 +348,16 @@ class OpenAISessions:
             content = item.get("content") if isinstance(item.get("content"), list) else []
             texts = [str(c.get("text") or c.get("transcript") or "") for c in content if isinstance(c, dict)]
             text = " ".join(t for t in texts if t)
-            if role == "user" and text:
+            if "system note" in text.lower():
+                # a client's status note (a restore's, or a later update): the model reads it as it
+                # reads a Gemini restore's (lab.conversation.engine: answered from, never a user turn)
+                s.engine.restore([(role, text)], [], turn_complete=False)
+                # the record's restore, as the Gemini twin writes it (a status rule reads it): the items
+                # the client wrote into this session so far, and the status the note gave
+                acts.append(Log("twin.restore", {"conn": s.conn, "session": s.id, "turns": len(s.items) + 1,
+                                                 "note": next(iter(s.engine.story.notes.values()), None),
+                                                 "plan": None}))
+            elif role == "user" and text:
                 s.unanswered.append(text)
             elif text:
                 if role == "assistant":

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Mapping, TypeVar
 
 from lab.errors import LabError
+from lab.protocols import GEMINI, OPENAI, PROTOCOLS
 from lab.stats.distributions import is_number, is_range
 from lab.stats.quantiles import BadTable, Quantiles
 
@@ -323,8 +324,9 @@ DECLARED: dict[str, Spec] = {
 # (`protocol:` in its file, default gemini) and carries exactly that protocol's names: the Gemini
 # names above, or the OpenAI Realtime names below, and for both the SHARED ones (the asyncio shell's
 # socket settings, the conversation engine's delays and stop behaviours, the VAD and the voice).
-GEMINI, OPENAI = "gemini", "openai"
-PROTOCOLS = (GEMINI, OPENAI)
+# the protocols' names are lab.protocols' (GEMINI, OPENAI, PROTOCOLS, imported above)
+# the profile each protocol's twin is served with unless a scenario or `--profile` names another
+DEFAULT_PROFILE = {GEMINI: "developer-api", OPENAI: "openai-realtime"}
 
 # OpenAI Realtime (lab.twin.openai_session, lab.twin.openai_wire); values and sources in
 # lab/twin/profiles/openai-realtime.yaml

@@ -49,9 +49,10 @@ from lab.twin.io_actions import Close, Hear, Log, Send, Timer, WakeEar
 from lab.twin.control import ControlServer
 from lab.twin.core import TwinCore
 from lab.twin.openai_core import OpenAICore
+from lab.twin.params import DEFAULT_PROFILE, GEMINI, OPENAI
 
 # the core each protocol is served by, and its default profile (`lab twin serve --protocol`)
-CORES = {"gemini": (TwinCore, "developer-api"), "openai": (OpenAICore, "openai-realtime")}
+CORES = {GEMINI: (TwinCore, DEFAULT_PROFILE[GEMINI]), OPENAI: (OpenAICore, DEFAULT_PROFILE[OPENAI])}
 
 DEFAULT_SANS = ("localhost", "127.0.0.1", "endpoint")
 

@@ -22,10 +22,12 @@ SHORT = {"b1-silent-loss": 25, "h1-healthy-jitter-loss": 45}
 # the stop study's text set (probe and guard; the spoken set is `make lab-stop SPEECH=1`, outside CI's
 # time budget), the 004 set on the session-manager client, and the framework findings of 003 and
 # pipecat#5465, whose verdicts are what a framework build does (k1 fails on livekit 1.8.9, p1 on
-# pipecat 1.14.0: findings, not lab failures) and whose builds test_lk003.py picks
+# pipecat 1.14.0: findings, not lab failures) and whose builds test_lk003.py picks; and the OpenAI
+# Realtime scenarios, which run with --protocol openai
 OWN_MODULE = {"stop-": "test_stop.py", "t1-": "test_transparent.py", "t2-": "test_transparent.py",
               "t3-": "test_transparent.py", "t4-": "test_transparent.py", "k1-": "test_lk003.py",
-              "k2-": "test_lk003.py", "k3-": "test_lk003.py", "p1-": "test_lk003.py"}
+              "k2-": "test_lk003.py", "k3-": "test_lk003.py", "p1-": "test_lk003.py",
+              "l1-session-cap": "test_openai_runs.py"}
 CATALOGUE = [n for n in names() if not n.startswith(tuple(OWN_MODULE))]
 
 

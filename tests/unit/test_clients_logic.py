@@ -94,7 +94,8 @@ def test_schedule_without_detection_attempt_and_explicit_offsets():
 
 # ---- registry ----------------------------------------------------------------------------------
 def test_registry_names_and_unknown():
-    assert set(names()) == {"probe", "recovery", "naive", "recovery-sequential", "guard", "session-manager", "openai"}
+    assert set(names()) == {"probe", "recovery", "naive", "recovery-sequential", "guard", "session-manager", "openai",
+                           "openai-recovery"}
     assert get("recovery").name == "recovery"
     # the study's sequential pattern is the reference client with the study's timing, nothing else
     seq = get("recovery-sequential")

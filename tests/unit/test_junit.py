@@ -2,6 +2,7 @@
 (tests/fixtures/junit.xsd, with xmlschema), from runs recorded in network namespaces."""
 from __future__ import annotations
 
+import json
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -112,3 +113,16 @@ def test_a_run_that_did_not_finish_is_an_error_with_what_to_change(batch, tmp_pa
     err = _case(root, "crashed-01", "verdict").find("error")
     assert err.get("message").startswith("no events.jsonl") and "What to change" in err.text
     assert root.get("errors") == "1"
+
+
+def test_the_junit_and_the_summary_name_each_runs_protocol(batch, tmp_path):
+    # the fixtures are Gemini runs from before the option: named gemini; an OpenAI run says openai
+    run = batch / "control-recovery-01" / "run.json"
+    run.write_text(json.dumps({**json.loads(run.read_text()), "protocol": "openai"}))
+    out = tmp_path / "junit.xml"
+    assert cli.main(["report", str(batch), "--no-timeline", "--junit-xml", str(out)]) == 0
+    SCHEMA.validate(str(out))
+    protocols = {s.get("name"): next(p.get("value") for p in s.find("properties") if p.get("name") == "protocol")
+                 for s in ET.parse(out).getroot()}
+    assert protocols["control-recovery-01"] == "openai" and protocols["control-naive-01"] == "gemini"
+    assert "Protocol: gemini, openai" in (batch / "summary.md").read_text()

@@ -427,3 +427,22 @@ def test_a_call_and_its_output_replayed_into_a_new_session_are_known_there():
     sim.send(1, {"type": "response.create"})
     sim.run(sim.now + 5)
     assert [log.fields["plan"] for log in sim.logs if log.kind == "twin.model"] == ["status-booked"]
+
+
+# ---------------------------------------------------------------------------------------- a restore
+
+def test_a_status_note_a_client_writes_into_a_new_session_is_read_not_answered_as_a_user_turn():
+    sim = Sim(conversation="booking")
+    _configured(sim, tools=[{"type": "function", "name": "book_slot", "description": "Book a slot",
+                             "parameters": {"type": "object", "properties": {"slot": {"type": "string"}}}}])
+    sim.send(1, {"type": "conversation.item.create", "item": {"type": "message", "role": "system", "content": [
+        {"type": "input_text", "text": "System note: book_slot(slot='tomorrow 3pm') -> booked (job j1)"}]}})
+    assert "response.created" not in sim.types()          # a note asks nothing by itself
+    restore = [x.fields for x in sim.logs if x.kind == "twin.restore"]
+    assert len(restore) == 1 and restore[0]["note"] is not None
+    _say(sim, "Did you book it?")
+    sim.send(1, {"type": "response.create"})
+    sim.run(sim.now + 10)
+    said = " ".join(d["delta"] for d in sim.of("response.output_audio_transcript.delta"))
+    assert "book" in said.lower() and not sim.of("response.function_call_arguments.done")   # answered from the note
+    assert [x.fields["source"] for x in sim.logs if x.kind == "twin.user"] == ["text"]      # one user turn

@@ -321,3 +321,28 @@ def test_h1_a_degraded_path_is_no_reason_to_reconnect(twin, want):
 def test_a_cut_a_zombie_or_an_unknown_old_record_is_not_a_degraded_path(metrics):
     rec = record([*conn(1, 50, 100, "s1"), *conn(2, 9000, 9200, "s2")], metrics=metrics)
     assert rules.RULES["no_false_alarm"].judge(rec).status == NA
+
+
+def test_a_protocol_without_a_setup_message_is_judged_from_its_accepts():
+    """OpenAI's twin writes no twin.setup (the session starts with the socket): its connections are
+    known from twin.accept, so the same rules judge a new session after the loss."""
+    def accepted(c, at, session, end=None, how=None):
+        return [ev("twin.accept", at, conn=c, session=session, resume=False),
+                *([ev("twin.conn.end", end, conn=c, how=how, session=session)] if end is not None else [])]
+    fell_back = [*accepted(1, 100, "s1"), call(1000), *accepted(2, 3200, "s2"),
+                 ev("twin.restore", 3400, conn=2, session="s2", turns=3, note="pending")]
+    got = rules.judge_all(record(fell_back))
+    assert got["own_loss_detection"].status == PASS and got["resume_cutoff_fallback"].status == PASS
+    assert got["status_from_backend"].status == PASS
+    never = rules.judge_all(record([*accepted(1, 100, "s1"), call(1000)]))
+    assert never["own_loss_detection"].status == FAIL and never["resume_cutoff_fallback"].status == FAIL
+
+
+def test_the_resume_rules_say_they_are_the_live_apis_in_an_openai_run():
+    gemini = r1_idle_drop(retry=False)
+    assert rules.judge_all(gemini)["retry_refused_resume"].status == FAIL
+    gemini.meta["protocol"] = "openai"
+    openai = rules.judge_all(gemini)
+    for name in ("retry_refused_resume", "ledger_old_id_after_resume", "no_transparent_mode"):
+        assert openai[name].status == NA and "gemini protocol" in openai[name].observed, (name, openai[name])
+    assert openai["own_loss_detection"] == rules.judge_all(r1_idle_drop(retry=False))["own_loss_detection"]

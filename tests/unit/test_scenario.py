@@ -38,8 +38,10 @@ def test_catalogue_is_valid_and_covers_the_study():
         s = scenario.load(n)
         # a seed study's finding (000 resume, 001 stop), a seed report (002 audio+video resume, 003 the
         # LiveKit restart PR), the guide a client implements (004 SessionManager), the fidelity notes'
-        # third-party figure (the twin's own faults), or a user's public report on a middlebox (owner/repo#n)
-        assert s.source.startswith(("000", "001", "002", "003", "004", "fidelity §", "user report ")), \
+        # third-party figure (the twin's own faults), a user's public report on a middlebox (owner/repo#n),
+        # or the OpenAI Realtime research notes (docs/protocol-openai.md)
+        assert s.source.startswith(("000", "001", "002", "003", "004", "fidelity §", "user report ",
+                                    "openai-realtime.md")), \
             f"{n} cites no finding"
         assert s.expect, f"{n} states no expectation"
 
@@ -202,7 +204,8 @@ def test_a_scenario_names_the_twin_it_needs_and_a_bad_one_is_one_line(tmp_path):
     base = {"name": "x", "script": ["hi"], "timeline": [{"at": "start", "say": 0}]}
     s = scenario.parse({**base, "twin": {"profile": "vertex", "set": {"handle_expiry_s": 5}}})
     assert s.twin == {"profile": "vertex", "set": {"handle_expiry_s": 5}}
-    assert scenario.parse(base).twin == {"profile": "developer-api", "set": {}}
+    assert scenario.parse(base).twin == {"set": {}}
+    assert scenario.parse(base).twin_for("gemini") == {"profile": "developer-api", "set": {}}
     for bad, words in (({"profile": "nope"}, "nope"), ({"set": {"handle_expiry_s": "soon"}}, "handle_expiry_s"),
                        ({"set": {"no_such": 1}}, "no_such"), ({"profil": "vertex"}, "profil")):
         with pytest.raises(ScenarioError) as ei:

@@ -1,0 +1,37 @@
+"""The realtime protocols a run speaks, defined once: their names, the default, and the form each
+protocol's client is told its endpoint in.
+
+- `gemini`: the Live API (the twin's default wire; every client before the OpenAI one speaks it);
+- `openai`: the OpenAI Realtime API (docs/protocol-openai.md).
+
+`lab run --protocol` / `lab matrix --protocol` pick one; the orchestrator serves the twin with it
+(`lab twin serve --protocol`), refuses a client or scenario that does not speak it, carries it in
+plan.json and run.json, and tells the client its endpoint with `endpoint_url`. The twin's profile
+per protocol is `lab.twin.params.DEFAULT_PROFILE`; which protocol a client speaks is its class's
+`protocol` (lab.clients.protocol_of); which a scenario applies to, its `protocols:` key.
+"""
+from __future__ import annotations
+
+GEMINI, OPENAI = "gemini", "openai"
+PROTOCOLS = (GEMINI, OPENAI)
+DEFAULT = GEMINI
+
+
+def add_protocol_argument(parser) -> None:
+    """`--protocol`, as `lab run` and `lab matrix` take it."""
+    parser.add_argument("--protocol", default=DEFAULT, choices=PROTOCOLS,
+                        help="the realtime protocol the twin and the client speak: gemini (Live API, default) or "
+                             "openai (Realtime API; its clients and scenarios: docs/protocol-openai.md)")
+
+
+def endpoint_url(protocol: str, base_url: str) -> str:
+    """The endpoint as `protocol`'s client takes it, from the lab's https://host:port base:
+    Gemini's SDK takes the https base; OpenAI's takes the WebSocket base, wss://host:port/v1, to
+    which it appends /realtime?model=... (openai-python's `websocket_base_url`)."""
+    if protocol == GEMINI:
+        return base_url
+    if protocol == OPENAI:
+        scheme, sep, rest = base_url.rstrip("/").partition("://")
+        ws = {"https": "wss", "http": "ws"}.get(scheme, scheme)
+        return f"{ws}{sep}{rest}" + ("" if rest.endswith("/v1") else "/v1")
+    raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
