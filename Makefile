@@ -28,7 +28,7 @@ help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo "  variables: TOPOLOGY=auto|netns|compose  CLIENT=probe|recovery|naive|guard|session-manager|livekit[@REL[+BUILD]]|pipecat|adk  CLIENT_CMD='python my_agent.py'  N=runs  DURATION=seconds"
 	@echo "             SPEECH=1 (lab-stop: the spoken set too)  STOP_OUT=folder (lab-stop's batch)"
-	@echo "             PROTOCOL=gemini|openai (openai: CLIENT=openai|openai-recovery)"
+	@echo "             PROTOCOL=gemini|openai (openai: CLIENT=openai|openai-recovery); lab-matrix: also gemini,openai (side by side)"
 	@echo "             ENDPOINT=twin|live (live needs GEMINI_API_KEY)  BUDGET=sessions  SCENARIO=name (lab-run)"
 	@echo "             MATRIX_SCENARIOS=sets or names  MATRIX_CLIENTS=a,b,c  MATRIX_OUT=folder (lab-matrix)"
 
@@ -99,11 +99,12 @@ lab-stop: setup ## the stop study: A-F for probe and guard, then stop.md (SPEECH
 # the conformance matrix (issue 11): scenario sets (resume, stop, lifecycle; default: all three) x
 # clients, N runs each; DURATION caps the scenarios that run their whole duration (B1's 900 s)
 MATRIX_SCENARIOS ?= default
-MATRIX_CLIENTS ?= probe,recovery,naive,livekit,pipecat,adk
+# empty: each protocol's own clients (lab/matrix.py DEFAULT_CLIENTS for gemini; PROTOCOL=gemini,openai: both sets)
+MATRIX_CLIENTS ?=
 MATRIX_OUT ?= captures/$(shell date -u +%Y%m%d-%H%M%S)-matrix
 
 lab-matrix: setup peers-setup ## the conformance matrix: scenarios x clients, then matrix.md and matrix.json
-	$(LAB) matrix --scenarios $(MATRIX_SCENARIOS) --clients $(MATRIX_CLIENTS) -n $(N) --topology $(TOPOLOGY) --protocol $(PROTOCOL) \
+	$(LAB) matrix --scenarios $(MATRIX_SCENARIOS) $(if $(MATRIX_CLIENTS),--clients $(MATRIX_CLIENTS)) -n $(N) --topology $(TOPOLOGY) --protocol $(PROTOCOL) \
 	  --out "$(MATRIX_OUT)" $(if $(DURATION),--duration $(DURATION)) $(if $(JUNIT),--junit-xml $(JUNIT))
 
 # the release board (docs/matrix.md): the latest release of each framework across the resume, router and

@@ -1,7 +1,7 @@
 """`lab matrix`: catalogue scenarios x clients, N runs each, then the conformance matrix.
 
     lab matrix [--scenarios default|NAME...] [--clients probe,livekit,...] [-n N] [--duration S]
-               [--out DIR] [--topology netns|compose] [-j N|auto]
+               [--out DIR] [--topology netns|compose] [-j N|auto] [--protocol gemini|openai|gemini,openai]
     lab matrix --report DIR [DIR...] [--out DIR]     rebuild matrix.md/json from result folders
 
 Every run is `lab run`'s (lab.run.batch_cells: preflight, run folder, agent, capture, verdict), all
@@ -20,6 +20,10 @@ is a matrix whose framework clients are releases: their venvs are built first (o
 after the matrix the board (lab/report/board.py: rules x releases per framework, each change
 flagged) is written beside it.
 
+`--protocol gemini,openai` runs both protocols side by side in one batch: each its own clients x
+the scenarios that apply to it (per_protocol), every cell under the one `-j`; the matrix and the
+board name each cell's protocol.
+
 `--duration S` caps the scenarios that run their whole duration (`end: duration`, e.g. B1's 900 s);
 a scenario that ends when the user's question is answered keeps its own duration, its upper bound.
 Exit status: 0 when the matrix was written (its cells are findings, failing ones included), 2 for
@@ -27,6 +31,7 @@ bad input, the error's code when a run could not start.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -36,12 +41,12 @@ from pathlib import Path
 from lab import parallel
 from lab import run as run_mod
 from lab import scenario as scenario_mod
-from lab.clients import speaking
+from lab.clients import protocol_of, speaking
 from lab.clients.frameworks import releases
 from lab.clients.frameworks import resolve as resolve_framework
 from lab.errors import LabError
 from lab.protocols import DEFAULT as DEFAULT_PROTOCOL
-from lab.protocols import add_protocol_argument
+from lab.protocols import OPENAI, parse_protocols
 from lab.report import board
 from lab.report import conformance as matrix_report
 from lab.report.junit import publish
@@ -73,6 +78,8 @@ DEFAULT_CLIENTS = ("probe", "recovery", "naive", "livekit", "pipecat", "adk")
 # What each client's cell is the version of: the lab's own clients run the SDK in the project's
 # venv; a framework runs its own packages (and the SDK they pin) in its venv.
 SDK_PACKAGES = ("google-genai", "websockets")
+# the SDK a lab client of each protocol runs on (lab.clients.protocol_of)
+SDK_PACKAGES_OF: dict[str, tuple[str, ...]] = {DEFAULT_PROTOCOL: SDK_PACKAGES, OPENAI: ("openai", "websockets")}
 FRAMEWORK_PACKAGES: dict[str, tuple[str, ...]] = {
     "livekit": ("livekit-agents", "livekit-plugins-google") + SDK_PACKAGES,
     "pipecat": ("pipecat-ai",) + SDK_PACKAGES,
@@ -100,6 +107,40 @@ def default_clients(protocol: str) -> tuple[str, ...]:
     return DEFAULT_CLIENTS if protocol == DEFAULT_PROTOCOL else tuple(speaking(protocol))
 
 
+def per_protocol(scenarios: list[str], clients: list[str] | None,
+                 protocols: tuple[str, ...]) -> list[tuple[str, list[str], list[str]]]:
+    """Each protocol's part of a matrix: (protocol, its scenarios, its clients), in the order given.
+    One protocol: every name goes to it (lab run's preflight refuses what does not speak it). Several,
+    side by side: a set keeps the scenarios that apply to each protocol, a scenario named on its own
+    goes to the protocols it applies to, and each client to the protocol it speaks (without
+    --clients: each protocol's defaults); a name that fits none of them, or a protocol left with no
+    scenario or no client, is one LabError line, before anything runs."""
+    if len(protocols) == 1:
+        (proto,) = protocols
+        return [(proto, expand_scenarios(scenarios, proto), list(clients or default_clients(proto)))]
+    named = {n: scenario_mod.load(n).protocols for n in scenarios if n not in SETS}
+    for n, applies in named.items():
+        if not set(applies) & set(protocols):
+            raise LabError(f"scenario {n} applies to {', '.join(applies)} (its protocols: key), none of "
+                           f"{', '.join(protocols)}")
+    speaks = {c: protocol_of(c) for c in clients or ()}
+    for c, proto in speaks.items():
+        if proto not in protocols:
+            raise LabError(f"client {c} speaks {proto}, none of {', '.join(protocols)}: add {proto} to --protocol "
+                           "or leave the client out")
+    out = []
+    for proto in protocols:
+        scns = expand_scenarios([n for n in scenarios if n in SETS or proto in named[n]], proto)
+        mine = [c for c, p in speaks.items() if p == proto] if clients else list(default_clients(proto))
+        if not scns:
+            raise LabError(f"no scenario of --scenarios {' '.join(scenarios)} applies to {proto}; its scenarios: "
+                           f"{', '.join(scenario_mod.names_for(proto))}")
+        if not mine:
+            raise LabError(f"no client of --clients speaks {proto}: add one of {', '.join(speaking(proto))}")
+        out.append((proto, scns, mine))
+    return out
+
+
 def split_names(values: list[str]) -> list[str]:
     """`--clients probe,livekit adk` -> ['probe', 'livekit', 'adk']."""
     return [x for v in values for x in v.split(",") if x.strip()]
@@ -116,7 +157,7 @@ def client_versions(client: str, repo: Path | None = None, topology: str = "netn
         if build is not None:
             python, pkgs = str(build.python(repo or run_mod.REPO)), FRAMEWORK_PACKAGES[build.framework.name]
         else:
-            python, pkgs = sys.executable, SDK_PACKAGES
+            python, pkgs = sys.executable, SDK_PACKAGES_OF.get(protocol_of(client), SDK_PACKAGES)
         p = subprocess.run([python, "-c", _VERSIONS_PY, *pkgs], capture_output=True, text=True, timeout=60,
                            stdin=subprocess.DEVNULL)
     if p.returncode != 0:
@@ -129,34 +170,41 @@ def _duration(scn: scenario_mod.Scenario, cap: float | None) -> float | None:
     return min(cap, scn.duration) if cap is not None and scn.end == "duration" else None
 
 
-def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: float | None = None,
+def run_matrix(scenarios: list[str], clients: list[str] | None, n: int = 1, duration: float | None = None,
                out_dir: Path | None = None, topology: str = "netns", out=print, jobs: int | str = 1,
-               conversation: str | None = None, protocol: str = DEFAULT_PROTOCOL) -> Path:
+               conversation: str | None = None, protocol: str | tuple[str, ...] = DEFAULT_PROTOCOL) -> Path:
     """Run every scenario x client n times into one batch folder, `jobs` cells side by side; write the
-    matrix; return the folder. `conversation`: what the twin plays and the user says in every cell
-    (lab run --conversation's; an agent's own lines)."""
+    matrix; return the folder. `protocol`: one, or several side by side (`gemini,openai`), each with
+    its own scenarios and clients (per_protocol; `clients` None: each protocol's defaults), all their
+    cells in one run of lab.parallel. `conversation`: what the twin plays and the user says in every
+    cell (lab run --conversation's; an agent's own lines)."""
     if n < 1:
         raise LabError("-n must be at least 1")
     if duration is not None and duration <= 0:
         raise LabError("--duration must be positive")
-    if not scenarios or not clients:
+    protocols = parse_protocols(protocol) if isinstance(protocol, str) else tuple(protocol)
+    if not scenarios or clients == []:
         raise LabError("name at least one scenario and one client")
+    parts = per_protocol(scenarios, clients, protocols)
     # every name, before any run
-    scns = {c: run_mod.preflight(scenarios, c, topology, "twin", conversation=conversation, protocol=protocol)
-            for c in clients}
-    versions = {c: client_versions(c, topology=topology) for c in clients}
+    scns = {(proto, c): run_mod.preflight(names, c, topology, "twin", conversation=conversation, protocol=proto)
+            for proto, names, cls in parts for c in cls}
+    all_clients = [c for _, _, cls in parts for c in cls]
+    versions = {c: client_versions(c, topology=topology) for c in all_clients}
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     batch = Path(out_dir) if out_dir else Path.cwd() / "captures" / f"{stamp}-matrix"
     batch.mkdir(parents=True, exist_ok=True)
     (batch / matrix_report.VERSIONS_FILE).write_text(json.dumps(
         {"measured": datetime.now(timezone.utc).isoformat(timespec="seconds"), "clients": versions}, indent=2) + "\n")
     cells, not_run = [], []
-    for client in clients:
-        for scn in scns[client]:
+    for (proto, client), mine in scns.items():
+        for scn in mine:
             cells += run_mod.batch_cells([scn], batch, n=n, client=client, topology=topology,
                                          duration=_duration(scn, duration), conversation=conversation, out=out,
-                                         protocol=protocol)
-    out(f"== matrix: {len(scenarios)} scenarios x {len(clients)} clients x {n} ({len(cells)} cells) -> {batch}")
+                                         protocol=proto)
+    for proto, names, cls in parts:
+        out(f"== matrix: {proto}: {len(names)} scenarios x {len(cls)} clients x {n}")
+    out(f"== matrix: {len(cells)} cells -> {batch}")
     done = None
     try:
         # a client whose app cannot start (a release the app does not run on) stops its own cells only
@@ -169,7 +217,8 @@ def run_matrix(scenarios: list[str], clients: list[str], n: int = 1, duration: f
             summarize(batch)
             md, _ = matrix_report.write([batch], batch)
             out(f"== matrix: {md}")
-            if any(_release_of(c) for c in clients):      # a sweep: the rules x releases board too
+            # a sweep, or protocols side by side: the rules x releases board too, naming each protocol
+            if any(_release_of(c) for c in all_clients) or len(protocols) > 1:
                 out(f"== board: {board.write(batch)[0]}")
     timing = _timing(cells, done)
     (batch / TIMING_FILE).write_text(json.dumps(timing, indent=2) + "\n")
@@ -222,7 +271,10 @@ def add_parser(sub) -> None:
                    help="cap (s) for scenarios that run their whole duration (end: duration)")
     p.add_argument("--out", type=Path, default=None, help="batch folder (default captures/<time>-matrix)")
     p.add_argument("--topology", default="netns", choices=sorted(TOPOLOGIES))
-    add_protocol_argument(p)
+    p.add_argument("--protocol", type=_protocols_arg, default=(DEFAULT_PROTOCOL,), metavar="gemini|openai|gemini,openai",
+                   help="the realtime protocol(s) the twin and the clients speak (default gemini); several, comma "
+                        "separated, run side by side in one matrix: each its own clients (--clients are sorted by "
+                        "the protocol they speak) x the scenarios that apply to it")
     p.add_argument("-j", "--jobs", type=parallel.parse_jobs, default=1, metavar="N",
                    help="cells side by side, each in its own namespaces or Compose project; auto: from the "
                         "cores, the load and the memory (says what it picked)")
@@ -236,6 +288,13 @@ def add_parser(sub) -> None:
     p.set_defaults(func=_cmd_matrix)
 
 
+def _protocols_arg(text: str) -> tuple[str, ...]:
+    try:
+        return parse_protocols(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _cmd_matrix(args) -> int:
     if args.report:
         md = report(args.report, args.out)
@@ -243,9 +302,9 @@ def _cmd_matrix(args) -> int:
         publish(md.parent, args.junit_xml)
         return 0
     # livekit@1.8.0..1.8.9, pipecat@latest: releases
-    clients = releases.expand(split_names(args.clients or [",".join(default_clients(args.protocol))]))
-    releases.ensure_venvs(clients)
-    batch = run_matrix(expand_scenarios(args.scenarios, args.protocol), clients, n=args.n,
+    clients = releases.expand(split_names(args.clients)) if args.clients else None
+    releases.ensure_venvs(clients or [])
+    batch = run_matrix(args.scenarios, clients, n=args.n,
                        duration=args.duration, out_dir=args.out, topology=args.topology, jobs=args.jobs,
                        conversation=args.conversation, protocol=args.protocol)
     print(f"== results: {batch} (matrix.md, matrix.json, summary.md)")

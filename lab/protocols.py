@@ -35,3 +35,13 @@ def endpoint_url(protocol: str, base_url: str) -> str:
         ws = {"https": "wss", "http": "ws"}.get(scheme, scheme)
         return f"{ws}{sep}{rest}" + ("" if rest.endswith("/v1") else "/v1")
     raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+
+
+def parse_protocols(text: str) -> tuple[str, ...]:
+    """`gemini,openai` (as `lab matrix --protocol` takes it) -> ('gemini', 'openai'): each named once,
+    in the order given; an unknown name is a ValueError naming the known ones."""
+    names = [p.strip() for p in str(text).split(",") if p.strip()]
+    unknown = [p for p in names if p not in PROTOCOLS]
+    if unknown or not names:
+        raise ValueError(f"unknown protocol {', '.join(unknown) or repr(text)}; known: {', '.join(PROTOCOLS)}")
+    return tuple(dict.fromkeys(names))
