@@ -17,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from lab.protocols import GEMINI
 from lab.report import conformance
 from lab.report import rules as rules_mod
 from lab.report import summary
@@ -58,22 +59,24 @@ def _outcome_row(r: dict[str, Any], name: str) -> dict[str, Any]:
 def grid(cells: list[dict[str, Any]]) -> str:
     """The coloured grid: a row per cell, the verdict and each rule as columns, each cell a link to a run."""
     names = list(rules_mod.RULES)
-    head = ["scenario", "client", "for the user", "reproduces"] + [f"<span title=\"{esc(n)}\">R{i}</span>" for i, n in enumerate(names, 1)]
+    head = ["protocol", "scenario", "client", "for the user", "reproduces"] + [f"<span title=\"{esc(n)}\">R{i}</span>" for i, n in enumerate(names, 1)]
     rows, cls = [], []
     for c in cells:
         runs = c["per_run"]
         vp, vn = c["verdict"]["pass"], c["verdict"]["runs"]
         first_bad = next((r for r in runs if not r["verdict_pass"]), runs[0])
-        row = [esc(c["scenario"]), esc(c["client"]),
+        row = [esc(c.get("protocol") or GEMINI), esc(c["scenario"]), esc(c["client"]),
                f"<a class=\"run-link\" href=\"{_href(first_bad['dir'], 'outcomes')}\">{vp}/{vn}</a>" + _others(runs)]
         rep, held = c["verdict"].get("reproduces", 0), c["verdict"].get("held_to_study", 0)
         row.append(f"{rep}/{held}" if held else "-")
-        k = ["", "", "pass" if vp == vn else "fail", "" if not held else "pass" if rep == held else "fail"]
+        k = ["", "", "", "pass" if vp == vn else "fail", "" if not held else "pass" if rep == held else "fail"]
         for name in names:
             agg = c["rules"][name]
             pick = next((r for r in runs if _outcome_row(r, name)["status"] == agg["status"]), runs[0])
             seen = "; ".join(dict.fromkeys(str(o) for o in agg["observed"]))
             word = {"pass": "pass", "fail": "FAIL", "n/a": "n/a"}[agg["status"]]
+            if not agg.get("applies", True):       # a rule of another protocol
+                word += f" ({', '.join(rules_mod.RULES[name].protocols)} only)"
             if c["runs"] > 1 and agg["status"] != rules_mod.NA:
                 word += f" {agg['pass']}/{agg['pass'] + agg['fail']}"
             row.append(f"<a class=\"run-link\" href=\"{_href(pick['dir'], 'rules')}\" title=\"{esc(name)}: {esc(seen)}\">"

@@ -26,6 +26,7 @@ from typing import Any
 
 from lab.clients.frameworks import FRAMEWORKS
 from lab.errors import LabError
+from lab.protocols import GEMINI
 from lab.report import rules as rules_mod
 
 FORMAT = 1
@@ -84,6 +85,9 @@ def build(matrix: dict[str, Any], not_run: list[dict[str, Any]] | None = None) -
     """The board of a matrix (matrix.json's dict); links as the matrix has them (relative to its folder).
     `not_run` (the matrix's not_run.json): a release whose app could not start is a column too, with why."""
     rule_names = [r["name"] for r in matrix["rules"]]
+    # a matrix.json from before protocols: every cell Gemini's, every rule of every protocol
+    rule_protocols = {r["name"]: r.get("protocols") for r in matrix["rules"]}
+    cell_protocol = {c["client"]: c.get("protocol") or GEMINI for c in matrix["cells"]}
     versions = matrix.get("versions") or {}
     per: dict[str, dict[str, dict[tuple[str, str], dict[str, Any]]]] = {}
     clients: dict[str, dict[str, str]] = {}
@@ -96,9 +100,11 @@ def build(matrix: dict[str, Any], not_run: list[dict[str, Any]] | None = None) -
             skipped.setdefault(fw, {}).setdefault(rel, what)
             per.setdefault(fw, {}).setdefault(rel, {})
             clients.setdefault(fw, {})[rel] = n["client"]
+    lab_clients: dict[str, set[str]] = {}
     for c in matrix["cells"]:
         found = _release(c["client"], versions)
         if found is None:
+            lab_clients.setdefault(cell_protocol[c["client"]], set()).add(c["client"])
             continue
         fw, rel = found
         clients.setdefault(fw, {})[rel] = c["client"]
@@ -123,10 +129,17 @@ def build(matrix: dict[str, Any], not_run: list[dict[str, Any]] | None = None) -
                 if all(c["status"] == rules_mod.NA for c in cells.values()):
                     continue        # nothing judged it on this scenario at any release
                 rows.append({"rule": rule, "scenario": s, "cells": cells, "changes": changes(cells, releases)})
-        frameworks[fw] = {"releases": releases, "clients": clients[fw], "scenarios": scenarios, "rows": rows,
-                          "not_run": skipped.get(fw, {})}
+        proto = next((cell_protocol[c] for c in clients[fw].values() if c in cell_protocol), GEMINI)
+        frameworks[fw] = {"protocol": proto, "releases": releases, "clients": clients[fw], "scenarios": scenarios,
+                          "rows": rows, "not_run": skipped.get(fw, {}),
+                          # n/a in every cell for the protocol's sake, not the runs': named, not silently left out
+                          "other_protocols_rules": [r for r in rule_names
+                                                    if rule_protocols[r] and proto not in rule_protocols[r]]}
+    protocols = matrix.get("protocols") or sorted(set(cell_protocol.values()) or {GEMINI})
     return {"format": FORMAT, "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "rules": matrix["rules"], "frameworks": frameworks}
+            "rules": matrix["rules"], "frameworks": frameworks,
+            "protocols": {p: {"frameworks": [fw for fw, f in frameworks.items() if f["protocol"] == p],
+                              "lab_clients": sorted(lab_clients.get(p, ()))} for p in protocols}}
 
 
 _WORD = {rules_mod.PASS: "pass", rules_mod.FAIL: "FAIL", rules_mod.NA: "n/a"}
@@ -154,10 +167,17 @@ def render(board: dict[str, Any]) -> str:
              "▲ from FAIL to pass (a fix); n/a is no judgement and changes nothing. Each cell links to a run folder "
              "(a failing one where it failed).", ""]
     if not board["frameworks"]:
-        lines.append("No framework ran in this matrix: the board has nothing to show.")
+        lines += ["No framework ran in this matrix: the board has nothing to show.", ""]
+    several = len(board.get("protocols") or ()) > 1
+    for proto, part in (board.get("protocols") or {}).items():
+        if several and not part["frameworks"]:
+            who = ", ".join(part["lab_clients"]) or "none"
+            lines += [f"## {proto}", "", f"No framework ran on {proto} in this matrix; its clients here ({who}) are "
+                      "the lab's own, at the project's SDK: their cells are in matrix.md.", ""]
     for fw, f in board["frameworks"].items():
         rels = f["releases"]
-        lines += [f"## {fw}", "", "| rule | scenario | " + " | ".join(rels) + " |",
+        proto = f.get("protocol") or GEMINI
+        lines += [f"## {fw} ({proto})", "", "| rule | scenario | " + " | ".join(rels) + " |",
                   "| --- | --- | " + " | ".join("---" for _ in rels) + " |"]
         for row in f["rows"]:
             lines.append(f"| {row['rule']} | {row['scenario']} | " + " | ".join(_mark(row, r) for r in rels) + " |")
@@ -165,6 +185,8 @@ def render(board: dict[str, Any]) -> str:
             lines += ["", f"{fw} {rel}: not run: {why}"]
         if not f["rows"]:
             lines += ["", "No rule was judged at any release."]
+        if f.get("other_protocols_rules"):
+            lines += ["", f"n/a on {proto}, rules of another protocol: {', '.join(f['other_protocols_rules'])}."]
         lines += ["", "Changes:", ""]
         found = [(row, ch) for row in f["rows"] for ch in row["changes"]]
         for row, ch in found:

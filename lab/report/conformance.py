@@ -21,11 +21,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lab.protocols import GEMINI, PROTOCOLS
 from lab.report import advice as advice_mod
 from lab.report import rules as rules_mod
 from lab.report.shards import labelled_runs, shard_labels
 from lab.report.summary import load_verdict
-from lab.report.verdict import load_conversation, load_run, verdict_passed
+from lab.report.verdict import load_conversation, load_run, protocol_of, verdict_passed
 
 FORMAT = 1
 VERSIONS_FILE = "versions.json"     # {client: {package: version}}, written by the runner
@@ -74,23 +75,30 @@ def aggregate(outcomes: list[rules_mod.Outcome]) -> dict[str, Any]:
             "observed": [o.observed for o in outcomes], "figures": [o.figure for o in outcomes]}
 
 
+def applies(rule: str, protocol: str) -> bool:
+    """The rule is about `protocol` (a Live API rule is n/a, saying so, in an OpenAI cell)."""
+    return protocol in rules_mod.RULES[rule].protocols
+
+
 def build(roots: list[Path], out_dir: Path) -> dict[str, Any]:
-    """The matrix as a JSON-ready dict (matrix.json); links relative to out_dir."""
+    """The matrix as a JSON-ready dict (matrix.json); links relative to out_dir. A cell is a
+    (protocol, scenario, client): protocols run side by side are cells apart, each naming its own."""
     roots = [Path(r) for r in roots]
-    cells: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for run_id, run in labelled_runs(roots):
         v, outcomes = run_outcomes(run)
-        cells[(str(v.get("scenario") or "?"), str(v.get("client") or "-"))].append({
+        cells[(protocol_of(v), str(v.get("scenario") or "?"), str(v.get("client") or "-"))].append({
             "run": run_id, "dir": os.path.relpath(run, out_dir), "verdict_pass": verdict_passed(v),
             "reproduces": v.get("reproduces"),
             "failed": v.get("failed") or [], "notes": v.get("notes") or [],
             "rules": {n: _with_advice(n, o, v["metrics"]) for n, o in outcomes.items()}, "_outcomes": outcomes})
     out_cells = []
-    for (scenario, client), runs in sorted(cells.items()):
+    for (protocol, scenario, client), runs in sorted(cells.items()):
         out_cells.append({
-            "scenario": scenario, "client": client, "runs": len(runs),
+            "protocol": protocol, "scenario": scenario, "client": client, "runs": len(runs),
             "verdict": verdict_counts(runs),
-            "rules": {n: aggregate([r["_outcomes"][n] for r in runs]) for n in rules_mod.RULES},
+            "rules": {n: {**aggregate([r["_outcomes"][n] for r in runs]), "applies": applies(n, protocol)}
+                      for n in rules_mod.RULES},
             "per_run": [{k: val for k, val in r.items() if k != "_outcomes"} for r in runs],
         })
     return {
@@ -98,7 +106,9 @@ def build(roots: list[Path], out_dir: Path) -> dict[str, Any]:
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "shards": shard_labels(roots),
         "versions": read_versions(roots),
-        "rules": [{"name": r.name, "source": r.source, "about": r.about} for r in rules_mod.RULES.values()],
+        "rules": [{"name": r.name, "source": r.source, "about": r.about, "protocols": list(r.protocols)}
+                  for r in rules_mod.RULES.values()],
+        "protocols": sorted({c["protocol"] for c in out_cells}),
         "scenarios": sorted({c["scenario"] for c in out_cells}),
         "clients": sorted({c["client"] for c in out_cells}),
         "cells": out_cells,
@@ -131,30 +141,41 @@ def _cell(s: Any) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
 
-def _mark(agg: dict[str, Any], runs: int) -> str:
+def _mark(agg: dict[str, Any], runs: int, rule: dict[str, Any] | None = None) -> str:
     if agg["status"] == rules_mod.NA:
-        return "n/a"
+        # a rule of another protocol (an old matrix.json has no "applies": every rule applied)
+        return "n/a" if agg.get("applies", True) or rule is None else f"n/a ({only(rule)})"
     word = SYMBOL[agg["status"]]
     return word if runs == 1 else f"{word} {agg['pass']}/{agg['pass'] + agg['fail']}"
 
 
+def only(rule: dict[str, Any]) -> str:
+    """'gemini only' for a rule of some protocols; '' for a rule of all (or of an old matrix.json)."""
+    protos = rule.get("protocols") or PROTOCOLS
+    return "" if set(PROTOCOLS) <= set(protos) else f"{', '.join(protos)} only"
+
+
 def render(matrix: dict[str, Any]) -> str:
-    """matrix.md: the table (one row per cell, one column per rule), the rules, then what each cell showed."""
+    """matrix.md: the table (one row per cell: its protocol, scenario and client; one column per rule),
+    the rules, then what each cell showed."""
     rules = matrix["rules"]
+    protocols = matrix.get("protocols") or sorted({_protocol(c) for c in matrix["cells"]})
     lines = ["# livelab conformance matrix", "",
-             f"{len(matrix['cells'])} cells ({len(matrix['scenarios'])} scenarios x {len(matrix['clients'])} clients), "
+             f"{len(matrix['cells'])} cells ({len(matrix['scenarios'])} scenarios x {len(matrix['clients'])} clients; "
+             f"{'protocols' if len(protocols) > 1 else 'protocol'} {', '.join(protocols)}), "
              f"generated {matrix['generated']} by `lab matrix` from the run folders of "
              f"{', '.join(matrix['shards'])}. A rule is n/a where the run gave it nothing to judge, or where the "
              "lab cannot observe it (the reason is below the table).", ""]
-    head = ["scenario", "client", "for the user", "reproduces"] + [f"R{i}" for i in range(1, len(rules) + 1)]
+    head = ["protocol", "scenario", "client", "for the user", "reproduces"] + [f"R{i}" for i in range(1, len(rules) + 1)]
     lines += ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
     for c in matrix["cells"]:
         verdict = f"{c['verdict']['pass']}/{c['verdict']['runs']}"
-        row = [c["scenario"], c["client"], verdict, _reproduces(c["verdict"])] + [_mark(c["rules"][r["name"]], c["runs"]) for r in rules]
+        row = [_protocol(c), c["scenario"], c["client"], verdict, _reproduces(c["verdict"])] + [
+            _mark(c["rules"][r["name"]], c["runs"], r) for r in rules]
         lines.append("| " + " | ".join(_cell(x) for x in row) + " |")
     lines += ["", "## The rules", ""]
     for i, r in enumerate(rules, 1):
-        lines.append(f"- **R{i} `{r['name']}`** ({r['source']}): {r['about']}")
+        lines.append(f"- **R{i} `{r['name']}`** ({r['source']}{'; ' + only(r) if only(r) else ''}): {r['about']}")
     lines += ["", "## Versions", ""]
     if matrix["versions"]:
         for client, pkgs in sorted(matrix["versions"].items()):
@@ -164,15 +185,19 @@ def render(matrix: dict[str, Any]) -> str:
     lines += ["", "## What each cell showed", ""]
     for c in matrix["cells"]:
         links = ", ".join(f"[{r['run']}]({r['dir']})" for r in c["per_run"])
-        lines += [f"### {c['scenario']} x {c['client']}", "", f"runs: {links}; passed for the user "
+        lines += [f"### {c['scenario']} x {c['client']} ({_protocol(c)})", "", f"runs: {links}; passed for the user "
                   f"{c['verdict']['pass']} of {c['verdict']['runs']}" + _failed(c), ""]
         for i, r in enumerate(rules, 1):
             agg = c["rules"][r["name"]]
             seen = "; ".join(dict.fromkeys(agg["observed"]))
-            lines.append(f"- R{i} {r['name']}: {_mark(agg, c['runs'])}: {_cell(seen)}")
+            lines.append(f"- R{i} {r['name']}: {_mark(agg, c['runs'], r)}: {_cell(seen)}")
             lines += [f"  - {_cell(a)}" for a in advice_of(c, r["name"])]
         lines.append("")
     return "\n".join(lines)
+
+
+def _protocol(cell: dict[str, Any]) -> str:
+    return str(cell.get("protocol") or GEMINI)      # a matrix.json from before protocols: Gemini's
 
 
 def _reproduces(verdict: dict[str, Any]) -> str:
