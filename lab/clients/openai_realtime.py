@@ -8,9 +8,10 @@ It writes the same event kinds as the Gemini clients (user.say, tool.call, tool.
 model.audio, model.text, model.turn_complete, conn.*), so the report's user outcomes judge it alike.
 
 After a drop it does nothing of its own: with `sdk_reconnect` the SDK's transport-level reconnect
-(openai-python >= 2.32, opt-in through `on_reconnecting`) opens a new socket, which is a new, empty
-session on the service; the SDK's send queue may then replay frames into it (a tool result orphaned
-in the new session). Scripted actions: 'close' and 'abort'.
+(openai-python >= 2.32, opt-in through `on_reconnecting`) opens a new socket on a recoverable close
+(1001, 1011, ...), which is a new, empty session: the SDK sends no `session.update` into it, and a
+pending call's result goes into it as an orphan (docs/protocol-openai.md, measured against the
+twin). Scripted actions: 'close' and 'abort'.
 
 Pointed at the twin by `websocket_base_url` (the endpoint's https base URL as wss, plus /v1, to
 which the SDK appends /realtime?model=...) and the twin's CA in an ssl context handed to
@@ -184,8 +185,10 @@ class OpenAIRealtimeClient(Client):
         return t
 
     def _reconnecting(self, event: Any) -> None:
-        """The SDK is about to reconnect (sdk_reconnect): no overrides, so it reconnects as it would."""
-        self.log.write("conn.closed", src=SRC, conn=self.n, code=None, reason="sdk reconnect", by="server",
+        """The SDK is about to reconnect (sdk_reconnect): no overrides, so it reconnects as it would. Its
+        event carries the close code that made it (a code it counts recoverable: 1001, 1006, 1011, ...)."""
+        self.log.write("conn.closed", src=SRC, conn=self.n, code=getattr(event, "close_code", None),
+                       reason=f"sdk reconnect, attempt {getattr(event, 'attempt', '?')}", by="server",
                        how="reconnect", during=None)
         return None
 
