@@ -263,7 +263,8 @@ def add_parser(sub) -> None:
                    help=f"scenario names or sets ({', '.join(SETS)}); default: default")
     p.add_argument("--clients", nargs="+", default=None,
                    help=f"client names, comma or space separated (default {','.join(DEFAULT_CLIENTS)}; with "
-                        "--protocol openai: the clients that speak it); "
+                        "--protocol openai: the clients that speak it; with several protocols, each protocol's "
+                        "defaults, or each named client under the protocol it speaks); "
                         "NAME@A..B sweeps every release from A to B the package index serves, NAME@latest its "
                         "newest; a sweep builds the missing venvs and writes board.md/json")
     p.add_argument("-n", type=int, default=1, help="runs per cell")
