@@ -65,7 +65,7 @@ def test_the_lab_image_runs_b1_in_its_own_namespaces(lab_image):
                     "lab", "run", "b1-silent-loss", "--duration", DURATION, timeout=600)
         out = r.stdout + r.stderr
         assert r.returncode == 0, out[-3000:]
-        assert "b1-silent-loss (probe, netns, twin)" in out, "the netns topology, inside the container"
+        assert "b1-silent-loss (probe, netns, twin, gemini)" in out, "the netns topology, inside the container"
         batch = next(captures.iterdir())
         run = next(d for d in batch.iterdir() if d.is_dir())
         verdict = json.loads((run / "verdict.json").read_text())
