@@ -47,7 +47,7 @@ from lab.topology import get as get_topology
 from lab.topology.compose import APP_DIR, app_command, app_mount_file
 from lab.topology.framework_image import IMAGE_REPO
 from lab.topology.framework_image import environment as framework_image_environment
-from lab.topology.hostnames import ENDPOINT_NAMES, ENDPOINT_PORT
+from lab.topology.hostnames import ENDPOINT_PORT, endpoint_names
 from lab.topology.services import Capture, Proxy, Twin
 from netem import faults as netem_faults
 
@@ -87,13 +87,8 @@ def check_protocol(protocol: str, scns: list[scenario_mod.Scenario], client: str
     speak it; else one LabError line, before anything starts."""
     if protocol not in PROTOCOLS:
         raise LabError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
-    if protocol == GEMINI:
-        pass
-    elif endpoint != "twin":
+    if protocol != GEMINI and endpoint != "twin":
         raise LabError(f"--protocol {protocol} runs against the twin only (live mode speaks gemini)")
-    elif client_cmd is not None:
-        raise LabError(f"--client-cmd with --protocol {protocol}: an app reaches only the Gemini twin by the "
-                       "real hostnames so far; use --client " + " or --client ".join(speaking(protocol)))
     for s in scns:
         if protocol not in s.protocols:
             others = scenario_mod.names_for(protocol)
@@ -364,7 +359,7 @@ def _endpoint_services(run: _Run, t0: float) -> _Reach:
         # an unmodified app dials the real names on 443: the twin answers there, with a
         # certificate naming them (lab/topology/hostnames.py)
         port = ENDPOINT_PORT if spec.client_cmd else topo.endpoint_port
-        sans = tuple(a for n in ENDPOINT_NAMES for a in ("--san", n)) if spec.client_cmd else ()
+        sans = tuple(a for n in endpoint_names(spec.protocol) for a in ("--san", n)) if spec.client_cmd else ()
         # the twin reads a spoken turn against the script's lines (by its words, or by position where
         # it cannot hear): the orchestrator (which knows the scenario) tells the twin the lines, never the client
         script: tuple[str, ...] = ()
@@ -389,7 +384,8 @@ def _endpoint_services(run: _Run, t0: float) -> _Reach:
     proxy = None
     if scn.endpoint.get("via") == "proxy":
         # an app dials the API by its real names: through the proxy they must reach the twin
-        names = {n: topo.endpoint.ip for n in ENDPOINT_NAMES} if spec.client_cmd and spec.endpoint == "twin" else None
+        names = ({n: topo.endpoint.ip for n in endpoint_names(spec.protocol)}
+                 if spec.client_cmd and spec.endpoint == "twin" else None)
         proxy = Proxy(topo.endpoint, idle_timeout_s=scn.endpoint.get("idle_timeout_s"), resolve=names)
         run.services.append(proxy)
     return _Reach(base_url=base_url, ca=ca, key=key, twin_control=twin_control, proxy=proxy)
