@@ -4,7 +4,8 @@ dropped by the client container's own kernel, judged by the same user outcomes a
 namespaces (tests/integration/test_openai_runs.py).
 
 Control and B1 shortened to 30 s (the reference client is back in a new session about 4 s after the
-loss, well inside conversation_back's 20 s bound), in one batch.
+loss, well inside conversation_back's 20 s bound), in one batch; then a plain openai SDK app
+(`--client-cmd`) reaching the twin by api.openai.com from the client container.
 """
 import json
 
@@ -75,3 +76,35 @@ def test_b1_the_recovery_client_restores_a_new_session_through_compose(batch):
 
     from lab.capture import dropped
     assert dropped(run / "capture.pcapng"), "the client container's dropped packets are in the capture"
+
+
+def test_a_plain_openai_app_reaches_the_twin_as_api_openai_com_through_compose(tmp_path, monkeypatch):
+    """`--protocol openai --client-cmd` in Compose: the app (tests/fixtures/openai_app.py, the openai SDK
+    with no base URL) runs in the client container, whose own /etc/hosts and CA store send
+    api.openai.com to the twin in the endpoint container; its call, the output under that call's id
+    and the reply are on the twin's record, as in netns (tests/integration/test_client_cmd.py)."""
+    from pathlib import Path
+
+    from lab.run import run_batch
+    from lab.topology.compose import REPO
+
+    monkeypatch.chdir(REPO)
+    hosts_before = Path("/etc/hosts").read_text()
+    lines: list[str] = []
+    batch = run_batch(["control"], topology="compose", duration=30, out_dir=tmp_path / "batch", out=lines.append,
+                      client_cmd="python tests/fixtures/openai_app.py", protocol="openai")
+    assert Path("/etc/hosts").read_text() == hosts_before       # the container's files, not the host's
+    run = batch / "control-cmd-01"
+    verdict = json.loads((run / "verdict.json").read_text())
+    got = _status(verdict)
+    assert verdict["protocol"] == "openai" and verdict["pass"], (got, "\n".join(lines[-30:]))
+    assert got["effects_once"] == got["truthful_claims"] == got["last_line_answered"] == "pass", got
+    twin = read_events(run / "twin.jsonl")
+    assert next(e for e in twin if e.kind == "twin.start")["port"] == 443
+    assert [e["route"] for e in twin if e.kind == "twin.conn.open"] == ["v1/realtime?model=gpt-realtime"]
+    calls = [e for e in twin if e.kind == "twin.tool_call"]
+    assert [(e["name"], e["args"]) for e in calls] == [("book_slot", {"slot": "tomorrow 3pm"})]
+    answered = next(e for e in twin if e.kind == "twin.tool_response")
+    assert answered["id"] == calls[0]["id"] and answered["known"] and answered["status"] == "booked"
+    assert [e["text"] for e in twin if e.kind == "twin.say" and e.ms > answered.ms]
+    assert "openai_app: connected sess_" in (run / "client.log").read_text()
