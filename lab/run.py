@@ -95,7 +95,8 @@ def check_protocol(protocol: str, scns: list[scenario_mod.Scenario], client: str
             raise LabError(f"scenario {s.name} applies to {', '.join(s.protocols)} (its protocols: key), not "
                            f"{protocol}; the {protocol} scenarios: {', '.join(others) or 'none'}")
         name = client or s.client
-        if client_cmd is None and protocol_of(name) != protocol:
+        # an app alone speaks the run's protocol; an app judged as a client (--client) and a client must speak it
+        if (client_cmd is None or client) and protocol_of(name) != protocol:
             raise LabError(f"client {name} speaks {protocol_of(name)}, not {protocol}: with --protocol {protocol} "
                            f"use --client " + " or --client ".join(speaking(protocol)))
 
@@ -282,12 +283,19 @@ class _Reach:
     proxy: Proxy | None = None
 
 
+def expect_of(spec: RunSpec) -> dict:
+    """The scenario's `expect:` rows for the client the run stands for; none when that client speaks
+    another protocol than the run (an OpenAI app beside the study's Gemini client: its resume refusals
+    and close codes are not the app's protocol's)."""
+    return spec.scn.expect_for(spec.client) if protocol_of(spec.client) == spec.protocol else {}
+
+
 def held_to(spec: RunSpec) -> str:
     """What the run is held to (lab.report.verdict): reproducing the study when its client is the
     scenario's own (the study's), else its user's outcomes. An app stands in for the study's client
     only when the user said so with --client."""
     study = spec.client == spec.scn.client and (not spec.client_cmd or spec.app_judged_as)
-    return REPRODUCTION if study and spec.scn.expect_for(spec.client) else USER
+    return REPRODUCTION if study and expect_of(spec) else USER
 
 
 def _prepare_folder(spec: RunSpec, out) -> _Run:
@@ -301,7 +309,7 @@ def _prepare_folder(spec: RunSpec, out) -> _Run:
     meta = {"run_id": run_id, "scenario": scn.to_json(), "client": spec.client, "topology": spec.topology,
             "endpoint": spec.endpoint, "protocol": spec.protocol, "duration": duration,
             "params": scn.params_for(spec.client),
-            "expect": scn.expect_for(spec.client), "held_to": held_to(spec),
+            "expect": expect_of(spec), "held_to": held_to(spec),
             "started": datetime.now(timezone.utc).isoformat()}
     if spec.client_cmd:
         meta["client_cmd"] = spec.client_cmd
@@ -672,7 +680,8 @@ def _no_rows(spec: RunSpec) -> str:
     """For a client the scenario's `expect:` does not name: whose rows the study's figures are."""
     if not spec.scn.expect:
         return ""
-    return (f"\n   reproduction rows: none for {spec.client}; the study's rows are {spec.scn.client}'s "
+    who = f"your {spec.protocol} app" if spec.client_cmd and protocol_of(spec.client) != spec.protocol else spec.client
+    return (f"\n   reproduction rows: none for {who}; the study's rows are {spec.scn.client}'s "
             f"(lab run {spec.scn.name} --client {spec.scn.client})")
 
 

@@ -193,6 +193,8 @@ def test_a_plain_openai_app_reaches_the_openai_twin_by_its_real_hostname(tmp_pat
     assert verdict["protocol"] == "openai" and verdict["pass"], (got, "\n".join(lines[-30:]))
     assert got["effects_once"] == got["truthful_claims"] == got["last_line_answered"] == "pass", got
     assert got["owed_results_delivered"] == got["no_invented_turn"] == "pass", got
+    # held to its user outcomes alone: the scenario's rows are the study's Gemini client's
+    assert verdict["held_to"] == "user" and not verdict["expectations"]
     twin = read_events(run / "twin.jsonl")
     start = next(e for e in twin if e.kind == "twin.start")
     assert start["profile"] == "openai-realtime" and start["port"] == 443
