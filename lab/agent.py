@@ -248,7 +248,7 @@ class Agent:
                             before_connect=self.before_connect)
         plan = self.plan
         self.client = (CommandClient(ctx, plan.client_cmd, plan.endpoint_ip, plan.client_owns_files, plan.client_cwd,
-                                     proxy=plan.proxy) if plan.client_cmd
+                                     proxy=plan.proxy, protocol=plan.protocol) if plan.client_cmd
                        else get_client(self.client_name)(ctx))
         # a step of an action the run's protocol lacks (a resume with a handle in OpenAI) is not played
         steps = [s for s in self.scn.timeline if s.applies_to(self.client_name) and s.plays_in(plan.protocol)]

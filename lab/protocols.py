@@ -8,13 +8,23 @@ protocol's client is told its endpoint in.
 (`lab twin serve --protocol`), refuses a client or scenario that does not speak it, carries it in
 plan.json and run.json, and tells the client its endpoint with `endpoint_url`. The twin's profile
 per protocol is `lab.twin.params.DEFAULT_PROFILE`; which protocol a client speaks is its class's
-`protocol` (lab.clients.protocol_of); which a scenario applies to, its `protocols:` key.
+`protocol` (lab.clients.protocol_of); which a scenario applies to, its `protocols:` key. The
+real hostnames an unmodified app of each protocol dials are `lab.topology.hostnames.endpoint_names`;
+the variables it reads its key from, `KEY_VARS`.
 """
 from __future__ import annotations
 
 GEMINI, OPENAI = "gemini", "openai"
 PROTOCOLS = (GEMINI, OPENAI)
 DEFAULT = GEMINI
+
+# the environment variables an unmodified app of each protocol reads its key from (google-genai:
+# GOOGLE_API_KEY, then GEMINI_API_KEY; openai-python: OPENAI_API_KEY), and those that would send it
+# elsewhere than the real hostnames (google-genai's base URL overrides; openai-python's
+# OPENAI_BASE_URL): a `--client-cmd` app gets its protocol's key in the first, and none of the second
+KEY_VARS: dict[str, tuple[str, ...]] = {GEMINI: ("GOOGLE_API_KEY", "GEMINI_API_KEY"), OPENAI: ("OPENAI_API_KEY",)}
+BASE_URL_VARS: dict[str, tuple[str, ...]] = {GEMINI: ("GOOGLE_GEMINI_BASE_URL", "GOOGLE_VERTEX_BASE_URL"),
+                                             OPENAI: ("OPENAI_BASE_URL",)}
 
 
 def add_protocol_argument(parser) -> None:

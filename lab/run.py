@@ -47,7 +47,7 @@ from lab.topology import get as get_topology
 from lab.topology.compose import APP_DIR, app_command, app_mount_file
 from lab.topology.framework_image import IMAGE_REPO
 from lab.topology.framework_image import environment as framework_image_environment
-from lab.topology.hostnames import ENDPOINT_NAMES, ENDPOINT_PORT
+from lab.topology.hostnames import ENDPOINT_PORT, endpoint_names
 from lab.topology.services import Capture, Proxy, Twin
 from netem import faults as netem_faults
 
@@ -87,20 +87,16 @@ def check_protocol(protocol: str, scns: list[scenario_mod.Scenario], client: str
     speak it; else one LabError line, before anything starts."""
     if protocol not in PROTOCOLS:
         raise LabError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
-    if protocol == GEMINI:
-        pass
-    elif endpoint != "twin":
+    if protocol != GEMINI and endpoint != "twin":
         raise LabError(f"--protocol {protocol} runs against the twin only (live mode speaks gemini)")
-    elif client_cmd is not None:
-        raise LabError(f"--client-cmd with --protocol {protocol}: an app reaches only the Gemini twin by the "
-                       "real hostnames so far; use --client " + " or --client ".join(speaking(protocol)))
     for s in scns:
         if protocol not in s.protocols:
             others = scenario_mod.names_for(protocol)
             raise LabError(f"scenario {s.name} applies to {', '.join(s.protocols)} (its protocols: key), not "
                            f"{protocol}; the {protocol} scenarios: {', '.join(others) or 'none'}")
         name = client or s.client
-        if client_cmd is None and protocol_of(name) != protocol:
+        # an app alone speaks the run's protocol; an app judged as a client (--client) and a client must speak it
+        if (client_cmd is None or client) and protocol_of(name) != protocol:
             raise LabError(f"client {name} speaks {protocol_of(name)}, not {protocol}: with --protocol {protocol} "
                            f"use --client " + " or --client ".join(speaking(protocol)))
 
@@ -287,12 +283,19 @@ class _Reach:
     proxy: Proxy | None = None
 
 
+def expect_of(spec: RunSpec) -> dict:
+    """The scenario's `expect:` rows for the client the run stands for; none when that client speaks
+    another protocol than the run (an OpenAI app beside the study's Gemini client: its resume refusals
+    and close codes are not the app's protocol's)."""
+    return spec.scn.expect_for(spec.client) if protocol_of(spec.client) == spec.protocol else {}
+
+
 def held_to(spec: RunSpec) -> str:
     """What the run is held to (lab.report.verdict): reproducing the study when its client is the
     scenario's own (the study's), else its user's outcomes. An app stands in for the study's client
     only when the user said so with --client."""
     study = spec.client == spec.scn.client and (not spec.client_cmd or spec.app_judged_as)
-    return REPRODUCTION if study and spec.scn.expect_for(spec.client) else USER
+    return REPRODUCTION if study and expect_of(spec) else USER
 
 
 def _prepare_folder(spec: RunSpec, out) -> _Run:
@@ -306,7 +309,7 @@ def _prepare_folder(spec: RunSpec, out) -> _Run:
     meta = {"run_id": run_id, "scenario": scn.to_json(), "client": spec.client, "topology": spec.topology,
             "endpoint": spec.endpoint, "protocol": spec.protocol, "duration": duration,
             "params": scn.params_for(spec.client),
-            "expect": scn.expect_for(spec.client), "held_to": held_to(spec),
+            "expect": expect_of(spec), "held_to": held_to(spec),
             "started": datetime.now(timezone.utc).isoformat()}
     if spec.client_cmd:
         meta["client_cmd"] = spec.client_cmd
@@ -364,7 +367,7 @@ def _endpoint_services(run: _Run, t0: float) -> _Reach:
         # an unmodified app dials the real names on 443: the twin answers there, with a
         # certificate naming them (lab/topology/hostnames.py)
         port = ENDPOINT_PORT if spec.client_cmd else topo.endpoint_port
-        sans = tuple(a for n in ENDPOINT_NAMES for a in ("--san", n)) if spec.client_cmd else ()
+        sans = tuple(a for n in endpoint_names(spec.protocol) for a in ("--san", n)) if spec.client_cmd else ()
         # the twin reads a spoken turn against the script's lines (by its words, or by position where
         # it cannot hear): the orchestrator (which knows the scenario) tells the twin the lines, never the client
         script: tuple[str, ...] = ()
@@ -389,7 +392,8 @@ def _endpoint_services(run: _Run, t0: float) -> _Reach:
     proxy = None
     if scn.endpoint.get("via") == "proxy":
         # an app dials the API by its real names: through the proxy they must reach the twin
-        names = {n: topo.endpoint.ip for n in ENDPOINT_NAMES} if spec.client_cmd and spec.endpoint == "twin" else None
+        names = ({n: topo.endpoint.ip for n in endpoint_names(spec.protocol)}
+                 if spec.client_cmd and spec.endpoint == "twin" else None)
         proxy = Proxy(topo.endpoint, idle_timeout_s=scn.endpoint.get("idle_timeout_s"), resolve=names)
         run.services.append(proxy)
     return _Reach(base_url=base_url, ca=ca, key=key, twin_control=twin_control, proxy=proxy)
@@ -676,7 +680,8 @@ def _no_rows(spec: RunSpec) -> str:
     """For a client the scenario's `expect:` does not name: whose rows the study's figures are."""
     if not spec.scn.expect:
         return ""
-    return (f"\n   reproduction rows: none for {spec.client}; the study's rows are {spec.scn.client}'s "
+    who = f"your {spec.protocol} app" if spec.client_cmd and protocol_of(spec.client) != spec.protocol else spec.client
+    return (f"\n   reproduction rows: none for {who}; the study's rows are {spec.scn.client}'s "
             f"(lab run {spec.scn.name} --client {spec.scn.client})")
 
 

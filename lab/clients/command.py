@@ -4,10 +4,12 @@ The app runs inside the client's namespace, as the lab's own clients do, so the 
 its real sockets. It needs no lab import, no base URL and no code change:
 
 - **The endpoint by its real name.** In the app's own mount namespace (in Compose: in the run's
-  client container, whose system store then also trusts the twin) /etc/hosts maps
-  generativelanguage.googleapis.com and the Vertex hosts to the twin (lab.topology.hostnames), the
-  twin's certificate names them and listens on 443, and $SSL_CERT_FILE / $REQUESTS_CA_BUNDLE point
-  at the system's roots plus the twin's CA. $GOOGLE_API_KEY and $GEMINI_API_KEY hold the twin's key.
+  client container, whose system store then also trusts the twin) /etc/hosts maps the run's
+  protocol's hostnames (lab.topology.hostnames.endpoint_names: generativelanguage.googleapis.com and
+  the Vertex hosts; api.openai.com) to the twin, the twin's certificate names them and listens on
+  443, and $SSL_CERT_FILE / $REQUESTS_CA_BUNDLE point at the system's roots plus the twin's CA. The
+  protocol's key variables (lab.protocols.KEY_VARS: $GOOGLE_API_KEY and $GEMINI_API_KEY;
+  $OPENAI_API_KEY) hold the twin's key; no protocol's base-URL override reaches the app.
 - **The user's lines** arrive on the app's stdin, one line each, at the scenario's times (the
   agent records each as user.say). In a spoken scenario (input: speech) each line is also spoken
   into a microphone the app can open: 16 kHz s16le mono PCM, 100 ms chunks in real time, digital
@@ -68,8 +70,9 @@ from lab.clients.base import Client, ClientContext
 from lab.clients.mic import MicServer
 from lab.clients.twin_observed import SRC, TwinObserver, tail
 from lab.errors import LabError
-from lab.topology.hostnames import (ENDPOINT_PORT, ca_bundle_text, hosts_text, install_in_container, isolated_argv,
-                                    system_roots)
+from lab.protocols import BASE_URL_VARS, DEFAULT as DEFAULT_PROTOCOL, KEY_VARS
+from lab.topology.hostnames import (ENDPOINT_PORT, ca_bundle_text, endpoint_names, hosts_text, install_in_container,
+                                    isolated_argv, system_roots)
 
 class NotAskable(RuntimeError):
     """A scripted client action (resume, close, abort) asked of a black-box app: recorded as the step's
@@ -80,11 +83,10 @@ START_GRACE_S = 1.5      # an app that exits sooner than this "exited at once"
 STOP_GRACE_S = 5.0       # SIGTERM, then this long, then SIGKILL (to its whole process group)
 SPEECH_TAIL_MS = 700     # silence after a spoken line, as the lab's own clients send (lab/clients/sdk.py)
 
-# the variables a plain SDK app reads for its key and its trust; proxy and base-URL overrides from
-# the lab's own environment must not leak into it
-KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
-DROPPED_VARS = ("GOOGLE_GEMINI_BASE_URL", "GOOGLE_VERTEX_BASE_URL", "HTTPS_PROXY", "https_proxy",
-                "HTTP_PROXY", "http_proxy", "LAB_API_KEY")
+# proxy and base-URL overrides, and every protocol's key, from the lab's own environment must not
+# leak into the app: it is given its own protocol's key variables (lab.protocols.KEY_VARS) only
+DROPPED_VARS = (*(v for vs in BASE_URL_VARS.values() for v in vs), *(v for vs in KEY_VARS.values() for v in vs),
+                "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "LAB_API_KEY")
 NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
 
 
@@ -100,11 +102,11 @@ def parse_command(cmd: str) -> list[str]:
 
 
 def app_environment(base: dict[str, str], *, api_key: str, ca_bundle: str, backend_url: str,
-                    speech: bool = False, proxy: str | None = None) -> dict[str, str]:
-    """The app's environment: the lab's minus its overrides, plus key, trust, the backend URL, the
-    input mode, and the scenario's proxy when it has one."""
+                    speech: bool = False, proxy: str | None = None, protocol: str = DEFAULT_PROTOCOL) -> dict[str, str]:
+    """The app's environment: the lab's minus its overrides, plus the key (in `protocol`'s variables),
+    trust, the backend URL, the input mode, and the scenario's proxy when it has one."""
     env = {k: v for k, v in base.items() if k not in DROPPED_VARS + NO_PROXY_VARS}
-    env.update({k: api_key for k in KEY_VARS})
+    env.update({k: api_key for k in KEY_VARS[protocol]})
     env.update({"SSL_CERT_FILE": ca_bundle, "REQUESTS_CA_BUNDLE": ca_bundle, "LAB_BACKEND_URL": backend_url,
                 "PYTHONUNBUFFERED": "1", "LAB_INPUT_MODE": "speech" if speech else "text"})
     if proxy:
@@ -125,8 +127,10 @@ class CommandClient(Client):
 
     def __init__(self, ctx: ClientContext, command: str, endpoint_ip: str | None, node_owns_files: bool = False,
                  cwd: str | None = None, proxy: str | None = None,
-                 connect_timeout_s: float = app_start.CONNECT_TIMEOUT_S):
+                 connect_timeout_s: float = app_start.CONNECT_TIMEOUT_S, protocol: str = DEFAULT_PROTOCOL):
         super().__init__(ctx)
+        self.names = endpoint_names(protocol)     # the hostnames the app dials, all sent to the twin
+        self.protocol = protocol
         self.proxy = proxy      # the scenario's CONNECT proxy (endpoint: {via: proxy}), handed to the app
         self.cwd = cwd      # where the user ran `lab run` (in Compose: that folder, mounted in the container)
         # only the orchestrator knows whether the node's /etc is the run's own (a Compose container)
@@ -166,12 +170,12 @@ class CommandClient(Client):
         self._tmp = tempfile.TemporaryDirectory(prefix="livelab-app-")
         tmp = Path(self._tmp.name)
         twin_ca = Path(ca).read_text()
-        (tmp / "hosts").write_text(hosts_text(self.endpoint_ip))
+        (tmp / "hosts").write_text(hosts_text(self.endpoint_ip, self.names))
         (tmp / "ca-bundle.pem").write_text(ca_bundle_text(twin_ca, system_roots()))
         # a namespace shares the host's files: the app gets its own /etc/hosts; a container is the
         # run's own, so its /etc/hosts and system store are extended instead (no unshare there)
         if self.node_owns_files:
-            install_in_container(self.endpoint_ip, twin_ca)
+            install_in_container(self.endpoint_ip, twin_ca, names=self.names)
         argv = self.argv if self.node_owns_files else isolated_argv(self.argv, tmp / "hosts")
         await self.api.start()
         self.mic = MicServer(tmp / "mic.sock")
@@ -179,7 +183,7 @@ class CommandClient(Client):
         self._tasks.append(asyncio.create_task(tail(self.run_dir / "twin.jsonl", self._observe, self._stop)))
         env = app_environment(dict(os.environ), api_key=self.ctx.endpoint.api_key,
                               ca_bundle=str(tmp / "ca-bundle.pem"), backend_url=self.api.url,
-                              speech=self.ctx.speech, proxy=self.proxy)
+                              speech=self.ctx.speech, proxy=self.proxy, protocol=self.protocol)
         env.update(self.mic.environment)
         self.ctx.log.write("client.params", src="command", client=self.name,
                            params={"command": self.argv, "backend_url": self.api.url,

@@ -1,11 +1,12 @@
 """The real endpoint names, made to reach the twin for one client process (unmodified apps).
 
-An app that dials `generativelanguage.googleapis.com` (or a Vertex host) with no base URL reaches the
-twin when, for that process only, the name resolves to the twin's address, the twin's certificate
-names it, and the twin's CA is trusted. docs/protocol §10 lists the ways; this module keeps the one
+An app that dials `generativelanguage.googleapis.com` (or a Vertex host), or `api.openai.com` for the
+OpenAI Realtime API, with no base URL reaches the twin when, for that process only, the name resolves
+to the twin's address, the twin's certificate names it, and the twin's CA is trusted. docs/protocol §10 lists the ways; this module keeps the one
 the lab uses, which works the same on every node where the lab is root:
 
-    hosts_text(ip)                 an /etc/hosts text: loopback lines plus every endpoint name -> ip
+    endpoint_names(protocol)       the names an app of that protocol dials (lab.protocols)
+    hosts_text(ip, names)          an /etc/hosts text: loopback lines plus every endpoint name -> ip
     ca_bundle_text(twin_ca_pem)    the system's roots plus the twin's CA (public TLS keeps working)
     isolated_argv(argv, hosts)     `unshare --mount` with the hosts file bind-mounted on /etc/hosts,
                                    so only the app (not the agent, not the rest of the node) sees it
@@ -24,6 +25,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lab.protocols import DEFAULT, GEMINI, OPENAI, PROTOCOLS
+
 # Every name an SDK dials for the Live API: the Developer API, Vertex global, a few regional
 # Vertex hosts (`{location}-aiplatform`), and the `rep` multi-region forms (protocol §1).
 VERTEX_LOCATIONS = ("us-central1", "us-east1", "us-east4", "us-west1", "europe-west1", "europe-west4",
@@ -35,6 +38,17 @@ ENDPOINT_NAMES: tuple[str, ...] = (
     "aiplatform.us.rep.googleapis.com",
     "aiplatform.eu.rep.googleapis.com",
 )
+
+# Per protocol (lab.protocols): the Live API's names above; the OpenAI Realtime API's one host, which
+# openai-python dials as wss://api.openai.com/v1/realtime when neither base_url nor OPENAI_BASE_URL is set
+NAMES: dict[str, tuple[str, ...]] = {GEMINI: ENDPOINT_NAMES, OPENAI: ("api.openai.com",)}
+
+
+def endpoint_names(protocol: str = DEFAULT) -> tuple[str, ...]:
+    """The real hostnames an unmodified app of `protocol` dials."""
+    if protocol not in NAMES:
+        raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    return NAMES[protocol]
 
 # The port those names are dialled on: the SDK builds wss://<name>/... with no port.
 ENDPOINT_PORT = 443
@@ -83,11 +97,13 @@ def isolated_argv(argv: list[str], hosts_path: str | Path) -> list[str]:
 
 
 def install_in_container(ip: str, twin_ca_pem: str, hosts: Path = Path("/etc/hosts"),
-                         store: Path = Path(SYSTEM_BUNDLES[0])) -> None:
+                         store: Path = Path(SYSTEM_BUNDLES[0]), names: tuple[str, ...] = ENDPOINT_NAMES) -> None:
     """The container's own /etc/hosts and system store, extended once (the container is this run's)."""
-    mapped = "".join(ln + "\n" for ln in hosts_text(ip).splitlines()[2:])   # without the loopback lines
-    if mapped.splitlines()[0] not in hosts.read_text():
+    comment, *mapped = hosts_text(ip, names).splitlines()[2:]     # without the loopback lines
+    present = hosts.read_text().splitlines()
+    missing = [ln for ln in mapped if ln not in present]
+    if missing:
         with open(hosts, "a") as fh:
-            fh.write(mapped)
+            fh.write("".join(ln + "\n" for ln in [comment, *missing]))
     if store.is_file() and twin_ca_pem.strip() not in store.read_text():
         store.write_text(ca_bundle_text(twin_ca_pem, store.read_text()))

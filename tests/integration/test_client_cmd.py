@@ -170,3 +170,50 @@ def test_an_app_that_plays_its_own_prompts_is_answered_by_what_it_said(tmp_path)
     calls = [e for e in read_events(run / "twin.jsonl") if e.kind == "twin.tool_call"]
     assert [c["args"] for c in calls] == [{"slot": "tomorrow 3pm"}]
     _no_leftovers(run)
+
+
+OPENAI_APP = Path(__file__).resolve().parent.parent / "fixtures" / "openai_app.py"
+
+
+def test_a_plain_openai_app_reaches_the_openai_twin_by_its_real_hostname(tmp_path):
+    """`--protocol openai --client-cmd`: tests/fixtures/openai_app.py is the openai SDK with no base URL,
+    so it dials api.openai.com on 443 with the key from $OPENAI_API_KEY. In its own mount namespace
+    that name is the twin, whose certificate names it and whose CA $SSL_CERT_FILE trusts. Judged
+    from the twin's record: the call with the line's slot, the output under that call's id, a reply."""
+    from lab.run import run_batch
+
+    hosts_before = Path("/etc/hosts").read_text()
+    lines: list[str] = []
+    batch = run_batch(["control"], topology="netns", out_dir=tmp_path / "batch", duration=30, out=lines.append,
+                      client_cmd=f"{sys.executable} {OPENAI_APP}", protocol="openai")
+    assert Path("/etc/hosts").read_text() == hosts_before
+    run = batch / "control-cmd-01"
+    verdict = json.loads((run / "verdict.json").read_text())
+    got = {name: o["status"] for name, o in verdict["outcomes"].items()}
+    assert verdict["protocol"] == "openai" and verdict["pass"], (got, "\n".join(lines[-30:]))
+    assert got["effects_once"] == got["truthful_claims"] == got["last_line_answered"] == "pass", got
+    assert got["owed_results_delivered"] == got["no_invented_turn"] == "pass", got
+    # held to its user outcomes alone: the scenario's rows are the study's Gemini client's
+    assert verdict["held_to"] == "user" and not verdict["expectations"]
+    twin = read_events(run / "twin.jsonl")
+    start = next(e for e in twin if e.kind == "twin.start")
+    assert start["profile"] == "openai-realtime" and start["port"] == 443
+    # the SDK's own default route, dialled by the real name (no base URL), with the lab's key
+    opened = [e for e in twin if e.kind == "twin.conn.open"]
+    assert [e["route"] for e in opened] == ["v1/realtime?model=gpt-realtime"]
+    assert any(e.kind == "twin.accept" and str(e["session"]).startswith("sess_") for e in twin)
+    assert not [e for e in twin if e.kind == "twin.error_event"]     # a wrong key would be one, then a close
+    # the call with the slot the line asked for, its output matched to its call_id, then the reply
+    calls = [e for e in twin if e.kind == "twin.tool_call"]
+    assert [(e["name"], e["args"]) for e in calls] == [("book_slot", {"slot": "tomorrow 3pm"})], lines[-30:]
+    outputs = [e for e in twin if e.kind == "twin.client_event" and e.get("item") == "function_call_output"]
+    assert [e["call_id"] for e in outputs] == [calls[0]["id"]]
+    answered = next(e for e in twin if e.kind == "twin.tool_response")
+    assert answered["id"] == calls[0]["id"] and answered["known"] and answered["status"] == "booked"
+    said = [e["text"] for e in twin if e.kind == "twin.say" and e.ms > answered.ms]
+    assert said and "booked" in said[-1], said
+    events = read_events(run / "events.jsonl")
+    assert [e.get("call_id") for e in events if e.kind == "backend.request"] == [calls[0]["id"]]
+    log = (run / "client.log").read_text()
+    assert "openai_app: connected sess_" in log and "openai_app: booked " + calls[0]["id"] in log
+    _no_leftovers(run)

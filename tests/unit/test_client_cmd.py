@@ -28,6 +28,30 @@ def test_hosts_text_maps_every_endpoint_name_and_keeps_localhost():
         hosts_text("10.0.0.1 evil.example")
 
 
+def test_each_protocol_has_its_names_and_an_openai_app_gets_only_its_own():
+    from lab.topology.hostnames import endpoint_names
+
+    assert endpoint_names("gemini") == ENDPOINT_NAMES == endpoint_names()
+    assert endpoint_names("openai") == ("api.openai.com",)
+    assert not set(endpoint_names("openai")) & set(ENDPOINT_NAMES)
+    text = hosts_text("10.203.7.2", endpoint_names("openai"))
+    assert "10.203.7.2\tapi.openai.com" in text and "googleapis" not in text
+    with pytest.raises(ValueError, match="unknown protocol"):
+        endpoint_names("grpc")
+
+
+def test_an_app_gets_its_protocols_key_and_no_other_protocols_key_or_base_url():
+    base = {"PATH": "/bin", "OPENAI_BASE_URL": "https://elsewhere/v1", "OPENAI_API_KEY": "sk-from-the-lab",
+            "GOOGLE_API_KEY": "from-the-lab", "GOOGLE_GEMINI_BASE_URL": "https://x"}
+    oa = app_environment(base, api_key="twin-key", ca_bundle="/b.pem", backend_url="http://127.0.0.1:5",
+                         protocol="openai")
+    assert oa["OPENAI_API_KEY"] == "twin-key" and oa["SSL_CERT_FILE"] == "/b.pem"
+    assert not {"OPENAI_BASE_URL", "GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL"} & set(oa)
+    gm = app_environment(base, api_key="twin-key", ca_bundle="/b.pem", backend_url="http://127.0.0.1:5")
+    assert gm["GOOGLE_API_KEY"] == gm["GEMINI_API_KEY"] == "twin-key"
+    assert not {"OPENAI_API_KEY", "OPENAI_BASE_URL"} & set(gm)
+
+
 def test_ca_bundle_keeps_the_roots_and_adds_the_twin():
     roots = "-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----"
     out = ca_bundle_text(PEM, roots)
@@ -222,6 +246,11 @@ def test_install_in_container_extends_hosts_and_store_once(tmp_path):
     assert text.startswith("127.0.0.1\tlocalhost\n172.18.0.3\tclient\n")
     assert text.count("172.18.0.2\tgenerativelanguage.googleapis.com") == 1
     assert store.read_text().count("BEGIN CERTIFICATE") == 2 and "ROOT" in store.read_text()
+    # another protocol's names go in beside them (compared line by line, not by the shared comment)
+    install_in_container("172.18.0.2", PEM, hosts=hosts, store=store, names=("api.openai.com",))
+    text = hosts.read_text()
+    assert text.count("172.18.0.2\tapi.openai.com") == 1
+    assert text.count("172.18.0.2\tgenerativelanguage.googleapis.com") == 1
 
 
 def test_an_app_is_told_the_input_mode_and_the_scenarios_proxy():

@@ -111,8 +111,24 @@ def test_a_client_or_scenario_that_does_not_speak_the_protocol_is_refused():
         run_mod.check_protocol("openai", control, "recovery")
     with pytest.raises(LabError, match="twin only"):
         run_mod.check_protocol("openai", control, "openai", endpoint="live")
-    with pytest.raises(LabError, match="--client-cmd"):
-        run_mod.check_protocol("openai", control, "openai", client_cmd="python app.py")
+    # an app is whatever it is: with --client-cmd the protocol is the run's, not a client class's;
+    # judged as a client (--client), that client must speak it
+    run_mod.check_protocol("openai", control, None, client_cmd="python app.py")
+    run_mod.check_protocol("openai", control, "openai-recovery", client_cmd="python app.py")
+    with pytest.raises(LabError, match="client probe speaks gemini, not openai"):
+        run_mod.check_protocol("openai", control, "probe", client_cmd="python app.py")
+
+
+def test_an_openai_app_is_not_shown_the_study_gemini_clients_rows(tmp_path):
+    """control's rows are the probe's (a Gemini client): a Gemini app is shown them, an OpenAI app is not."""
+    scn = scenario.load("control")
+    assert scn.client == "probe" and scn.expect_for("probe")
+    gemini = run_mod.RunSpec(scn, "probe", "netns", "twin", tmp_path / "g", None, None, "m", client_cmd="python a.py")
+    openai = run_mod.RunSpec(scn, "probe", "netns", "twin", tmp_path / "o", None, None, "m", client_cmd="python a.py",
+                             protocol="openai")
+    assert run_mod.expect_of(gemini) == scn.expect_for("probe") and run_mod.expect_of(openai) == {}
+    assert run_mod.held_to(openai) == "user"
+    assert "none for your openai app" in run_mod._no_rows(openai)
 
 
 def test_lab_run_refuses_a_client_of_another_protocol_before_anything_starts(tmp_path):
