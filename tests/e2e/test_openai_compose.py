@@ -97,7 +97,7 @@ def test_a_plain_openai_app_reaches_the_twin_as_api_openai_com_through_compose(t
     run = batch / "control-cmd-01"
     verdict = json.loads((run / "verdict.json").read_text())
     got = _status(verdict)
-    assert verdict["protocol"] == "openai" and verdict["pass"], (got, "\n".join(lines[-30:]))
+    assert verdict["protocol"] == "openai" and verdict["pass"], "\n".join([repr(got)] + lines[-40:])
     assert got["effects_once"] == got["truthful_claims"] == got["last_line_answered"] == "pass", got
     twin = read_events(run / "twin.jsonl")
     assert next(e for e in twin if e.kind == "twin.start")["port"] == 443
