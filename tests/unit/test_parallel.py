@@ -204,3 +204,28 @@ def test_run_and_matrix_take_j():
     assert p.parse_args(["run", "control"]).jobs == 1           # serial unless asked
     with pytest.raises(SystemExit):
         p.parse_args(["matrix", "-j", "0"])
+
+
+def test_side_by_side_cells_start_longest_first_and_keep_their_order_in_results(tmp_path):
+    # a long cell started last would run alone at the end while the other jobs sit idle
+    durations = [10.0, 120.0, 30.0, 120.0, 5.0]
+    assert parallel.start_order([Cell(f"c{i}", lambda out: None, expected_s=d)
+                                 for i, d in enumerate(durations)]) == [1, 3, 2, 0, 4]
+    started = []
+    lock = threading.Lock()
+
+    def cell(i):
+        def run(out):
+            with lock:
+                started.append(i)
+            time.sleep(0.05)        # held, so the two first taken are both started before any ends
+            return i
+        return run
+    cells = [Cell(f"c{i}", cell(i), expected_s=d, log=tmp_path / f"c{i}.log") for i, d in enumerate(durations)]
+    rep = run_cells(cells, jobs=2, out=lambda _l: None, progress=None)
+    assert rep.results == [0, 1, 2, 3, 4]
+    assert set(started[:2]) == {1, 3} and set(started[2:]) == {0, 2, 4}
+    serial = []
+    run_cells([Cell(f"c{i}", (lambda i: lambda out: serial.append(i))(i), expected_s=d)
+               for i, d in enumerate(durations)], jobs=1, out=lambda _l: None, progress=None)
+    assert serial == [0, 1, 2, 3, 4]        # a serial batch runs as given
