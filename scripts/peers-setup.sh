@@ -64,7 +64,7 @@ setup_peer_locked() {
     "$PY" -m venv "$dir" || { echo "peers-setup: $name: '$PY -m venv $dir' failed" >&2; return 1; }
   fi
   log="$dir/pip.log"
-  if ! "$dir/bin/pip" install --upgrade "$@" >"$log" 2>&1; then
+  if ! scripts/venv-install.sh "$dir" --upgrade "$@" >"$log" 2>&1; then
     if ! network_error "$log" && grep -q 'from versions: none' "$log"; then
       # with retries off pip names no connection error; ask once more, with one retry, to tell
       # "unreachable" from "no such release"
@@ -84,7 +84,7 @@ setup_peer_locked() {
   if [ -n "$patchfile" ]; then
     site=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     # the release as published under the patch (an older patch may be applied already)
-    if ! "$dir/bin/pip" install --force-reinstall --no-deps "$@" >>"$log" 2>&1; then
+    if ! scripts/venv-install.sh "$dir" --force-reinstall --no-deps "$@" >>"$log" 2>&1; then
       echo "peers-setup: $name: reinstalling $* before the patch failed; see $log" >&2
       return 1
     fi
@@ -157,8 +157,8 @@ case "$which" in
     exit $? ;;
   *) echo "usage: scripts/peers-setup.sh [livekit|pipecat|adk|all|NAME@RELEASE[+BUILD]]" >&2; exit 2 ;;
 esac
-# The named venvs build side by side: each pip spends most of its time downloading and unpacking,
-# and the three share nothing but pip's cache, which is safe to share.
+# The named venvs build side by side: each install spends most of its time downloading and unpacking,
+# and the three share nothing but the installer's cache, which is safe to share.
 names=(livekit pipecat adk)
 [ "$which" = all ] || names=("$which")
 pids=()

@@ -35,9 +35,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
-  # pip's own output goes to a log, shown only when the install fails
-  if ! .venv/bin/pip install -q -e '.[test]' > .venv/pip.log 2>&1 \
+  # uv, the fast installer scripts/venv-install.sh uses for this venv and the frameworks' (without
+  # it, pip does the same installs more slowly)
+  .venv/bin/pip install -q --disable-pip-version-check 'uv>=0.5,<1' > .venv/pip.log 2>&1 \
+    || echo "setup: uv did not install (.venv/pip.log); pip installs instead" >&2
+  # the installer's own output goes to a log, shown only when the install fails
+  if ! scripts/venv-install.sh .venv -q -e '.[test]' >> .venv/pip.log 2>&1 \
      || ! .venv/bin/python -c 'import lab, google.genai, websockets, pyroute2, scapy, yaml' 2>> .venv/pip.log; then
     grep -vE '^WARNING: Location' .venv/pip.log | tail -20 >&2
     echo "setup: the project venv did not install (full log: .venv/pip.log)" >&2
