@@ -96,7 +96,11 @@ async def main() -> None:
                 log(f"update_tools at {time.time():.3f}: restart asked")
                 await asyncio.sleep(float(cue.get("result_after_update_s", 0.0)))
             chat.insert(out)
-            await sess.update_chat_ctx(chat)
+            try:
+                await sess.update_chat_ctx(chat)
+            except Exception as e:      # a RealtimeError (the server never acknowledged): logged, as AgentSession logs it
+                log(f"tool result {out.call_id} not handed over: {type(e).__name__}: {str(e)[:200]}")
+                return
             log(f"tool result {out.call_id} handed over at {time.time():.3f}")
         if not sess.capabilities.auto_tool_reply_generation:
             # the model waits to be asked for its reply to the results (OpenAI Realtime): AgentSession asks
