@@ -50,12 +50,13 @@ def _twin(run: Path) -> list:
     return read_events(run / "twin.jsonl")
 
 
-def _by_hostname(run: Path) -> None:
-    """The app reached the OpenAI twin as api.openai.com:443 on the SDK's own route, with no base URL."""
+def _by_hostname(run: Path, model: str = "gpt-realtime") -> None:
+    """The app reached the OpenAI twin as api.openai.com:443 on the integration's own route (its default
+    model), with no base URL."""
     twin = _twin(run)
     start = next(e for e in twin if e.kind == "twin.start")
     assert start["profile"] == "openai-realtime" and start["port"] == 443
-    assert {e["route"] for e in twin if e.kind == "twin.conn.open"} == {"v1/realtime?model=gpt-realtime"}
+    assert {e["route"] for e in twin if e.kind == "twin.conn.open"} == {f"v1/realtime?model={model}"}
     assert set(_server_names(run)) == {("api.openai.com", "443")}
 
 
@@ -143,7 +144,7 @@ def test_pipecat_openai_service_books_by_hostname_and_never_sends_a_later_typed_
     got = {n: o["status"] for n, o in verdict["outcomes"].items()}
     assert verdict["protocol"] == "openai", "\n".join(lines[-30:])
     assert got["effects_once"] == got["owed_results_delivered"] == "pass" and got["last_line_answered"] == "fail", got
-    _by_hostname(run)
+    _by_hostname(run, model="gpt-realtime-2.1")      # the service's own default in 1.14.0
     twin = _twin(run)
     users = [e for e in twin if e.kind == "twin.client_event" and e.get("role") == "user"]
     assert len(users) == 1, users          # the booking line only, from the starting context
