@@ -29,7 +29,7 @@ from lab import plan as plan_mod
 from lab import scenario as scenario_mod
 from lab.backend import Backend
 from lab.clients import get as get_client
-from lab.clients import protocol_of
+from lab.clients import not_speaking
 from lab.clients.base import ClientContext, Endpoint
 from lab.clients.command import CommandClient, NotAskable
 from lab.errors import ONE_LINE_ERRORS, LabError
@@ -347,9 +347,9 @@ def _main(args) -> int:
         if not plan.client_cmd:
             get_client(plan.client)
         wait_for_go(Path(plan.go_file))
-    if not plan.client_cmd and protocol_of(plan.client) != plan.protocol:
-        raise LabError(f"{args.plan}: client {plan.client} speaks {protocol_of(plan.client)}, "
-                       f"not the plan's {plan.protocol}")
+    refused = None if plan.client_cmd else not_speaking(plan.client, plan.protocol)
+    if refused:
+        raise LabError(f"{args.plan}: {refused}")
     key = os.environ.get(plan_mod.KEY_ENV)
     if not key:
         raise LabError(f"no API key in ${plan_mod.KEY_ENV} for the agent")

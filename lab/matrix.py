@@ -41,7 +41,7 @@ from pathlib import Path
 from lab import parallel
 from lab import run as run_mod
 from lab import scenario as scenario_mod
-from lab.clients import protocol_of, speaking
+from lab.clients import protocols_of, speaking
 from lab.clients.frameworks import releases
 from lab.clients.frameworks import resolve as resolve_framework
 from lab.errors import LabError
@@ -78,11 +78,12 @@ DEFAULT_CLIENTS = ("probe", "recovery", "naive", "livekit", "pipecat", "adk")
 # What each client's cell is the version of: the lab's own clients run the SDK in the project's
 # venv; a framework runs its own packages (and the SDK they pin) in its venv.
 SDK_PACKAGES = ("google-genai", "websockets")
-# the SDK a lab client of each protocol runs on (lab.clients.protocol_of)
+# the SDK a lab client of each protocol runs on (lab.clients.protocols_of)
 SDK_PACKAGES_OF: dict[str, tuple[str, ...]] = {DEFAULT_PROTOCOL: SDK_PACKAGES, OPENAI: ("openai", "websockets")}
 FRAMEWORK_PACKAGES: dict[str, tuple[str, ...]] = {
-    "livekit": ("livekit-agents", "livekit-plugins-google") + SDK_PACKAGES,
-    "pipecat": ("pipecat-ai",) + SDK_PACKAGES,
+    # both realtime plugins: the app runs the one of the run's protocol (lab/peers/livekit_app.py)
+    "livekit": ("livekit-agents", "livekit-plugins-google", "livekit-plugins-openai") + SDK_PACKAGES + ("openai",),
+    "pipecat": ("pipecat-ai",) + SDK_PACKAGES + ("openai",),
     "adk": ("google-adk",) + SDK_PACKAGES,
 }
 _VERSIONS_PY = ("import importlib.metadata as m, json, sys\n"
@@ -103,7 +104,8 @@ def expand_scenarios(names: list[str], protocol: str = DEFAULT_PROTOCOL) -> list
 
 
 def default_clients(protocol: str) -> tuple[str, ...]:
-    """The matrix's clients when --clients is not given: Gemini's set, or the clients that speak `protocol`."""
+    """The matrix's clients when --clients is not given: Gemini's set, or the clients that speak `protocol`
+    (the lab's own, then the frameworks)."""
     return DEFAULT_CLIENTS if protocol == DEFAULT_PROTOCOL else tuple(speaking(protocol))
 
 
@@ -112,7 +114,7 @@ def per_protocol(scenarios: list[str], clients: list[str] | None,
     """Each protocol's part of a matrix: (protocol, its scenarios, its clients), in the order given.
     One protocol: every name goes to it (lab run's preflight refuses what does not speak it). Several,
     side by side: a set keeps the scenarios that apply to each protocol, a scenario named on its own
-    goes to the protocols it applies to, and each client to the protocol it speaks (without
+    goes to the protocols it applies to, and each client to each protocol it speaks (without
     --clients: each protocol's defaults); a name that fits none of them, or a protocol left with no
     scenario or no client, is one LabError line, before anything runs."""
     if len(protocols) == 1:
@@ -123,15 +125,15 @@ def per_protocol(scenarios: list[str], clients: list[str] | None,
         if not set(applies) & set(protocols):
             raise LabError(f"scenario {n} applies to {', '.join(applies)} (its protocols: key), none of "
                            f"{', '.join(protocols)}")
-    speaks = {c: protocol_of(c) for c in clients or ()}
-    for c, proto in speaks.items():
-        if proto not in protocols:
-            raise LabError(f"client {c} speaks {proto}, none of {', '.join(protocols)}: add {proto} to --protocol "
-                           "or leave the client out")
+    speaks = {c: protocols_of(c) for c in clients or ()}
+    for c, spoken in speaks.items():
+        if not set(spoken) & set(protocols):
+            raise LabError(f"client {c} speaks {' and '.join(spoken)}, none of {', '.join(protocols)}: add "
+                           f"{spoken[0]} to --protocol or leave the client out")
     out = []
     for proto in protocols:
         scns = expand_scenarios([n for n in scenarios if n in SETS or proto in named[n]], proto)
-        mine = [c for c, p in speaks.items() if p == proto] if clients else list(default_clients(proto))
+        mine = [c for c, spoken in speaks.items() if proto in spoken] if clients else list(default_clients(proto))
         if not scns:
             raise LabError(f"no scenario of --scenarios {' '.join(scenarios)} applies to {proto}; its scenarios: "
                            f"{', '.join(scenario_mod.names_for(proto))}")
@@ -157,7 +159,7 @@ def client_versions(client: str, repo: Path | None = None, topology: str = "netn
         if build is not None:
             python, pkgs = str(build.python(repo or run_mod.REPO)), FRAMEWORK_PACKAGES[build.framework.name]
         else:
-            python, pkgs = sys.executable, SDK_PACKAGES_OF.get(protocol_of(client), SDK_PACKAGES)
+            python, pkgs = sys.executable, SDK_PACKAGES_OF.get(protocols_of(client)[0], SDK_PACKAGES)
         p = subprocess.run([python, "-c", _VERSIONS_PY, *pkgs], capture_output=True, text=True, timeout=60,
                            stdin=subprocess.DEVNULL)
     if p.returncode != 0:

@@ -8,7 +8,7 @@ protocol's client is told its endpoint in.
 (`lab twin serve --protocol`), refuses a client or scenario that does not speak it, carries it in
 plan.json and run.json, and tells the client its endpoint with `endpoint_url`. The twin's profile
 per protocol is `lab.twin.params.DEFAULT_PROFILE`; which protocol a client speaks is its class's
-`protocol` (lab.clients.protocol_of); which a scenario applies to, its `protocols:` key. The
+`protocol`, a framework's its `Framework.protocols` (lab.clients.protocols_of); which a scenario applies to, its `protocols:` key. The
 real hostnames an unmodified app of each protocol dials are `lab.topology.hostnames.endpoint_names`;
 the variables it reads its key from, `KEY_VARS`.
 """

@@ -29,7 +29,7 @@ from lab import scenario as scenario_mod
 from lab.conversation import format as conversations
 from lab.conversation import semantics
 from lab.clients import get as get_client
-from lab.clients import protocol_of, speaking
+from lab.clients import not_speaking, speaks
 from lab.clients.command import parse_command
 from lab.clients.frameworks import FRAMEWORKS, resolve as resolve_framework
 from lab.clients.frameworks import venvs as framework_venvs
@@ -96,9 +96,9 @@ def check_protocol(protocol: str, scns: list[scenario_mod.Scenario], client: str
                            f"{protocol}; the {protocol} scenarios: {', '.join(others) or 'none'}")
         name = client or s.client
         # an app alone speaks the run's protocol; an app judged as a client (--client) and a client must speak it
-        if (client_cmd is None or client) and protocol_of(name) != protocol:
-            raise LabError(f"client {name} speaks {protocol_of(name)}, not {protocol}: with --protocol {protocol} "
-                           f"use --client " + " or --client ".join(speaking(protocol)))
+        refused = not_speaking(name, protocol) if client_cmd is None or client else None
+        if refused:
+            raise LabError(refused)
 
 
 def preflight(scenarios: list[str], client: str | None, topology: str, endpoint: str,
@@ -287,7 +287,7 @@ def expect_of(spec: RunSpec) -> dict:
     """The scenario's `expect:` rows for the client the run stands for; none when that client speaks
     another protocol than the run (an OpenAI app beside the study's Gemini client: its resume refusals
     and close codes are not the app's protocol's)."""
-    return spec.scn.expect_for(spec.client) if protocol_of(spec.client) == spec.protocol else {}
+    return spec.scn.expect_for(spec.client) if speaks(spec.client, spec.protocol) else {}
 
 
 def held_to(spec: RunSpec) -> str:
@@ -680,7 +680,7 @@ def _no_rows(spec: RunSpec) -> str:
     """For a client the scenario's `expect:` does not name: whose rows the study's figures are."""
     if not spec.scn.expect:
         return ""
-    who = f"your {spec.protocol} app" if spec.client_cmd and protocol_of(spec.client) != spec.protocol else spec.client
+    who = f"your {spec.protocol} app" if spec.client_cmd and not speaks(spec.client, spec.protocol) else spec.client
     return (f"\n   reproduction rows: none for {who}; the study's rows are {spec.scn.client}'s "
             f"(lab run {spec.scn.name} --client {spec.scn.client})")
 

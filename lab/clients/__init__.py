@@ -3,8 +3,9 @@
 `get("probe" | "recovery" | "naive" | "guard" | "openai" | "openai-recovery")` returns the class.
 `get("pkg.mod:Class")` imports a user's module and returns its class, which must subclass
 `lab.clients.base.Client` (or at least provide start/say/action/flow/stop). Anything else is a LabError naming the known clients. The framework
-clients (lab.clients.frameworks: livekit) are apps run black-box, which the orchestrator starts
-through lab/clients/command.py rather than through this lookup.
+clients (lab.clients.frameworks: livekit, pipecat, adk) are apps run black-box, which the orchestrator
+starts through lab/clients/command.py rather than through this lookup. Which realtime protocols a
+client speaks: `protocols_of(name)`; `not_speaking(name, protocol)` is the line that refuses a run.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from lab.clients.base import Client, ClientContext, Endpoint
 from lab.clients.frameworks import names as framework_names
 from lab.clients.frameworks import resolve as resolve_framework
 from lab.errors import LabError
-from lab.protocols import GEMINI
+from lab.protocols import GEMINI, PROTOCOLS
 
 _BUILTIN = {
     "probe": ("lab.clients.probe", "ProbeClient"),
@@ -36,17 +37,36 @@ def names() -> list[str]:
     return list(_BUILTIN)
 
 
-def protocol_of(name: str) -> str:
-    """The realtime protocol a client speaks (lab.protocols): its class's `protocol`; a framework's
-    app speaks Gemini (their OpenAI plugins are not wired yet); a user's class without one, Gemini."""
-    if name in framework_names() or resolve_framework(name) is not None:
-        return GEMINI
-    return getattr(get(name), "protocol", GEMINI)
+def protocols_of(name: str) -> tuple[str, ...]:
+    """The realtime protocols a client speaks (lab.protocols), in the order lab.protocols lists them: a
+    lab client's class's `protocol` (a user's class without one: Gemini); a framework's, with any
+    release or user's agent, its `Framework.protocols` (its app and host speak each, by the key they
+    are given)."""
+    build = resolve_framework(name)
+    if build is not None:
+        return build.framework.protocols
+    return (getattr(get(name), "protocol", GEMINI),)
+
+
+def speaks(name: str, protocol: str) -> bool:
+    return protocol in protocols_of(name)
 
 
 def speaking(protocol: str) -> list[str]:
-    """The built-in clients that speak `protocol`."""
-    return [n for n in names() if protocol_of(n) == protocol]
+    """The built-in clients, then the frameworks, that speak `protocol`."""
+    return [n for n in (*names(), *framework_names()) if speaks(n, protocol)]
+
+
+def not_speaking(name: str, protocol: str) -> str | None:
+    """Why client `name` cannot run a `protocol` run, as the one line that refuses it; None when it can."""
+    spoken = protocols_of(name)
+    if protocol in spoken:
+        return None
+    build = resolve_framework(name)
+    why = f" ({build.framework.why_only})" if build is not None and build.framework.why_only else ""
+    others = [p for p in PROTOCOLS if p in spoken]
+    return (f"client {name} speaks {' and '.join(others)}, not {protocol}{why}: with --protocol {protocol} "
+            f"use --client " + " or --client ".join(speaking(protocol)))
 
 
 def get(name: str) -> type[Client]:
@@ -74,4 +94,5 @@ def get(name: str) -> type[Client]:
                    "or a module path pkg.mod:Class implementing lab.clients.base.Client")
 
 
-__all__ = ["Client", "ClientContext", "Endpoint", "get", "names", "protocol_of", "speaking"]
+__all__ = ["Client", "ClientContext", "Endpoint", "get", "names", "not_speaking", "protocols_of", "speaks",
+           "speaking"]

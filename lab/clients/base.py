@@ -45,7 +45,7 @@ class Client(abc.ABC):
     # clients can; a black-box app refuses every one (lab/clients/command.py)
     askable: ClassVar[bool] = True
     # the realtime protocol it speaks (lab.protocols): a run of another protocol refuses it before
-    # anything starts (lab.clients.protocol_of)
+    # anything starts (lab.clients.protocols_of)
     protocol: ClassVar[str] = GEMINI
 
     def __init__(self, ctx: ClientContext):

@@ -8,6 +8,9 @@ These apps run in the frameworks' own venvs, without the project, as black-box c
     user_lines(log)        async iterator over the user's lines on stdin, one per line, until EOF
     app_params(argv)       the scenario's client_params for this app: `--params JSON` (the lab passes
                            every parameter the framework declares, lab/clients/frameworks); {} without
+    realtime_api()         which realtime API the app talks to: the one whose key it was given
+                           ($OPENAI_API_KEY: "openai", OpenAI Realtime; $GOOGLE_API_KEY or
+                           $GEMINI_API_KEY: "gemini", the Live API); one line and exit otherwise
     spoken()               True in a spoken scenario ($LAB_INPUT_MODE=speech): the user's lines come
                            as audio on the microphone, and their text on stdin is not the user's input
     mic_chunks(log)        async iterator over the microphone's audio ($LAB_AUDIO_SOCKET: 16 kHz s16le
@@ -21,6 +24,10 @@ import sys
 import urllib.request
 from typing import AsyncIterator, Callable
 
+# the key variables each realtime API's SDK reads (google-genai; openai-python), as a user's shell has
+# one of them; the lab gives an app its run's protocol's alone (equal to lab.protocols.KEY_VARS,
+# kept so by tests/unit/test_framework_protocols.py)
+KEY_VARS = {"gemini": ("GOOGLE_API_KEY", "GEMINI_API_KEY"), "openai": ("OPENAI_API_KEY",)}
 BOOK_TIMEOUT_S = 70      # the API answers once the booking commits (at most 60 s, then "pending")
 MIC_RATE = 16000
 MIC_CHUNK_BYTES = MIC_RATE // 10 * 2     # 100 ms of s16le mono, as lab/clients/mic.py sends it
@@ -62,6 +69,23 @@ async def user_lines(log: Callable[..., None]) -> AsyncIterator[str]:
         if line.strip():
             log("user:", line.strip())
             yield line.strip()
+
+
+def realtime_api(environ=None) -> str:
+    """"gemini" or "openai": the API whose key variable is set. Neither or both: SystemExit with one line
+    (the app cannot tell which service its user means)."""
+    env = os.environ if environ is None else environ
+    given = [api for api, names in KEY_VARS.items() if any(env.get(n) for n in names)]
+    if len(given) != 1:
+        raise SystemExit("set the key of one realtime API: $GOOGLE_API_KEY (Gemini Live API) or $OPENAI_API_KEY "
+                         f"(OpenAI Realtime), not {'both' if given else 'neither'}")
+    return given[0]
+
+
+def key(api: str, environ=None) -> str:
+    """The key the app was given for `api` (its first variable that is set)."""
+    env = os.environ if environ is None else environ
+    return next(env[n] for n in KEY_VARS[api] if env.get(n))
 
 
 def spoken() -> bool:

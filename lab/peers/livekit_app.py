@@ -1,16 +1,22 @@
-"""LiveKit's Google realtime plugin as the client under test: `lab run control --client livekit`.
+"""LiveKit's realtime plugins as the client under test: `lab run control --client livekit`.
 
 Runs in .venv-livekit (scripts/peers-setup.sh), never in the project's venv: the stdlib and
-livekit-agents / livekit-plugins-google only, and no lab import. It is an app as a LiveKit user
-writes one, run black-box by lab/clients/command.py: no base URL (the plugin's google-genai client
-dials generativelanguage.googleapis.com, which the lab maps to the twin, trusting it through
-$SSL_CERT_FILE), the key from $GOOGLE_API_KEY, the user's lines from stdin, one per line (in a
-spoken scenario the microphone's audio instead, pushed into the session). The
-plugin's RealtimeSession is driven headless (no LiveKit server, no room): each line goes in as
-a user message in the chat context, then generate_reply(); a book_slot call is answered the way AgentSession answers one,
-as a FunctionCallOutput in the chat context, after the lab's backend ($LAB_BACKEND_URL, POST /book)
-took the booking. Reconnects, resumption handles and the replay of unsent results are the plugin's
-own: that is what a scenario measures.
+livekit-agents / livekit-plugins-google / livekit-plugins-openai only, and no lab import. It is an
+app as a LiveKit user writes one, run black-box by lab/clients/command.py: no base URL, the key from
+the environment, the user's lines from stdin, one per line (in a spoken scenario the microphone's
+audio instead, pushed into the session). Which model it runs is the key it was given, as the lab
+gives a run's protocol's key alone: $GOOGLE_API_KEY, the Google realtime model (its google-genai
+client dials generativelanguage.googleapis.com); $OPENAI_API_KEY, the OpenAI realtime model
+(`openai.realtime.RealtimeModel`, which dials wss://api.openai.com/v1/realtime). The lab maps either
+name to the twin, trusted through $SSL_CERT_FILE (aiohttp's and websockets' default contexts read it).
+
+The plugin's RealtimeSession is driven headless (no LiveKit server, no room): each line goes in as a
+user message in the chat context, then generate_reply(); a book_slot call is answered the way
+AgentSession answers one, as a FunctionCallOutput in the chat context, after the lab's backend
+($LAB_BACKEND_URL, POST /book) took the booking; and, for a model that does not reply to a tool's
+output by itself (OpenAI's: `capabilities.auto_tool_reply_generation` false), a generate_reply()
+after it, as AgentSession asks for that reply. Reconnects, resumption handles and the replay of
+history or unsent results are the plugin's own: that is what a scenario measures.
 
 On cue from the scenario (seed 003; the lab passes the parameters as --params JSON, declared in
 lab/clients/frameworks): with update_tools_in_tool, book_slot behaves like a tool that changes the
@@ -33,23 +39,22 @@ import time
 
 import app_io
 from app_io import app_params, book, user_lines
-from livekit_io import drain_generation
+from livekit_io import drain_generation, realtime_model
 
-MODEL = os.environ.get("APP_MODEL", "gemini-3.8-live")
 log = app_io.logger("livekit_app")
 
 
 async def main() -> None:
     import livekit.agents
-    from google.genai import types
     from livekit.agents import llm
-    from livekit.plugins import google as lk_google
 
     cue = app_params(sys.argv)      # {} when run by hand without --params: no cue, plain booking
-    log(f"livekit-agents {livekit.agents.__version__} livekit-plugins-google {lk_google.__version__}"
+    api = app_io.realtime_api()
+    # the lab's Gemini model unless $APP_MODEL names one; OpenAI's plugin's own default
+    chosen = os.environ.get("APP_MODEL", "gemini-3.8-live") if api == "gemini" else os.environ.get("APP_MODEL")
+    plugin, model = realtime_model(api, chosen)
+    log(f"livekit-agents {livekit.agents.__version__} {plugin}, model {model.model}"
         + (f" params {json.dumps(cue, sort_keys=True)}" if cue else ""))
-    model = lk_google.realtime.RealtimeModel(model=MODEL, api_key=os.environ["GOOGLE_API_KEY"],
-                                             output_audio_transcription=types.AudioTranscriptionConfig())
 
     @llm.function_tool
     async def book_slot(slot: str) -> dict:
@@ -91,8 +96,18 @@ async def main() -> None:
                 log(f"update_tools at {time.time():.3f}: restart asked")
                 await asyncio.sleep(float(cue.get("result_after_update_s", 0.0)))
             chat.insert(out)
-            await sess.update_chat_ctx(chat)
+            try:
+                await sess.update_chat_ctx(chat)
+            except Exception as e:      # a RealtimeError (the server never acknowledged): logged, as AgentSession logs it
+                log(f"tool result {out.call_id} not handed over: {type(e).__name__}: {str(e)[:200]}")
+                return
             log(f"tool result {out.call_id} handed over at {time.time():.3f}")
+        if not sess.capabilities.auto_tool_reply_generation:
+            # the model waits to be asked for its reply to the results (OpenAI Realtime): AgentSession asks
+            try:
+                await sess.generate_reply()
+            except Exception as e:      # the plugin gives up waiting for a generation after a while
+                log("generate_reply after the tool:", type(e).__name__, str(e)[:200])
 
     async def consume(ev) -> None:
         said: list[str] = []

@@ -1,13 +1,18 @@
 """A user's LiveKit agent as the client under test: `lab run ... --client livekit:MODULE:CLASS`.
 
 Runs in .venv-livekit (or its copy with the user's requirements), never in the project's venv:
-the stdlib and livekit-agents / livekit-plugins-google only, and no lab import. CLASS is the user's
-`Agent` subclass (loaded by entry.py), with its instructions and `@function_tool`s; it is hosted in
-an AgentSession with the Google realtime model, headless (no LiveKit server, no room), as LiveKit's
-own test helpers host an agent: `session.start(agent)`, then each typed line as a user input
-(`generate_reply(user_input=...)`). The session runs the agent's tools itself, so they execute for
-real. The plugin's google-genai client dials generativelanguage.googleapis.com, which the lab maps
-to the twin ($SSL_CERT_FILE trusts it; $HTTPS_PROXY when the scenario puts a proxy in the path).
+the stdlib and livekit-agents / livekit-plugins-google / livekit-plugins-openai only, and no lab
+import. CLASS is the user's `Agent` subclass (loaded by entry.py), with its instructions and
+`@function_tool`s; it is hosted in an AgentSession with a realtime model, headless (no LiveKit
+server, no room), as LiveKit's own test helpers host an agent: `session.start(agent)`, then each
+typed line as a user input (`generate_reply(user_input=...)`). The session runs the agent's tools
+itself, so they execute for real, and asks for the reply after them when the model does not.
+
+The model is the one whose key the host was given (the lab gives a run's protocol's key alone,
+lab/peers/app_io.py realtime_api): $GOOGLE_API_KEY, the Google realtime model, whose google-genai
+client dials generativelanguage.googleapis.com; $OPENAI_API_KEY, `openai.realtime.RealtimeModel()`,
+which dials wss://api.openai.com/v1/realtime. The lab maps either name to the twin ($SSL_CERT_FILE
+trusts it; $HTTPS_PROXY when the scenario puts a proxy in the path).
 
 Spoken ($LAB_INPUT_MODE=speech): the session's audio input is the lab's microphone (16 kHz mono
 frames, what a room's audio track would give it), so the server hears speech and stdin is only logged.
@@ -22,6 +27,7 @@ import sys
 
 import app_io
 import entry
+from livekit_io import realtime_model
 
 log = app_io.logger("livekit_host")
 
@@ -30,11 +36,9 @@ async def main() -> None:
     module, attr, agent_cls = entry.from_argv("livekit", sys.argv, log)
 
     import livekit.agents
-    from google.genai import types
     from livekit import rtc
     from livekit.agents import AgentSession
     from livekit.agents.voice import io as lk_io
-    from livekit.plugins import google as lk_google
 
     spoken = app_io.spoken()
 
@@ -54,12 +58,10 @@ async def main() -> None:
             return rtc.AudioFrame(data=chunk, sample_rate=app_io.MIC_RATE, num_channels=1, samples_per_channel=n)
 
     agent = agent_cls()
-    log(f"livekit-agents {livekit.agents.__version__} livekit-plugins-google {lk_google.__version__}: "
-        f"{module}:{attr}, input {'speech' if spoken else 'text'}")
     # the plugin's own default model unless $APP_MODEL names one, as an entrypoint that names none gets
-    chosen = {"model": os.environ["APP_MODEL"]} if os.environ.get("APP_MODEL") else {}
-    model = lk_google.realtime.RealtimeModel(api_key=os.environ["GOOGLE_API_KEY"], **chosen,
-                                             output_audio_transcription=types.AudioTranscriptionConfig())
+    plugin, model = realtime_model(app_io.realtime_api(), os.environ.get("APP_MODEL"))
+    log(f"livekit-agents {livekit.agents.__version__} {plugin}: "
+        f"{module}:{attr}, input {'speech' if spoken else 'text'}, model {model.model}")
     session = AgentSession(llm=model)
 
     def item_added(ev) -> None:

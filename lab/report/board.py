@@ -6,7 +6,8 @@
     compare(old, new)                # the regressions of `new` against `old` (the previous night's)
 
 A pure function of the matrix: the cells whose client is a framework (livekit, livekit@1.8.8,
-pipecat@1.13.0, ...) are grouped by framework and ordered by release (PEP 440, `packaging`). Per
+pipecat@1.13.0, ...) are grouped by framework, and by protocol when one ran on several (`livekit on
+openai` beside `livekit on gemini`), and ordered by release (PEP 440, `packaging`). Per
 framework, one row per rule (its outcome over every scenario: FAIL if any scenario's cell failed it,
 pass if any passed it, n/a when none could judge it) and, below, one row per rule and scenario, each
 cell linked to the run folder(s) it was read from. Walking a row from the oldest release, the
@@ -87,15 +88,30 @@ def build(matrix: dict[str, Any], not_run: list[dict[str, Any]] | None = None) -
     rule_names = [r["name"] for r in matrix["rules"]]
     # a matrix.json from before protocols: every cell Gemini's, every rule of every protocol
     rule_protocols = {r["name"]: r.get("protocols") for r in matrix["rules"]}
-    cell_protocol = {c["client"]: c.get("protocol") or GEMINI for c in matrix["cells"]}
     versions = matrix.get("versions") or {}
+    # a framework that ran on several protocols (its app speaks each) is a group per protocol, its cells
+    # apart as the matrix keeps them: `livekit on openai`; on one protocol, the framework's name
+    ran_on: dict[str, set[str]] = {}
+    for c in matrix["cells"]:
+        found = _release(c["client"], versions)
+        if found is not None:
+            ran_on.setdefault(found[0], set()).add(c.get("protocol") or GEMINI)
+
+    def group(fw: str, proto: str) -> str:
+        return fw if len(ran_on.get(fw, ())) <= 1 else f"{fw} on {proto}"
+
+    protocol_of_group: dict[str, tuple[str, str]] = {}     # group -> (framework, protocol)
     per: dict[str, dict[str, dict[tuple[str, str], dict[str, Any]]]] = {}
     clients: dict[str, dict[str, str]] = {}
     skipped: dict[str, dict[str, str]] = {}
     for n in not_run or []:
         found = _release(n["client"], versions)
         if found is not None:
-            fw, rel = found
+            name, rel = found
+            # a release not run is told under the framework's first protocol (not_run names none)
+            proto = min(ran_on.get(name) or {GEMINI})
+            fw = group(name, proto)
+            protocol_of_group[fw] = (name, proto)
             what = n["why"] if n.get("scenario") is None else f"{n['scenario']}: {n['why']}"
             skipped.setdefault(fw, {}).setdefault(rel, what)
             per.setdefault(fw, {}).setdefault(rel, {})
@@ -103,10 +119,12 @@ def build(matrix: dict[str, Any], not_run: list[dict[str, Any]] | None = None) -
     lab_clients: dict[str, set[str]] = {}
     for c in matrix["cells"]:
         found = _release(c["client"], versions)
+        proto = c.get("protocol") or GEMINI
         if found is None:
-            lab_clients.setdefault(cell_protocol[c["client"]], set()).add(c["client"])
+            lab_clients.setdefault(proto, set()).add(c["client"])
             continue
-        fw, rel = found
+        fw, rel = group(found[0], proto), found[1]
+        protocol_of_group[fw] = (found[0], proto)
         clients.setdefault(fw, {})[rel] = c["client"]
         dirs = [r["dir"] for r in c["per_run"]]
         for rule in rule_names:
@@ -129,13 +147,13 @@ def build(matrix: dict[str, Any], not_run: list[dict[str, Any]] | None = None) -
                 if all(c["status"] == rules_mod.NA for c in cells.values()):
                     continue        # nothing judged it on this scenario at any release
                 rows.append({"rule": rule, "scenario": s, "cells": cells, "changes": changes(cells, releases)})
-        proto = next((cell_protocol[c] for c in clients[fw].values() if c in cell_protocol), GEMINI)
-        frameworks[fw] = {"protocol": proto, "releases": releases, "clients": clients[fw], "scenarios": scenarios,
+        name, proto = protocol_of_group[fw]
+        frameworks[fw] = {"framework": name, "protocol": proto, "releases": releases, "clients": clients[fw], "scenarios": scenarios,
                           "rows": rows, "not_run": skipped.get(fw, {}),
                           # n/a in every cell for the protocol's sake, not the runs': named, not silently left out
                           "other_protocols_rules": [r for r in rule_names
                                                     if rule_protocols[r] and proto not in rule_protocols[r]]}
-    protocols = matrix.get("protocols") or sorted(set(cell_protocol.values()) or {GEMINI})
+    protocols = matrix.get("protocols") or sorted({c.get("protocol") or GEMINI for c in matrix["cells"]} or {GEMINI})
     return {"format": FORMAT, "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "rules": matrix["rules"], "frameworks": frameworks,
             "protocols": {p: {"frameworks": [fw for fw, f in frameworks.items() if f["protocol"] == p],
@@ -177,12 +195,13 @@ def render(board: dict[str, Any]) -> str:
     for fw, f in board["frameworks"].items():
         rels = f["releases"]
         proto = f.get("protocol") or GEMINI
-        lines += [f"## {fw} ({proto})", "", "| rule | scenario | " + " | ".join(rels) + " |",
+        name = f.get("framework") or fw
+        lines += [f"## {name} ({proto})", "", "| rule | scenario | " + " | ".join(rels) + " |",
                   "| --- | --- | " + " | ".join("---" for _ in rels) + " |"]
         for row in f["rows"]:
             lines.append(f"| {row['rule']} | {row['scenario']} | " + " | ".join(_mark(row, r) for r in rels) + " |")
         for rel, why in sorted(f.get("not_run", {}).items(), key=lambda kv: _order(kv[0])):
-            lines += ["", f"{fw} {rel}: not run: {why}"]
+            lines += ["", f"{name} {rel}: not run: {why}"]
         if not f["rows"]:
             lines += ["", "No rule was judged at any release."]
         if f.get("other_protocols_rules"):
@@ -190,7 +209,7 @@ def render(board: dict[str, Any]) -> str:
         lines += ["", "Changes:", ""]
         found = [(row, ch) for row in f["rows"] for ch in row["changes"]]
         for row, ch in found:
-            lines.append(f"- {ch['kind']} at {fw} {ch['release']} (since {ch['since']}: {_WORD[ch['from']]} -> "
+            lines.append(f"- {ch['kind']} at {name} {ch['release']} (since {ch['since']}: {_WORD[ch['from']]} -> "
                          f"{_WORD[ch['to']]}): {row['rule']} on {'every scenario' if row['scenario'] == ALL else row['scenario']}")
         if not found:
             lines.append("- none: every row judged the same at every release")

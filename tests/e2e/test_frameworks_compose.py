@@ -80,3 +80,24 @@ def test_the_livekit_example_keeps_its_refund_through_a_goaway_in_compose(monkey
     assert any(r["kind"] == "twin.goaway" for r in twin), [r["kind"] for r in twin]
     # the agent's own tool ran in the client container and returned what the agent's code returns
     assert "'refund_id': 'R-A1002'" in (run / "client.log").read_text()
+
+
+def test_the_lab_livekit_app_speaks_openai_in_compose_by_hostname(tmp_path):
+    """The client image's pinned livekit venv holds livekit-plugins-openai (scripts/peers-setup.sh pins
+    both plugins): with --protocol openai the app runs its OpenAI realtime model, which dials
+    api.openai.com; the client container's /etc/hosts and system store send that name to the twin in
+    the endpoint container, listening on 443."""
+    from lab.run import run_batch
+    lines: list[str] = []
+    batch = run_batch(["control"], client="livekit", topology="compose", out_dir=tmp_path / "b", out=lines.append,
+                      protocol="openai")
+    run = batch / "control-livekit-01"
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["protocol"] == "openai" and verdict["pass"], (verdict.get("failed"), lines[-25:])
+    assert "livekit-plugins-openai 1.8.9, model gpt-realtime" in (run / "client.log").read_text()
+    twin = [json.loads(ln) for ln in (run / "twin.jsonl").read_text().splitlines() if ln.strip()]
+    start = next(r for r in twin if r["kind"] == "twin.start")
+    assert start["profile"] == "openai-realtime" and start["port"] == 443
+    call = next(r for r in twin if r["kind"] == "twin.tool_call")
+    answered = [r for r in twin if r["kind"] == "twin.tool_response" and r["id"] == call["id"]]
+    assert call["name"] == "book_slot" and answered and answered[0]["status"] == "booked", answered

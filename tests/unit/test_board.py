@@ -155,3 +155,22 @@ def test_a_release_whose_app_did_not_start_is_a_column_that_says_why(tmp_path):
 def test_a_rule_no_scenario_judged_at_any_release_has_no_row():
     b = board_mod.build(matrix(LK))
     assert {r["rule"] for r in b["frameworks"]["pipecat"]["rows"]} == {OWED}
+
+
+def test_a_framework_run_on_both_protocols_is_a_group_per_protocol():
+    # livekit's app speaks both (its Google and its OpenAI realtime plugin): its cells stay apart, each
+    # listed under the protocol it ran; pipecat ran on one, so it keeps its plain name
+    both = [{**cell("b1", "livekit", {OWED: PASS}), "protocol": "gemini"},
+            {**cell("b1", "livekit", {OWED: FAIL}), "protocol": "openai"},
+            {**cell("b1", "pipecat", {OWED: PASS}), "protocol": "openai"},
+            {**cell("b1", "openai", {OWED: FAIL}), "protocol": "openai"}]
+    b = board_mod.build({**matrix(both, versions={"livekit": {"livekit-plugins-google": "1.8.9"},
+                                                  "pipecat": {"pipecat-ai": "1.14.0"}}),
+                         "protocols": ["gemini", "openai"]})
+    assert set(b["frameworks"]) == {"livekit on gemini", "livekit on openai", "pipecat"}
+    assert row(b, "livekit on gemini", OWED, "b1")["cells"]["1.8.9"]["status"] == PASS
+    assert row(b, "livekit on openai", OWED, "b1")["cells"]["1.8.9"]["status"] == FAIL
+    assert b["protocols"] == {"gemini": {"frameworks": ["livekit on gemini"], "lab_clients": []},
+                              "openai": {"frameworks": ["livekit on openai", "pipecat"], "lab_clients": ["openai"]}}
+    md = board_mod.render(b)
+    assert "## livekit (gemini)" in md and "## livekit (openai)" in md and "## pipecat (openai)" in md

@@ -31,13 +31,16 @@ def test_without_clients_each_protocol_gets_its_defaults_and_a_set_its_own_scena
     assert (g, o) == BOTH
     assert gs == list(runner.SETS["resume"]) and gc == list(runner.DEFAULT_CLIENTS)
     assert os_ == [s for s in runner.SETS["resume"] if "openai" in scenario_mod.load(s).protocols]
-    assert "r2-freeze" not in os_ and "control" in os_ and oc == ["openai", "openai-recovery"]
+    assert "r2-freeze" not in os_ and "control" in os_ and oc == ["openai", "openai-recovery", "livekit", "pipecat"]
 
 
 def test_named_scenarios_and_clients_go_to_the_protocol_they_belong_to():
     parts = runner.per_protocol(["control", "l1-goaway", "l1-session-cap"], ["probe", "openai-recovery", "naive"], BOTH)
     assert parts == [("gemini", ["control", "l1-goaway"], ["probe", "naive"]),
                      ("openai", ["control", "l1-session-cap"], ["openai-recovery"])]
+    # a framework speaks both: it runs in each protocol's part, its cells under the protocol they ran
+    assert runner.per_protocol(["control"], ["livekit", "adk", "openai"], BOTH) == [
+        ("gemini", ["control"], ["livekit", "adk"]), ("openai", ["control"], ["livekit", "openai"])]
     # the order of --protocol is the order of the parts
     assert [p for p, _, _ in runner.per_protocol(["control"], None, ("openai", "gemini"))] == ["openai", "gemini"]
 
@@ -48,7 +51,7 @@ def test_one_protocol_keeps_every_name_for_lab_runs_preflight_to_judge():
 
 
 @pytest.mark.parametrize("scenarios, clients, says", [
-    (["control"], ["probe"], "no client of --clients speaks openai: add one of openai, openai-recovery"),
+    (["control"], ["probe"], "no client of --clients speaks openai: add one of openai, openai-recovery, livekit, pipecat"),
     (["l1-goaway"], None, "no scenario of --scenarios l1-goaway applies to openai"),
     (["control"], ["probe", "openai", "nobody"], "unknown client 'nobody'"),
     (["contrl"], None, "unknown scenario 'contrl'"),

@@ -11,7 +11,7 @@ from lab import plan as plan_mod
 from lab import protocols
 from lab import run as run_mod
 from lab import scenario
-from lab.clients import protocol_of
+from lab.clients import protocols_of
 from lab.errors import LabError, ScenarioError
 from lab.topology.netns import NetnsTopology
 from lab.topology.services import Twin
@@ -42,11 +42,14 @@ def test_each_protocol_tells_its_client_the_endpoint_in_its_form():
         protocols.endpoint_url("grpc", "https://x")
 
 
-def test_which_protocol_each_client_speaks():
-    assert protocol_of("probe") == protocol_of("recovery") == protocol_of("naive") == "gemini"
-    assert protocol_of("openai") == protocol_of("openai-recovery") == "openai"
-    assert protocol_of("livekit") == "gemini"          # a framework's app: its Gemini plugin so far
-    assert protocol_of("lab.clients.probe:ProbeClient") == "gemini"
+def test_which_protocols_each_client_speaks():
+    assert protocols_of("probe") == protocols_of("recovery") == protocols_of("naive") == ("gemini",)
+    assert protocols_of("openai") == protocols_of("openai-recovery") == ("openai",)
+    assert protocols_of("lab.clients.probe:ProbeClient") == ("gemini",)
+    # a framework's app and host pick its realtime integration by the key they are given: both
+    for name in ("livekit", "livekit@1.8.0+pr003", "livekit:agent:OrderSupport", "pipecat", "pipecat:bot"):
+        assert protocols_of(name) == ("gemini", "openai"), name
+    assert protocols_of("adk") == protocols_of("adk:my_agent") == ("gemini",)
 
 
 def test_a_scenario_applies_to_gemini_unless_it_says_otherwise(tmp_path):
@@ -107,8 +110,17 @@ def test_a_client_or_scenario_that_does_not_speak_the_protocol_is_refused():
         with pytest.raises(LabError) as ei:
             run_mod.check_protocol(proto, scns, client)
         assert words in str(ei.value) and "\n" not in str(ei.value), str(ei.value)
-    with pytest.raises(LabError, match="--client openai or --client openai-recovery"):
+    with pytest.raises(LabError, match="--client openai or --client openai-recovery or --client livekit or "
+                                       "--client pipecat$"):
         run_mod.check_protocol("openai", control, "recovery")
+    # the frameworks with an OpenAI integration, the lab's app or a user's agent; ADK's is Gemini's only
+    for client in ("livekit", "livekit:agent:OrderSupport", "pipecat", "pipecat:bot:run_bot"):
+        run_mod.check_protocol("openai", control, client)
+    for client in ("adk", "adk:table_reservation"):
+        with pytest.raises(LabError) as ei:
+            run_mod.check_protocol("openai", control, client)
+        assert f"client {client} speaks gemini, not openai (ADK's live agents (run_live) run on Gemini Live models)" \
+            in str(ei.value) and "\n" not in str(ei.value), str(ei.value)
     with pytest.raises(LabError, match="twin only"):
         run_mod.check_protocol("openai", control, "openai", endpoint="live")
     # an app is whatever it is: with --client-cmd the protocol is the run's, not a client class's;
@@ -160,5 +172,5 @@ def test_a_set_and_all_keep_the_scenarios_of_the_protocol_and_the_matrix_its_cli
     assert "control" in resume and "r2-freeze" not in resume and "b2-path-return" in resume
     assert matrix.expand_scenarios(["resume"]) == list(matrix.SETS["resume"])       # gemini: the whole set
     assert "l1-session-cap" in scenario.names_for("openai") and "l1-session-cap" not in scenario.names_for("gemini")
-    assert matrix.default_clients("openai") == ("openai", "openai-recovery")
+    assert matrix.default_clients("openai") == ("openai", "openai-recovery", "livekit", "pipecat")
     assert matrix.default_clients("gemini") == matrix.DEFAULT_CLIENTS

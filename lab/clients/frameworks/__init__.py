@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.errors import LabError
+from lab.protocols import GEMINI, OPENAI
 
 SETUP = "scripts/peers-setup.sh"
 REPO = Path(__file__).resolve().parents[3]
@@ -65,6 +66,10 @@ class Framework:
     host: str = ""      # the framework-side host of a user's agent (NAME:MODULE:ATTR), relative to the repo
     default_attr: str | None = None    # the attribute the framework's convention names, if any
     kind: str = ""      # what ATTR must be, as the user reads it in an error line
+    # the realtime protocols (lab.protocols) its app and its host speak: the app and the host pick the
+    # framework's integration for the one whose key the lab gives them (lab/peers/app_io.py realtime_api)
+    protocols: tuple[str, ...] = (GEMINI,)
+    why_only: str = ""      # why it speaks no other, for the one line that refuses another protocol
 
     def patch(self, build: str) -> str:
         """A build's patch, relative to the repo (tests/fixtures/<name>-<build>.patch)."""
@@ -232,13 +237,18 @@ LIVEKIT_PARAMS = {
 }
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
+    # the app and a user's Agent: the Google realtime model, or livekit-plugins-openai's
     Framework("livekit", "livekit-plugins-google", "1.8.9", "lab/peers/livekit_app.py", LIVEKIT_PARAMS,
-              host="lab/peers/livekit_host.py", kind="a livekit.agents.Agent subclass"),
+              host="lab/peers/livekit_host.py", kind="a livekit.agents.Agent subclass", protocols=(GEMINI, OPENAI)),
+    # the app: GeminiLiveLLMService or OpenAIRealtimeLLMService; a user's bot builds its own service,
+    # so it speaks the protocol its service does, which the lab cannot see before it runs: it is
+    # taken at its word (--protocol), and given that protocol's key alone
     Framework("pipecat", "pipecat-ai", "1.14.0", "lab/peers/pipecat_app.py",
               host="lab/peers/pipecat_host.py", default_attr="run_bot",
-              kind="an async function taking (transport, runner_args)"),
+              kind="an async function taking (transport, runner_args)", protocols=(GEMINI, OPENAI)),
     Framework("adk", "google-adk", "2.13.0", "lab/peers/adk_app.py",
-              host="lab/peers/adk_host.py", default_attr="root_agent", kind="an ADK agent (BaseAgent)"),
+              host="lab/peers/adk_host.py", default_attr="root_agent", kind="an ADK agent (BaseAgent)",
+              why_only="ADK's live agents (run_live) run on Gemini Live models"),
 )}
 
 
