@@ -226,9 +226,23 @@ def run_matrix(scenarios: list[str], clients: list[str] | None, n: int = 1, dura
     (batch / TIMING_FILE).write_text(json.dumps(timing, indent=2) + "\n")
     m = parallel.machine()
     out(f"== matrix time: {done.figure()}; load {m.load1:.1f} at the end on {m.cores} cores")
+    out(f"== matrix goal: {goal_line(done)}")
     if timing["phases_read"]:
         out(f"== where the cells' time went ({timing['phases_read']} cells): {phases.line(timing['phases_s'])}")
     return batch
+
+
+# the lab's goal for a matrix run side by side: at most a sixth of its serial time (the cells' own
+# times summed), on a 2-core machine with the default matrix
+GOAL_RATIO = 1 / 6
+
+
+def goal_line(done: parallel.Report) -> str:
+    """The ratio beside its goal and its floor: with -j N the wall can be no less than 1/N of the
+    serial time, so a goal under 1/N needs more jobs, not faster cells."""
+    met = "met" if done.ratio <= GOAL_RATIO else "not met"
+    return (f"ratio {done.ratio:.3f} against the goal of at most {GOAL_RATIO:.3f} (1/6 of serial): {met}; "
+            f"the floor with -j {done.jobs} is {1 / done.jobs:.3f} (1/{done.jobs})")
 
 
 def _release_of(client: str) -> bool:

@@ -76,12 +76,16 @@ class Report:
         """The cells' own run times, summed: what the schedule took serially, near enough."""
         return sum(s for s in self.cell_s if s is not None)
 
+    @property
+    def ratio(self) -> float:
+        """Wall time over the cells' own summed time: what -j bought (1/jobs at best)."""
+        return self.wall_s / self.cells_s if self.cells_s else float("nan")
+
     def figure(self) -> str:
         """Wall time against the cells' own summed time: the ratio is what -j bought."""
         ran = sum(1 for s in self.cell_s if s is not None)
-        ratio = self.wall_s / self.cells_s if self.cells_s else float("nan")
         return (f"wall {self.wall_s:.1f} s, cells' own times summed {self.cells_s:.1f} s over {ran} cells, "
-                f"ratio {ratio:.2f} (-j {self.jobs})")
+                f"ratio {self.ratio:.2f} (-j {self.jobs})")
 
 
 @dataclass(frozen=True)

@@ -200,12 +200,7 @@ def test_a_matrix_with_a_conversation_plays_its_lines_in_every_cell(monkeypatch,
     monkeypatch.setattr(matrix, "client_versions", lambda c, topology=None: {})
     monkeypatch.setattr(run_mod, "batch_cells", lambda scns, batch, **kw: seen.setdefault(scns[0].name, (scns[0], kw)) and [])
 
-    class Done:
-        stopped, jobs, wall_s, cells_s, cell_s = {}, 1, 0.0, 0.0, []
-
-        def figure(self):
-            return "-"
-    monkeypatch.setattr(parallel, "run_cells", lambda cells, jobs, out=print, contain=(): Done())
+    monkeypatch.setattr(parallel, "run_cells", lambda cells, jobs, out=print, contain=(): parallel.Report(jobs=1))
     matrix.run_matrix(["control", "l1-goaway"], ["probe"], out_dir=tmp_path / "m", conversation=str(lines), out=lambda *_: None)
     assert set(seen) == {"control", "l1-goaway"}
     for scn, kw in seen.values():

@@ -229,3 +229,13 @@ def test_side_by_side_cells_start_longest_first_and_keep_their_order_in_results(
     run_cells([Cell(f"c{i}", (lambda i: lambda out: serial.append(i))(i), expected_s=d)
                for i, d in enumerate(durations)], jobs=1, out=lambda _l: None, progress=None)
     assert serial == [0, 1, 2, 3, 4]        # a serial batch runs as given
+
+
+def test_the_matrix_goal_line_names_ratio_goal_and_floor():
+    from lab.matrix import goal_line
+    rep = parallel.Report(jobs=8, wall_s=100.0, cell_s=[400.0, 300.0])
+    assert rep.ratio == pytest.approx(1 / 7)
+    assert goal_line(rep) == ("ratio 0.143 against the goal of at most 0.167 (1/6 of serial): met; "
+                              "the floor with -j 8 is 0.125 (1/8)")
+    slow = parallel.Report(jobs=5, wall_s=150.0, cell_s=[700.0])
+    assert "0.214" in goal_line(slow) and ": not met;" in goal_line(slow) and "(1/5)" in goal_line(slow)
