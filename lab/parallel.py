@@ -12,7 +12,8 @@ cap holds across cells) and the report's drawing (lab/report/timeline.py draws u
 pyplot's state is the process's).
 
 With jobs=1 every cell runs in order in the caller's thread with the caller's `out`: exactly the
-serial batch. With jobs>1 the longest expected cells start first (`start_order`), and a cell's own lines go to `<log>` (its run folder's lab.log) instead of the
+serial batch. With jobs>1 the longest expected cells start first (`start_order`), their starts
+spaced by what each costs the cores (`Gate`), and a cell's own lines go to `<log>` (its run folder's lab.log) instead of the
 terminal, where N cells' lines would interleave; the terminal gets one line per cell as it ends, and
 the progress (cells done, running, left, the ETA) goes to `progress` (stderr).
 
@@ -40,10 +41,14 @@ from typing import Any, Callable, TextIO
 # than BUSY_SHARE of them. The memory per cell is an assumption with a margin over a cell's twin,
 # agent and capture.
 CELL_CORES = 0.25
-# A framework app (or a user's app) imports its framework when it starts, inside the scenario's
-# clock: seconds of a core, and a cell whose app is starved of them has not started when the
-# scenario ends (its verdict then differs from the serial one). Counted as a whole core: an assumption.
-APP_CELL_CORES = 1.0
+# What a cell's start costs, in seconds of a core: its twin, agent and capture coming up (forked, so
+# little), and a framework app (or a user's app) importing its framework, inside the scenario's clock.
+# An app starved of those seconds has not started when the scenario needs it, and its verdict then
+# differs from the serial one; so starts are spaced (`Gate`), not counted as a core for the whole
+# cell. The app's figure is measured (docs/matrix.md: a framework cell's CPU beyond a lab client's in
+# the same scenario, with a margin), as is the lab cell's (most of its CPU is its start).
+CELL_START_CPU_S = 2.0
+APP_START_CPU_S = 4.0
 BUSY_SHARE = 0.5
 CELL_MEMORY_MIB = 400
 MAX_AUTO = 8
@@ -57,7 +62,8 @@ class Cell:
     name: str                               # what the terminal calls it: "control x probe 01"
     run: Callable[[Callable[[str], None]], Any]   # run(out) -> the cell's result (its verdict)
     expected_s: float = 60.0                # the scenario's duration: the ETA's basis
-    cores: float = CELL_CORES               # its share of a core, for -j auto
+    cores: float = CELL_CORES               # its share of a core while it runs, for -j auto
+    start_cpu_s: float = CELL_START_CPU_S   # seconds of a core its start takes: spaces the starts
     log: Path | None = None                 # where its lines go when cells run side by side
     group: str | None = None                # cells that stand or fall together (one client's)
     describe: Callable[[Any], str] = str    # one line about its result, for the terminal
@@ -116,7 +122,7 @@ def auto_jobs(cells: int, m: Machine | None = None, share: float = CELL_CORES) -
     BUSY_SHARE of them) over a cell's share of a core (`share`: the cells' mean), and the memory
     available over a cell's, whichever allows fewer."""
     m = m or machine()
-    free = max(m.cores - m.load1, m.cores * BUSY_SHARE)
+    free = free_cores(m)
     by_cpu = max(1, int(free / share + 1e-9))
     by_mem = max(1, int(m.available_mib // CELL_MEMORY_MIB)) if m.available_mib else MAX_AUTO
     n = max(1, min(by_cpu, by_mem, MAX_AUTO, cells))
@@ -219,6 +225,36 @@ def _locked(fn, lock, line):
         fn(line)
 
 
+class Gate:
+    """Spaces the starts of side-by-side cells by what each start costs over the cores counted free:
+    after a start costing c seconds of a core, the next waits c / free seconds. Eight framework apps
+    started at once share the cores eight ways and none has imported its framework when its scenario
+    speaks; spaced, each start has the cores it needs, and once the first wave is in, the cells
+    ending at their own times keep the starts apart anyway, so the gate rarely waits after it."""
+
+    def __init__(self, free_cores: float, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.free = max(free_cores, 0.25)
+        self.clock, self.sleep = clock, sleep
+        self.lock = threading.Lock()
+        self.next_at = 0.0
+
+    def wait(self, cell: Cell, stop: threading.Event | None = None) -> None:
+        with self.lock:         # one start at a time through the gate: the next one's slot follows it
+            delay = self.next_at - self.clock()
+            while delay > 0 and not (stop is not None and stop.is_set()):
+                self.sleep(min(delay, 0.5))
+                delay = self.next_at - self.clock()
+            self.next_at = self.clock() + cell.start_cpu_s / self.free
+
+
+def free_cores(m: Machine | None = None) -> float:
+    """The cores the machine's load leaves, never fewer than BUSY_SHARE of them (a lab cell mostly
+    sleeps; the kernel shares a busy machine's cores among what is runnable)."""
+    m = m or machine()
+    return max(m.cores - m.load1, m.cores * BUSY_SHARE)
+
+
 def start_order(cells: list[Cell]) -> list[int]:
     """The order side-by-side cells start in: the longest expected first (ties in the given order).
     Started in the given order, a long cell drawn last runs alone at the end while the other jobs
@@ -228,7 +264,8 @@ def start_order(cells: list[Cell]) -> list[int]:
 
 
 def run_cells(cells: list[Cell], jobs: int = 1, out: Callable[[str], None] = print,
-              progress: TextIO | None = sys.stderr, contain: tuple[type[BaseException], ...] = ()) -> Report:
+              progress: TextIO | None = sys.stderr, contain: tuple[type[BaseException], ...] = (),
+              gate: Gate | None = None) -> Report:
     """Run every cell, at most `jobs` at once; see the module docstring. A cell raising one of
     `contain` stops only the cells of its group (they are skipped, the error's line kept in
     report.stopped[group]); any other error stops the schedule."""
@@ -239,6 +276,7 @@ def run_cells(cells: list[Cell], jobs: int = 1, out: Callable[[str], None] = pri
     todo_lock = threading.Lock()
     stop = threading.Event()
     errors: list[BaseException] = []
+    gate = gate or (Gate(free_cores()) if report.jobs > 1 else None)
 
     def next_cell() -> int | None:
         with todo_lock:
@@ -248,6 +286,11 @@ def run_cells(cells: list[Cell], jobs: int = 1, out: Callable[[str], None] = pri
                 if group is not None and group in report.stopped:
                     prog.skip(i)
                     continue
+                if gate is not None:    # under the lock: the cells pass the gate in start_order's order
+                    gate.wait(cells[i], stop)
+                    if stop.is_set():
+                        prog.skip(i)
+                        return None
                 return i
             return None
 

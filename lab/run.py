@@ -620,7 +620,7 @@ def batch_cells(scns: list[scenario_mod.Scenario], batch: Path, n: int = 1, clie
             cells.append(parallel.Cell(
                 f"{scn.name} x {who} {i:02d}", functools.partial(_run_cell, spec, title, budget),
                 expected_s=duration or scn.duration, log=run_dir / CELL_LOG,
-                cores=parallel.APP_CELL_CORES if cmd else parallel.CELL_CORES, group=client or None,
+                start_cpu_s=parallel.APP_START_CPU_S if cmd else parallel.CELL_START_CPU_S, group=client or None,
                 describe=functools.partial(_said, run_dir)))
     return cells
 

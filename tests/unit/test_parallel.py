@@ -5,7 +5,14 @@ import time
 import pytest
 
 from lab import parallel
-from lab.parallel import Cell, Machine, auto_jobs, run_cells
+from lab.parallel import Cell, Gate, Machine, auto_jobs, free_cores, run_cells
+
+
+@pytest.fixture(autouse=True)
+def _starts_unspaced(monkeypatch):
+    # these tests hold their cells for milliseconds: the gate's real spacing (seconds) is tested on
+    # its own below (Gate, as imported), with a clock of its own
+    monkeypatch.setattr(parallel, "Gate", lambda free, **kw: Gate(1e9, **kw))
 
 
 class Gauge:
@@ -98,17 +105,15 @@ def test_auto_jobs_takes_the_smallest_bound_and_says_why():
     assert auto_jobs(50, Machine(cores=16, load1=0.0, available_mib=1000))[0] == 2      # memory binds
     assert auto_jobs(3, Machine(cores=16, load1=0.0, available_mib=64000))[0] == 3      # no more than the cells
     assert auto_jobs(99, Machine(cores=64, load1=0.0, available_mib=640000))[0] == parallel.MAX_AUTO
-    # framework apps import their framework inside the scenario's clock: a core each
-    busy = Machine(cores=2, load1=3.0, available_mib=16000)
-    assert auto_jobs(20, busy, share=parallel.APP_CELL_CORES)[0] == 1
-    assert auto_jobs(20, Machine(cores=2, load1=0.0, available_mib=16000), share=parallel.APP_CELL_CORES)[0] == 2
+    # a heavier share (a cell's own, given) allows fewer
+    assert auto_jobs(20, Machine(cores=2, load1=0.0, available_mib=16000), share=1.0)[0] == 2
 
 
 def test_resolve_jobs_weighs_the_cells_it_is_given(monkeypatch):
     monkeypatch.setattr(parallel, "machine", lambda: Machine(cores=2, load1=0.0, available_mib=16000))
     said = []
     light = [Cell("p", lambda out: None) for _ in range(10)]
-    heavy = [Cell("f", lambda out: None, cores=parallel.APP_CELL_CORES) for _ in range(10)]
+    heavy = [Cell("f", lambda out: None, cores=1.0) for _ in range(10)]
     assert parallel.resolve_jobs("auto", light, said.append) == 8
     assert parallel.resolve_jobs("auto", heavy, said.append) == 2
     assert parallel.resolve_jobs(3, heavy, said.append) == 3 and len(said) == 2
@@ -239,3 +244,50 @@ def test_the_matrix_goal_line_names_ratio_goal_and_floor():
                               "the floor with -j 8 is 0.125 (1/8)")
     slow = parallel.Report(jobs=5, wall_s=150.0, cell_s=[700.0])
     assert "0.214" in goal_line(slow) and ": not met;" in goal_line(slow) and "(1/5)" in goal_line(slow)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+        self.slept = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, s):
+        self.slept.append(s)
+        self.now += s
+
+
+def test_the_gate_spaces_starts_by_what_each_costs_over_the_free_cores():
+    clock = FakeClock()
+    gate = Gate(2.0, clock=clock, sleep=clock.sleep)
+    app = Cell("app", lambda out: None, start_cpu_s=parallel.APP_START_CPU_S)
+    lab = Cell("lab", lambda out: None, start_cpu_s=parallel.CELL_START_CPU_S)
+    starts = []
+    for c in (app, app, lab, lab):
+        gate.wait(c)
+        starts.append(clock.now)
+    # the first goes at once; after an app's start (4 s of a core over 2 cores) the next waits 2 s,
+    # after a lab cell's (2 s) 1 s
+    assert [round(t - 100.0, 3) for t in starts] == [0.0, 2.0, 4.0, 5.0]
+    clock.now += 60.0           # a start long after the last one waits for nothing
+    before = len(clock.slept)
+    gate.wait(app)
+    assert len(clock.slept) == before
+
+
+def test_the_gate_lets_a_stopped_schedule_leave_without_waiting():
+    clock = FakeClock()
+    gate = Gate(0.5, clock=clock, sleep=clock.sleep)
+    app = Cell("app", lambda out: None, start_cpu_s=parallel.APP_START_CPU_S)
+    gate.wait(app)
+    stop = threading.Event()
+    stop.set()
+    gate.wait(app, stop)
+    assert clock.slept == []        # 8 s owed, none waited: the schedule is stopping
+
+
+def test_free_cores_never_fall_under_half_the_cores():
+    assert free_cores(Machine(cores=2, load1=0.5, available_mib=1)) == 1.5
+    assert free_cores(Machine(cores=2, load1=7.0, available_mib=1)) == 1.0
