@@ -35,20 +35,23 @@ from typing import Any, Callable, TextIO
 
 # What one cell costs the machine, for -j auto. A cell mostly waits on the scenario's timers (a
 # give-up, a refusal, a backoff): its twin, agent and capture use a fraction of a core between
-# events (docs/matrix.md says how the share was measured; it is an upper bound, every process
-# exec'd rather than forked). A busy machine still gives the cells a fair share of its cores, the
-# kernel's scheduler shares them among what is runnable, so the cores counted free are never fewer
+# events, and most of its CPU is its start (docs/matrix.md says how it was measured). CELL_CORES:
+# the share when there are no cells to weigh. A busy machine still gives the cells a fair share of
+# its cores, the kernel's scheduler shares them among what is runnable, so the cores counted free are never fewer
 # than BUSY_SHARE of them. The memory per cell is an assumption with a margin over a cell's twin,
 # agent and capture.
 CELL_CORES = 0.25
-# What a cell's start costs, in seconds of a core: its twin, agent and capture coming up (forked, so
-# little), and a framework app (or a user's app) importing its framework, inside the scenario's clock.
+# What a cell's start costs, in seconds of a core: its twin, agent and capture coming up, and a
+# framework app (or a user's app) importing its framework, inside the scenario's clock.
 # An app starved of those seconds has not started when the scenario needs it, and its verdict then
 # differs from the serial one; so starts are spaced (`Gate`), not counted as a core for the whole
 # cell. The app's figure is measured (docs/matrix.md: a framework cell's CPU beyond a lab client's in
 # the same scenario, with a margin), as is the lab cell's (most of its CPU is its start).
 CELL_START_CPU_S = 2.0
 APP_START_CPU_S = 4.0
+# what a cell uses a second once started (twin, agent and capture streaming and waiting): measured, a
+# 60 s B1 cell took 3.6 s of CPU in all, most of it its start (docs/matrix.md)
+RUN_CORES = 0.025
 BUSY_SHARE = 0.5
 CELL_MEMORY_MIB = 400
 MAX_AUTO = 8
@@ -62,8 +65,16 @@ class Cell:
     name: str                               # what the terminal calls it: "control x probe 01"
     run: Callable[[Callable[[str], None]], Any]   # run(out) -> the cell's result (its verdict)
     expected_s: float = 60.0                # the scenario's duration: the ETA's basis
-    cores: float = CELL_CORES               # its share of a core while it runs, for -j auto
+    cores: float | None = None              # its share of a core, for -j auto (None: `share`)
     start_cpu_s: float = CELL_START_CPU_S   # seconds of a core its start takes: spaces the starts
+
+    @property
+    def share(self) -> float:
+        """Its share of a core over its run: its start and what it uses a second after, over its
+        expected time with the overhead (given `cores`, that)."""
+        if self.cores is not None:
+            return self.cores
+        return (self.start_cpu_s + RUN_CORES * self.expected_s) / (self.expected_s + DEFAULT_OVERHEAD_S)
     log: Path | None = None                 # where its lines go when cells run side by side
     group: str | None = None                # cells that stand or fall together (one client's)
     describe: Callable[[Any], str] = str    # one line about its result, for the terminal
@@ -149,7 +160,7 @@ def parse_jobs(value: str) -> int | str:
 def resolve_jobs(jobs: int | str, cells: list[Cell], out=print) -> int:
     """-j as given: `auto` is worked out here, from the cells' mean share of a core, and said in one line."""
     if jobs == "auto":
-        share = sum(c.cores for c in cells) / len(cells) if cells else CELL_CORES
+        share = sum(c.share for c in cells) / len(cells) if cells else CELL_CORES
         n, why = auto_jobs(len(cells), share=share)
         out(why)
         return n

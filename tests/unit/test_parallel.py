@@ -291,3 +291,13 @@ def test_the_gate_lets_a_stopped_schedule_leave_without_waiting():
 def test_free_cores_never_fall_under_half_the_cores():
     assert free_cores(Machine(cores=2, load1=0.5, available_mib=1)) == 1.5
     assert free_cores(Machine(cores=2, load1=7.0, available_mib=1)) == 1.0
+
+
+def test_a_cells_share_is_its_start_and_its_run_over_its_time():
+    short = Cell("control", lambda out: None, expected_s=20.0)
+    long = Cell("b1", lambda out: None, expected_s=120.0, start_cpu_s=parallel.APP_START_CPU_S)
+    # (2 s + 0.025 x 20 s) / (20 s + 15 s overhead); (4 + 3) / 135
+    assert short.share == pytest.approx(2.5 / 35) and long.share == pytest.approx(7.0 / 135)
+    assert Cell("given", lambda out: None, cores=0.7).share == 0.7
+    # such cells leave -j auto bound by the cap on a quiet 2-core machine, not by the CPU
+    assert auto_jobs(108, Machine(cores=2, load1=0.6, available_mib=16000), share=long.share)[0] == parallel.MAX_AUTO
