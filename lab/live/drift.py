@@ -204,16 +204,21 @@ def _lockout(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behavio
                          {"attempts": len(atts), "accepted": broke, "runs": len(held)})
 
 
-def _refusal_code(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+def _one_code(row: Row, prof: Profile, seen: Iterable[Any]) -> Behaviour:
+    """The close codes seen (None left out) against the one code the row's parameter holds."""
     codes: dict[str, int] = {}
-    for a in _attempts(runs, "refused"):
-        if a.get("code") is not None:
-            codes[str(a["code"])] = codes.get(str(a["code"]), 0) + 1
+    for code in seen:
+        if code is not None:
+            codes[str(code)] = codes.get(str(code), 0) + 1
     want = str(row.value(prof))
     if not codes:
         return row.unseen(prof, want)
     obs = ", ".join(f"{c} \u00d7{n}" for c, n in sorted(codes.items()))
     return row.behaviour(prof, want, obs, UNCHANGED if set(codes) == {want} else CHANGED, {"codes": codes})
+
+
+def _refusal_code(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+    return _one_code(row, prof, (a.get("code") for a in _attempts(runs, "refused")))
 
 
 def _refusal_delay(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
@@ -434,16 +439,7 @@ def _session_cap(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Beh
 
 
 def _expiry_close(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
-    codes: dict[str, int] = {}
-    for r in runs:
-        for _, close, _ in _expiries(r):
-            if close is not None and close.get("code") is not None:
-                codes[str(close["code"])] = codes.get(str(close["code"]), 0) + 1
-    want = str(row.value(prof))
-    if not codes:
-        return row.unseen(prof, want)
-    obs = ", ".join(f"{c} \u00d7{n}" for c, n in sorted(codes.items()))
-    return row.behaviour(prof, want, obs, UNCHANGED if set(codes) == {want} else CHANGED, {"codes": codes})
+    return _one_code(row, prof, (close.get("code") for r in runs for _, close, _ in _expiries(r) if close is not None))
 
 
 def _session_created(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
