@@ -149,11 +149,15 @@ class OpenAIRealtimeClient(Client):
         conn = await asyncio.wait_for(manager.enter(), float(self.p["attempt_timeout_s"]))
         upgraded = time.monotonic()
         try:
-            first = await asyncio.wait_for(conn.recv(), float(self.p["attempt_timeout_s"]))
+            # the frame's arrival is timed before it is parsed (the SDK's recv_bytes + parse_event, as its
+            # recv does): the first parse builds the SDK's event models, a hundred ms on this machine
+            raw = await asyncio.wait_for(conn.recv_bytes(), float(self.p["attempt_timeout_s"]))
+            created_ms = round((time.monotonic() - upgraded) * 1000, 1)
+            first = conn.parse_event(raw)
             if first.type != "session.created":
                 raise SessionRefused(first)
             self.conn = conn
-            self._session(first.session.id, purpose, t0, created_ms=round((time.monotonic() - upgraded) * 1000, 1))
+            self._session(first.session.id, purpose, t0, created_ms=created_ms)
             await conn.session.update(session={
                 "type": "realtime", "instructions": self.p["system_instruction"], "tools": [BOOK_SLOT],
                 "output_modalities": ["text"] if self.p["text_output"] else ["audio"]})

@@ -7,6 +7,7 @@ error, the secret scanner, and drift when the service (here: the twin) changes b
 """
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -241,3 +242,20 @@ def test_openai_run_cap_refuses_the_new_session_after_a_drop(tmp_path, openai_en
     assert sum(1 for t in _twin_events(tmp_path) if t["kind"] == "twin.conn.open") == 1
     assert json.loads((tmp_path / "batch" / "budget.json").read_text())["runs"] == {
         "r1-idle-abort-immediate-openai-recovery-01": 1}
+
+
+def test_openai_drift_sees_the_session_cap_the_service_applied(tmp_path, openai_env):
+    # the "service" caps sessions at 20 s; drift against the profile as the twin ran it holds, against
+    # the stock profile (60 min) the cap is flagged changed
+    hook = openai_env(overrides={"openai_session_max_s": 20})
+    batch, lines = _batch(tmp_path, hook, scenario="l1-session-cap", **OPENAI)
+
+    def lab_drift(*flags):
+        return subprocess.run([sys.executable, "-m", "lab", "drift", str(batch), *flags], capture_output=True,
+                              text=True)
+    same = lab_drift("--set", "openai_session_max_s=20")
+    assert same.returncode == 0, same.stdout + same.stderr + "\n".join(lines[-15:])
+    assert re.search(r"unchanged\s+session cap\s+openai_session_max_s = 20000 ms; observed (19|20)\d\d\d ms", same.stdout)
+    assert re.search(r"unchanged\s+close after the session cap .* observed 1001 \u00d71", same.stdout)
+    moved = lab_drift()
+    assert moved.returncode == 1 and re.search(r"changed\s+session cap", moved.stdout), moved.stdout

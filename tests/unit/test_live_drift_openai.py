@@ -55,6 +55,8 @@ def test_openai_runs_get_the_openai_profile_and_rows(tmp_path):
     assert got["session cap"].status == drift.UNCHANGED and got["session cap"].parameter == "openai_session_max_s"
     assert got["close after the session cap"].observed == "1001 \u00d71"
     assert got["server close codes the twin never sends"].status == drift.UNCHANGED
+    # the cap's close carries the session_expired message as its reason: one the twin gives
+    assert got["server close reasons the twin never gives"].status == drift.UNCHANGED
 
 
 def test_a_moved_cap_a_new_close_code_and_a_slow_session_created_are_changes(tmp_path):
