@@ -58,7 +58,7 @@ def websocket_base_url(base_url: str) -> str:
 
 class SessionRefused(Exception):
     """The server answered a new socket with an event other than session.created (an `error`: a refused
-    key is invalid_api_key, /work/shared/openai-realtime.md): the session never began. Its text names
+    key is invalid_api_key, docs/protocol-openai.md): the session never began. Its text names
     the error's type, code and message (lab.live.errors reads a refused key or spent quota in it)."""
 
     def __init__(self, first: Any):
