@@ -12,6 +12,7 @@ ENDPOINT ?= twin
 PROTOCOL ?= gemini
 BUDGET ?=
 SCENARIO ?=
+SOAK_OUT ?=
 # parallel test workers for `make test`: the tests mostly wait on real timers and packets, not the CPU
 # (a scenario run in namespaces uses ~4 s of CPU in its ~50 s), so there are more workers than cores
 TEST_WORKERS ?= 8
@@ -29,7 +30,8 @@ help: ## list the targets
 	@echo "  variables: TOPOLOGY=auto|netns|compose  CLIENT=probe|recovery|naive|guard|session-manager|livekit[@REL[+BUILD]]|pipecat|adk  CLIENT_CMD='python my_agent.py'  N=runs  DURATION=seconds"
 	@echo "             SPEECH=1 (lab-stop: the spoken set too)  STOP_OUT=folder (lab-stop's batch)"
 	@echo "             PROTOCOL=gemini|openai (openai: CLIENT=openai|openai-recovery); lab-matrix: also gemini,openai (side by side)"
-	@echo "             ENDPOINT=twin|live (live needs GEMINI_API_KEY)  BUDGET=sessions  SCENARIO=name (lab-run)"
+	@echo "             ENDPOINT=twin|live (live needs GEMINI_API_KEY; PROTOCOL=openai: OPENAI_API_KEY)  BUDGET=sessions  SCENARIO=name (lab-run)"
+	@echo "             SOAK_OUT=folder (soak)"
 	@echo "             MATRIX_SCENARIOS=sets or names  MATRIX_CLIENTS=a,b,c  MATRIX_OUT=folder (lab-matrix)"
 
 setup: ## install system tools (root) and the project venv; idempotent
@@ -145,8 +147,9 @@ bench: setup ## benchmarks: twin (streaming audio, idle), fault onset, recovery,
 bench-false-alarms: setup ## 10 minutes of a healthy path with 300 ms jitter and 1 % loss: false loss detections (DURATION=seconds)
 	$(LAB) bench false-alarms $(if $(DURATION),-- --duration $(DURATION))
 
-soak: setup ## live soak against your key (GEMINI_API_KEY): scenarios repeated, one summary
-	$(LAB) soak --endpoint live $(if $(DURATION),--duration $(DURATION)) $(if $(JUNIT),--junit-xml $(JUNIT))
+soak: setup ## live soak against your key (GEMINI_API_KEY; PROTOCOL=openai: OPENAI_API_KEY): scenarios repeated, one summary
+	$(LAB) soak --endpoint live --protocol $(PROTOCOL) $(if $(CLIENT),--client $(CLIENT)) $(if $(DURATION),--duration $(DURATION)) \
+	  $(if $(SOAK_OUT),--out $(SOAK_OUT)) $(if $(JUNIT),--junit-xml $(JUNIT))
 
 down: ## remove what runs whose owner is gone left behind (rules, namespaces, processes, containers); live runs stay
 	$(LAB) down

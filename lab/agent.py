@@ -81,7 +81,7 @@ class Agent:
     def _watch_refusals(self, e: Event) -> None:
         # lab.live.errors decides which records mean auth or quota (a plain 1011 refusal is what the
         # lab studies, not a reason to stop)
-        stop = None if self._refusal.is_set() else live_errors.live_stop(e)
+        stop = None if self._refusal.is_set() else live_errors.live_stop(e, self.plan.protocol)
         if stop is None and e.kind == "client.error" and e.get("task") == "start":
             stop = e.get("error")     # an app client that never ran (lab/clients/command.py)
         if stop is not None:

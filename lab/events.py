@@ -69,7 +69,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     "conn.open": _k("client", "conn purpose local remote session", "purpose initial | resume | new"),
     "conn.setup_sent": _k("client", "conn",
                           "the setup frame left the client: the server's setup delays count from its arrival"),
-    "conn.setup_complete": _k("client", "conn setup_ms purpose"),
+    "conn.setup_complete": _k("client", "conn setup_ms purpose created_ms"),
     "conn.closed": _k("client", "conn code reason by how during", "by server | client | abnormal"),
     "conn.go_away": _k("client", "conn time_left"),
     "video.start": _k("client", "conn fps"),

@@ -27,6 +27,14 @@ BASE_URL_VARS: dict[str, tuple[str, ...]] = {GEMINI: ("GOOGLE_GEMINI_BASE_URL", 
                                              OPENAI: ("OPENAI_BASE_URL",)}
 
 
+# live mode's endpoint when `--base-url` gives none, in the form `endpoint_url` gives a client: None
+# is the SDK's own default (google-genai dials generativelanguage.googleapis.com); OpenAI's is named
+# here so that an OPENAI_BASE_URL in the lab's environment cannot send a live run elsewhere
+# (openai-python's default base is https://api.openai.com/v1, dialled as wss; the model is the
+# client's `model` parameter, which the SDK appends as /realtime?model=...)
+LIVE_BASE_URL: dict[str, str | None] = {GEMINI: None, OPENAI: "wss://api.openai.com/v1"}
+
+
 def add_protocol_argument(parser) -> None:
     """`--protocol`, as `lab run` and `lab matrix` take it."""
     parser.add_argument("--protocol", default=DEFAULT, choices=PROTOCOLS,

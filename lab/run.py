@@ -40,7 +40,7 @@ from lab.report.verdict import REPRODUCTION, USER, headline, verdict_met   # rea
 from lab.errors import CapabilityError, LabError
 from lab.model_id import DEFAULT_MODEL
 from lab.protocols import DEFAULT as DEFAULT_PROTOCOL
-from lab.protocols import GEMINI, PROTOCOLS, add_protocol_argument, endpoint_url
+from lab.protocols import KEY_VARS, LIVE_BASE_URL, PROTOCOLS, add_protocol_argument, endpoint_url
 from lab.topology import AUTO, TOPOLOGIES
 from lab.topology import choose as choose_topology
 from lab.topology import get as get_topology
@@ -87,8 +87,6 @@ def check_protocol(protocol: str, scns: list[scenario_mod.Scenario], client: str
     speak it; else one LabError line, before anything starts."""
     if protocol not in PROTOCOLS:
         raise LabError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
-    if protocol != GEMINI and endpoint != "twin":
-        raise LabError(f"--protocol {protocol} runs against the twin only (live mode speaks gemini)")
     for s in scns:
         if protocol not in s.protocols:
             others = scenario_mod.names_for(protocol)
@@ -388,6 +386,8 @@ def _endpoint_services(run: _Run, t0: float) -> _Reach:
         base_url, ca = spec.base_url, spec.ca
         if spec.endpoint_hook is not None:
             base_url, ca = spec.endpoint_hook(topo)
+        # --base-url in the form the protocol's client takes it; none: the real endpoint (lab.protocols)
+        base_url = endpoint_url(spec.protocol, base_url) if base_url else LIVE_BASE_URL[spec.protocol]
         key = spec.live_key
     proxy = None
     if scn.endpoint.get("via") == "proxy":
@@ -421,10 +421,15 @@ def _write_plan(run: _Run, t0: float, reach: _Reach) -> Path:
     ).write(run.run_dir)
 
 
+_KEY_VAR_NAMES = frozenset(v for vs in KEY_VARS.values() for v in vs)
+
+
 def _start_agent(run: _Run, plan: Path, key: str, out) -> None:
     """Start the agent now, while the services start (its imports are most of a run's start-up); it
     waits for the go file and opens nothing before the twin and capture are ready."""
-    env = {**os.environ, KEY_ENV: key, "PYTHONUNBUFFERED": "1"}
+    # the key goes in $LAB_API_KEY alone: no protocol's key variable of the lab's own environment
+    # (a real key, in a twin run too) reaches the agent, which passes its key to the SDK explicitly
+    env = {**{k: v for k, v in os.environ.items() if k not in _KEY_VAR_NAMES}, KEY_ENV: key, "PYTHONUNBUFFERED": "1"}
     run.agent = run.topo.client.popen([_python(), "-m", "lab", "agent", str(plan)], role="agent", env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     run.relay = _relay(run.agent, "  ", out)
@@ -569,7 +574,7 @@ def run_batch(scenarios: list[str], n: int = 1, client: str | None = None, topol
     live_key = None
     if endpoint == "live":
         from lab.live.key import load_key     # here: lab.live's soak imports this module
-        live_key = load_key()
+        live_key = load_key(protocol=protocol)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     batch = Path(out_dir) if out_dir else Path.cwd() / "captures" / f"{stamp}-{scns[0].name if len(scns) == 1 else 'batch'}"
     batch.mkdir(parents=True, exist_ok=True)

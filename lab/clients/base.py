@@ -39,6 +39,12 @@ class ClientContext:
     before_connect: Callable[[str], None] | None = None
 
 
+def not_opened(refusal: Exception) -> str:
+    """The reason a client records when ctx.before_connect refused an open (lab.live.errors reads
+    it as a budget stop)."""
+    return f"not opened ({type(refusal).__name__}): {refusal}"[:200]
+
+
 class Client(abc.ABC):
     name: ClassVar[str]
     # whether the lab can make it take a scripted action (resume, close, abort): the lab's own

@@ -13,6 +13,11 @@ After a drop it does nothing of its own: with `sdk_reconnect` the SDK's transpor
 pending call's result goes into it as an orphan (docs/protocol-openai.md, measured against the
 twin). Scripted actions: 'close' and 'abort'.
 
+In live mode every socket it opens is charged first (`ctx.before_connect`, lab.live.budget): its own
+(`_open`) and each attempt of the SDK's reconnect (`_reconnecting`, which aborts the reconnect when
+the budget refuses). A key the server refuses (an `error` invalid_api_key where session.created
+should come) is `SessionRefused`, recorded where lab.live.errors reads it and stops the run.
+
 Pointed at the twin by `websocket_base_url` (the endpoint's https base URL as wss, plus /v1, to
 which the SDK appends /realtime?model=...) and the twin's CA in an ssl context handed to
 websockets through `websocket_connection_options` (the SDK's typed options omit `ssl`, but it
@@ -30,7 +35,7 @@ from typing import Any
 from openai import AsyncOpenAI
 
 from lab import speech
-from lab.clients.base import Client, ClientContext
+from lab.clients.base import Client, ClientContext, not_opened
 from lab.clients.connection import SRC
 from lab.clients.params import Params
 from lab.clients.session_config import DEFAULT_SYSTEM_INSTRUCTION
@@ -49,6 +54,19 @@ def websocket_base_url(base_url: str) -> str:
     """https://host:port (the lab's endpoint) or the plan's wss://host:port/v1 -> wss://host:port/v1
     (what the SDK appends /realtime to): lab.protocols' form for this protocol."""
     return endpoint_url(OPENAI, base_url)
+
+
+class SessionRefused(Exception):
+    """The server answered a new socket with an event other than session.created (an `error`: a refused
+    key is invalid_api_key, docs/protocol-openai.md): the session never began. Its text names
+    the error's type, code and message (lab.live.errors reads a refused key or spent quota in it)."""
+
+    def __init__(self, first: Any):
+        err = getattr(first, "error", None)
+        what = (f"{getattr(err, 'type', None)}/{getattr(err, 'code', None)} ({getattr(err, 'message', '')})"
+                if err is not None else "")
+        super().__init__(f"openai client: the server answered {first.type} {what} instead of session.created"
+                         .replace("  ", " ")[:200])
 
 
 def _abort(conn: Any) -> None:
@@ -99,26 +117,47 @@ class OpenAIRealtimeClient(Client):
 
     async def _open(self, purpose: str) -> Any:
         """A new socket, which is a new session: session.created awaited, then session.update with the
-        tool (the same for every session the client opens). Returns the SDK's connection."""
+        tool (the same for every session the client opens). Returns the SDK's connection.
+
+        `ctx.before_connect(purpose)` is asked first: what it raises (the live budget's BudgetError) is
+        recorded (the initial connection's as client.error, a new session's as fallback.new_failed) and
+        raised, and nothing is opened. A server that answers the socket with an `error` instead of
+        session.created (a refused key: invalid_api_key) raises SessionRefused naming its code."""
         if self.ctx.before_connect is not None:
-            self.ctx.before_connect(purpose)
+            try:
+                self.ctx.before_connect(purpose)
+            except Exception as e:
+                if purpose == "initial":
+                    self.log.write("client.error", src=SRC, conn=None, task="connect", error=not_opened(e))
+                else:
+                    self.log.write("fallback.new_failed", src=SRC, error=not_opened(e))
+                raise
         ep = self.ctx.endpoint
         client = AsyncOpenAI(api_key=ep.api_key, **({"websocket_base_url": websocket_base_url(ep.base_url)}
                                                     if ep.base_url else {}))
         options: dict[str, Any] = {}
-        if ep.ca_path:
-            options["ssl"] = ssl.create_default_context(cafile=ep.ca_path)
+        if ep.ca_path or ep.keylog_path:
+            # the CA the plan names (None: the system's) and, where the plan gives one, the TLS key log
+            # (a twin run's into its capture; a live run's only with --keylog-live, outside the results)
+            ctx = ssl.create_default_context(cafile=ep.ca_path)
+            if ep.keylog_path:
+                ctx.keylog_filename = ep.keylog_path
+            options["ssl"] = ctx
         t0 = time.monotonic()
         manager = client.realtime.connect(model=self.p["model"], websocket_connection_options=options,
                                           on_reconnecting=self._reconnecting if self.p["sdk_reconnect"] else None)
         conn = await asyncio.wait_for(manager.enter(), float(self.p["attempt_timeout_s"]))
+        upgraded = time.monotonic()
         try:
-            first = await asyncio.wait_for(conn.recv(), float(self.p["attempt_timeout_s"]))
+            # the frame's arrival is timed before it is parsed (the SDK's recv_bytes + parse_event, as its
+            # recv does): the first parse builds the SDK's event models, a hundred ms on this machine
+            raw = await asyncio.wait_for(conn.recv_bytes(), float(self.p["attempt_timeout_s"]))
+            created_ms = round((time.monotonic() - upgraded) * 1000, 1)
+            first = conn.parse_event(raw)
             if first.type != "session.created":
-                code = getattr(getattr(first, "error", None), "code", None)
-                raise LabError(f"openai client: the server answered {first.type} ({code}) instead of session.created")
+                raise SessionRefused(first)
             self.conn = conn
-            self._session(first.session.id, purpose, t0)
+            self._session(first.session.id, purpose, t0, created_ms=created_ms)
             await conn.session.update(session={
                 "type": "realtime", "instructions": self.p["system_instruction"], "tools": [BOOK_SLOT],
                 "output_modalities": ["text"] if self.p["text_output"] else ["audio"]})
@@ -184,22 +223,33 @@ class OpenAIRealtimeClient(Client):
         t.add_done_callback(self._tasks.discard)
         return t
 
-    def _reconnecting(self, event: Any) -> None:
+    def _reconnecting(self, event: Any) -> dict[str, Any] | None:
         """The SDK is about to reconnect (sdk_reconnect): no overrides, so it reconnects as it would. Its
-        event carries the close code that made it (a code it counts recoverable: 1001, 1006, 1011, ...)."""
+        event carries the close code that made it (a code it counts recoverable: 1001, 1006, 1011, ...).
+        Each attempt opens a socket, so each is asked of ctx.before_connect first; a refusal is recorded
+        and aborts the SDK's reconnect (its ReconnectingOverrides `abort`)."""
         self.log.write("conn.closed", src=SRC, conn=self.n, code=getattr(event, "close_code", None),
                        reason=f"sdk reconnect, attempt {getattr(event, 'attempt', '?')}", by="server",
                        how="reconnect", during=None)
+        if self.ctx.before_connect is not None:
+            try:
+                self.ctx.before_connect("new")
+            except Exception as e:
+                self.log.write("client.error", src=SRC, conn=self.n, task="reconnect", error=not_opened(e))
+                return {"abort": True}
         return None
 
-    def _session(self, sid: str, purpose: str, t0: float | None = None) -> None:
+    def _session(self, sid: str, purpose: str, t0: float | None = None, created_ms: float | None = None) -> None:
         self.n += 1
         self.session_id = sid
         flow = self.flow()
         self.log.write("conn.open", src=SRC, conn=self.n, purpose=purpose, local=flow and f"{flow[0]}:{flow[1]}",
                        remote=flow and f"{flow[2]}:{flow[3]}", session=self.n)
+        # setup_ms: from before the socket to session.created; created_ms: from the upgrade's answer to
+        # session.created (what the twin's openai_session_created_s sets; lab drift compares them)
         self.log.write("conn.setup_complete", src=SRC, conn=self.n, purpose=purpose,
-                       setup_ms=round((time.monotonic() - t0) * 1000, 1) if t0 is not None else None)
+                       setup_ms=round((time.monotonic() - t0) * 1000, 1) if t0 is not None else None,
+                       **({"created_ms": created_ms} if created_ms is not None else {}))
 
     async def _receive(self, conn: Any) -> None:
         n = self.n

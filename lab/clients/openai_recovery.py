@@ -146,8 +146,9 @@ class OpenAIRecoveryClient(OpenAIRealtimeClient):
         while new is None and not self._stopping:
             try:
                 new = await self._open("new")
-            except LabError:
-                raise               # refused by before_connect (the live budget): asking again is refused again
+            except LabError:        # refused by before_connect (the live budget; _open recorded it): asking
+                self.recovering = False     # again is refused again, and the agent stops the run on the record
+                return
             except Exception as e:
                 self.log.write("fallback.new_failed", src=SRC, error=f"{type(e).__name__}: {e}"[:200])
                 if time.monotonic() - t0 >= float(self.p["retry_for_s"]):

@@ -23,7 +23,7 @@ from google.genai import types
 from websockets.exceptions import ConnectionClosed
 
 from lab import speech
-from lab.clients.base import Client, ClientContext
+from lab.clients.base import Client, ClientContext, not_opened
 from lab.clients.connection import SRC, Connection, ConnectionEvents, Timing, make_genai_client
 from lab.clients.ledger import ToolCall, ToolLedger
 from lab.clients.params import Params
@@ -41,11 +41,6 @@ class _Turn:
     audio: bool = False                  # its first audio chunk arrived
     text: list[str] = field(default_factory=list)       # output transcription so far
     heard_text: list[str] = field(default_factory=list)  # input transcription (what the model heard)
-
-
-def _not_opened(refusal: Exception) -> str:
-    """The reason recorded when ctx.before_connect refused an open."""
-    return f"not opened ({type(refusal).__name__}): {refusal}"[:200]
 
 
 class SdkClient(Client):
@@ -150,7 +145,7 @@ class SdkClient(Client):
         try:
             c = self.new_conn("initial", None, self.session_no)
         except Exception as e:                    # before_connect refused it: there is no session to play
-            self.log.write("client.error", src=SRC, error=_not_opened(e))
+            self.log.write("client.error", src=SRC, error=not_opened(e))
             raise
         await c.open(timeout=float(self.p["attempt_timeout_s"]))
         self._adopt(c)
@@ -473,7 +468,7 @@ class SdkClient(Client):
             except Exception as e:                # before_connect refused it: nothing was opened
                 self.log.write("resume.attempt", src=SRC, attempt=n, conn=None, why=why)
                 self.log.write("resume.result", src=SRC, attempt=n, conn=None, ok=False, code=None,
-                               reason=_not_opened(e), latency_ms=0.0)
+                               reason=not_opened(e), latency_ms=0.0)
                 return None
             self.log.write("resume.attempt", src=SRC, attempt=n, conn=c.n, why=why)
             t0 = time.monotonic()

@@ -1,6 +1,7 @@
 """`lab scan DIR` and `lab drift DIR`: the live-mode rails on the command line.
 
-- scan: exits 1 if the API key (from the environment or .env, in any form the scanner knows), a raw
+- scan: exits 1 if an API key (each protocol's: GEMINI_API_KEY, OPENAI_API_KEY, from the environment
+  or .env, in any form the scanner knows), a raw
   resumption handle, a TLS key log or embedded TLS secrets is found anywhere under DIR;
   `--allow-tls-secrets` accepts only the secrets a twin run embeds in its own capture.
 - drift: compares the runs under DIR... with a twin profile, writes drift.md into the first DIR, exits 1
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.live.drift import CHANGED, drift_dir
-from lab.live.key import load_key
+from lab.live.key import KEY_VAR, load_keys
 from lab.live.scanner import scan
 
 
@@ -30,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("drift", help="compare live runs under DIR... with the twin profile; writes drift.md "
                                      "(into the first DIR)")
     p.add_argument("dir", type=Path, nargs="+")
-    p.add_argument("--profile", default="developer-api", help="profile name (lab/twin/profiles) or a YAML path")
+    p.add_argument("--profile", default=None, help="profile name (lab/twin/profiles) or a YAML path (default: the "
+                   "runs' protocol's, developer-api or openai-realtime)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="overrides",
                    help="a twin parameter as the twin was run with it (repeatable; as `lab twin serve --set`)")
     p.add_argument("--tolerance", type=float, default=0.25, help="allowed fraction outside a measured range")
@@ -40,10 +42,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_scan(args: argparse.Namespace) -> int:
     if not args.dir.exists():
         raise LabError(f"no such folder: {args.dir}")
-    secrets = [k for k in [load_key(required=False)] if k]
+    secrets = load_keys()
     secrets += [os.environ[n] for n in args.secret_env if os.environ.get(n)]
     findings = scan(args.dir, secrets, allow_tls_secrets=args.allow_tls_secrets)
-    note = "" if secrets else " (no GEMINI_API_KEY to look for: handles, key logs and TLS secrets only)"
+    note = "" if secrets else (f" (no {' or '.join(KEY_VAR.values())} to look for: handles, key logs and TLS "
+                               "secrets only)")
     if findings:
         for f in findings:
             print(f"FOUND {f}")

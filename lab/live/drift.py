@@ -52,7 +52,8 @@ from lab.report.metrics import compute
 from lab.report.summary import fmt_range, runs_under
 from lab.report.verdict import load_meta
 from lab.twin import wire
-from lab.twin.params import CLOSE_CODE, DECLARED
+from lab.protocols import GEMINI, OPENAI
+from lab.twin.params import CLOSE_CODE, DECLARED, DEFAULT_PROFILE
 from lab.twin.profile import Profile, bounds, load_profile
 
 UNCHANGED, CHANGED, NOT_OBSERVED = "unchanged", "changed", "not observed"
@@ -79,6 +80,7 @@ class RunObs:
     metrics: dict[str, Any]      # lab.report.metrics.compute: resume attempts and connections
     goaways: int | None          # goAway frames in frames.jsonl; None when the run recorded no frames
     record: Record | None = None  # the folder as lab.live.samples reads it (the timed rows and the unmodelled)
+    protocol: str = GEMINI       # run.json's protocol (lab.protocols); a run that names none spoke gemini
 
     @property
     def loss(self) -> Event | None:
@@ -89,7 +91,8 @@ def read_run(run_dir: Path) -> RunObs:
     rec = read_record(run_dir)
     meta, _ = load_meta(run_dir)
     goaways = None if rec.frames is None else sum(1 for f in rec.frames if f.get("kind") == "goAway")
-    return RunObs(rec.scenario, rec.events, compute(rec.events, meta), goaways, rec)
+    return RunObs(rec.scenario, rec.events, compute(rec.events, meta), goaways, rec,
+                  str(meta.get("protocol") or GEMINI))
 
 
 # ---- what each row reads -------------------------------------------------------------------------
@@ -179,12 +182,13 @@ def _range_ms(row: Row, prof: Profile) -> tuple[float, float]:
     raise LabError(f"twin parameter {row.parameter} = {value!r} is not a number or [lo, hi] (drift row {row.name!r})")
 
 
-def _in_range(row: Row, prof: Profile, values: list[float], tol: float) -> Behaviour:
+def _in_range(row: Row, prof: Profile, values: list[float], tol: float, slack_ms: float = 0.0) -> Behaviour:
+    """The values within the profile's bounds, each widened by `tol` of itself and by `slack_ms`."""
     lo, hi = _range_ms(row, prof)
     exp = f"{lo:.0f} ms" if lo == hi else f"{lo:.0f}\u2013{hi:.0f} ms"    # the profile's bounds, not a sample
     if not values:
         return row.unseen(prof, exp)
-    ok = min(values) >= lo * (1 - tol) and max(values) <= hi * (1 + tol)
+    ok = min(values) >= lo * (1 - tol) - slack_ms and max(values) <= hi * (1 + tol) + slack_ms
     return row.behaviour(prof, exp, f"{fmt_range(values)} ms (n={len(values)})", UNCHANGED if ok else CHANGED,
                          {"min": min(values), "max": max(values), "n": len(values), "lo": lo, "hi": hi, "tolerance": tol})
 
@@ -201,16 +205,21 @@ def _lockout(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behavio
                          {"attempts": len(atts), "accepted": broke, "runs": len(held)})
 
 
-def _refusal_code(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+def _one_code(row: Row, prof: Profile, seen: Iterable[Any]) -> Behaviour:
+    """The close codes seen (None left out) against the one code the row's parameter holds."""
     codes: dict[str, int] = {}
-    for a in _attempts(runs, "refused"):
-        if a.get("code") is not None:
-            codes[str(a["code"])] = codes.get(str(a["code"]), 0) + 1
+    for code in seen:
+        if code is not None:
+            codes[str(code)] = codes.get(str(code), 0) + 1
     want = str(row.value(prof))
     if not codes:
         return row.unseen(prof, want)
     obs = ", ".join(f"{c} \u00d7{n}" for c, n in sorted(codes.items()))
     return row.behaviour(prof, want, obs, UNCHANGED if set(codes) == {want} else CHANGED, {"codes": codes})
+
+
+def _refusal_code(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+    return _one_code(row, prof, (a.get("code") for a in _attempts(runs, "refused")))
 
 
 def _refusal_delay(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
@@ -378,20 +387,138 @@ def unmodelled(prof: Profile, runs: list[RunObs]) -> list[Behaviour]:
     return out
 
 
+# ---- OpenAI Realtime (a profile with protocol: openai) ------------------------------------------------
+# What the OpenAI clients' records support today (lab.clients.openai_realtime): their events, not
+# frames (they record no frames.jsonl). The rows:
+#
+# | row | twin parameter | observed in |
+# | session.created after the upgrade | openai_session_created_s | conn.setup_complete's created_ms |
+# | session cap | openai_session_max_s | a session's age at the close after its session_expired error |
+# | close after the session cap | openai_session_expired_code | that close's code |
+# | server close codes / reasons the twin never sends | (not modelled) | conn.closed records |
+#
+# Not compared (docs/live.md): the refused key's close (a refused key stops the run before any
+# record of its close), rate_limits.updated (a frame, not recorded), the error codes of recoverable
+# errors, and the timed distributions (lab.live.samples' measures are the Live API's).
+SESSION_EXPIRED = "session_expired"
+NORMAL_CLOSE = 1000     # either side's plain close: the OpenAI clients' conn.closed does not say whose
+
+
+def _expiries(r: RunObs) -> list[tuple[Event, Event | None, Event | None]]:
+    """(the session_expired error, that connection's close after it, its conn.open) per expiry seen."""
+    out = []
+    for e in r.events:
+        if e.kind == "client.error" and e.get("task") == "server" and SESSION_EXPIRED in str(e.get("error") or ""):
+            conn = e.get("conn")
+            close = next((c for c in r.events if c.kind == "conn.closed" and c.get("conn") == conn
+                          and c.ms >= e.ms), None)
+            opened = next((o for o in r.events if o.kind == "conn.open" and o.get("conn") == conn), None)
+            out.append((e, close, opened))
+    return out
+
+
+def _end_ms(r: RunObs) -> float:
+    """The run's last record: how long a connection that never closed lived at most."""
+    return max((e.ms for e in r.events), default=0.0)
+
+
+def _session_cap(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+    ages = [close.ms - opened.ms for r in runs for _, close, opened in _expiries(r)
+            if close is not None and opened is not None]
+    cap = row.value(prof)
+    if cap is None:                     # the profile's twin never ends a session
+        seen = sum(len(_expiries(r)) for r in runs)
+        return row.behaviour(prof, "none", f"{seen} session_expired", UNCHANGED if not seen else CHANGED)
+    if not ages:
+        # no expiry seen: a session that outlived the cap (with the tolerance) says it moved
+        lived = [(c["closed_ms"] if c.get("closed_ms") is not None else _end_ms(r)) - c["open_ms"]
+                 for r in runs for c in r.metrics.get("connections", []) if c.get("open_ms") is not None]
+        if lived and max(lived) > float(cap) * 1000.0 * (1 + tol):
+            return row.behaviour(prof, f"{float(cap) * 1000:.0f} ms", f"a session lived {max(lived) / 1000:.0f} s "
+                                 "with no session_expired", CHANGED, {"longest_ms": max(lived)})
+    return _in_range(row, prof, ages, tol)
+
+
+def _expiry_close(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+    return _one_code(row, prof, (close.get("code") for r in runs for _, close, _ in _expiries(r) if close is not None))
+
+
+# the client's own share of created_ms: its event loop between the frame's arrival and its read.
+# Assumption, from this machine (2 shared cores): 0.1-5.6 ms against a twin that sends at once
+CLIENT_SLACK_MS = 20.0
+
+
+def _session_created(prof: Profile, runs: list[RunObs], tol: float, row: Row) -> Behaviour:
+    created = [float(e["created_ms"]) for r in runs for e in r.events
+               if e.kind == "conn.setup_complete" and e.get("created_ms") is not None]
+    return _in_range(row, prof, created, tol, CLIENT_SLACK_MS)
+
+
+OPENAI_ROWS: tuple[Row, ...] = (
+    Row("session.created after the upgrade", "openai_session_created_s", "", ALL_SCENARIOS, _session_created),
+    Row("session cap", "openai_session_max_s", "", ("l1-session-cap",), _session_cap),
+    Row("close after the session cap", "openai_session_expired_code", "", ("l1-session-cap",), _expiry_close),
+)
+
+
+def openai_unmodelled(prof: Profile, runs: list[RunObs]) -> list[Behaviour]:
+    """Server closes the OpenAI twin, with this profile, never makes: a code none of its close-code
+    parameters holds, or a reason none of its reasons starts (the SDK reconnect's own records and
+    the plain 1000 close, whose side the records do not say, left out)."""
+    codes: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    # the cap's close gives the session_expired message as its reason (the profile's source says so)
+    known_codes = _twin_close_codes(prof)
+    known_reasons = _twin_reasons(prof) + [str(prof["openai_session_expired_message"]).split("{")[0]]
+    for r in runs:
+        for e in r.events:
+            if (e.kind != "conn.closed" or e.get("how") == "reconnect"
+                    or e.get("code") in (None, 1005, 1006, NORMAL_CLOSE)):
+                continue
+            code, reason = int(e["code"]), str(e.get("reason") or "")
+            if code not in known_codes:
+                codes[str(code)] = codes.get(str(code), 0) + 1
+            elif reason and not any(reason.startswith(k) or k.startswith(reason) for k in known_reasons if k):
+                reasons[f"{code} {reason!r}"] = reasons.get(f"{code} {reason!r}", 0) + 1
+    src = "(not modelled) the twin never does this with this profile"
+    out = []
+    for name, seen, never in (
+            ("server close codes the twin never sends", codes,
+             "none (twin: " + ", ".join(map(str, sorted(known_codes))) + ")"),
+            ("server close reasons the twin never gives", reasons, "none")):
+        obs = ", ".join(f"{k} \u00d7{n}" for k, n in sorted(seen.items()))
+        out.append(Behaviour(name, "(not modelled)", never, obs or "none", CHANGED if seen else UNCHANGED, src,
+                             {"seen": seen}))
+    return out
+
+
+def compare_openai(runs: list[RunObs], prof: Profile, tolerance: float = 0.25) -> list[Behaviour]:
+    """The OpenAI rows: the runs against an OpenAI profile, then the closes its twin never makes."""
+    for row in OPENAI_ROWS:
+        if row.parameter and row.parameter not in prof.params:
+            raise LabError(f"twin profile {prof.name!r} has no parameter {row.parameter!r} (drift row {row.name!r})")
+    return [row.compare(prof, runs, tolerance, row) for row in OPENAI_ROWS] + openai_unmodelled(prof, runs)
+
+
 def compare(runs: Iterable[RunObs], prof: Profile, tolerance: float = 0.25) -> list[Behaviour]:
     """Each row's behaviour: the runs against the profile; then the timed parameters' distances and
-    what the runs did that the twin never does."""
+    what the runs did that the twin never does. An OpenAI profile gets the OpenAI rows."""
     runs = list(runs)
+    if prof.protocol == OPENAI:
+        return compare_openai(runs, prof, tolerance)
     for row in ROWS:
         if row.parameter and row.parameter not in prof.params:
             raise LabError(f"twin profile {prof.name!r} has no parameter {row.parameter!r} (drift row {row.name!r})")
     return [row.compare(prof, runs, tolerance, row) for row in ROWS] + timed(prof, runs) + unmodelled(prof, runs)
 
 
-def render(behaviours: list[Behaviour], title: str, profile_name: str, runs: int) -> str:
+def render(behaviours: list[Behaviour], title: str, profile_name: str, runs: int, left_out: int = 0,
+           protocol: str = GEMINI) -> str:
     changed = [b for b in behaviours if b.status == CHANGED]
     lines = [f"# Drift: {title}", "",
-             f"{runs} runs compared with the twin profile `{profile_name}`. "
+             f"{runs} runs compared with the twin profile `{profile_name}` ({protocol})"
+             + (f" ({left_out} runs of another protocol left out: drift them with that protocol's profile)"
+                if left_out else "") + ". "
              + (f"**{len(changed)} behaviour(s) changed**: {', '.join(b.name for b in changed)}." if changed
                 else "No behaviour changed."), "",
              "| behaviour | twin parameter | profile | observed | status | source of the profile value |",
@@ -405,14 +532,24 @@ def render(behaviours: list[Behaviour], title: str, profile_name: str, runs: int
     return "\n".join(lines)
 
 
-def drift_dir(d: Path | str | Iterable[Path | str], profile: str = "developer-api", tolerance: float = 0.25,
+def drift_dir(d: Path | str | Iterable[Path | str], profile: str | None = None, tolerance: float = 0.25,
               overrides: Iterable[str] | None = None) -> tuple[Path, list[Behaviour]]:
-    """Compare every run under `d` (a folder or several) with the profile (and its overrides);
-    writes drift.md into the first folder."""
+    """Compare every run under `d` (a folder or several) with the profile (and its overrides): by
+    default the runs' protocol's (lab.twin.params.DEFAULT_PROFILE; runs of both protocols need a
+    profile named); only the runs of the profile's protocol are compared. Writes drift.md into the
+    first folder."""
     dirs = [Path(d)] if isinstance(d, (str, Path)) else [Path(x) for x in d]
     runs = [read_run(r) for x in dirs for r in runs_under(x)]
-    prof = load_profile(profile, list(overrides or []))
-    behaviours = compare(runs, prof, tolerance)
+    if profile is None:
+        spoken = sorted({r.protocol for r in runs}) or [GEMINI]
+        if len(spoken) > 1:
+            raise LabError(f"runs of {' and '.join(spoken)} under {', '.join(map(str, dirs))}: name the profile "
+                           f"to drift against (--profile {' or --profile '.join(DEFAULT_PROFILE[p] for p in spoken)})")
+        profile = DEFAULT_PROFILE[spoken[0]]
+    prof = load_profile(profile, list(overrides or []), protocol=None)     # either protocol's: its rows follow it
+    ours = [r for r in runs if r.protocol == prof.protocol]
+    behaviours = compare(ours, prof, tolerance)
     out = dirs[0] / "drift.md"
-    out.write_text(render(behaviours, ", ".join(x.name for x in dirs), prof.name, len(runs)))
+    out.write_text(render(behaviours, ", ".join(x.name for x in dirs), prof.name, len(ours),
+                          len(runs) - len(ours), prof.protocol))
     return out, behaviours

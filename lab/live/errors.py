@@ -5,9 +5,15 @@ websockets `InvalidStatus` / `ConnectionClosed`, an HTTP status, or just a code 
 returns
 
 - ``"auth"``: close 1008 with an invalid/missing API key, an HTTP 401/403 refusal of the upgrade
-  (`InvalidStatus`), or "API key not valid" anywhere in the message;
+  (`InvalidStatus`), or "API key not valid" anywhere in the message; for OpenAI Realtime the
+  `error` event's code `invalid_api_key` (or `account_deactivated`), which the service sends on an
+  accepted socket before it closes 3000 "invalid_request_error.invalid_api_key" (the profile
+  openai-realtime's openai_bad_key_*; LiveKit counts both codes fatal, /work/shared/openai-realtime.md);
 - ``"quota"``: close 1011/1013 whose reason says quota / RESOURCE_EXHAUSTED / rate limit, or HTTP
-  429;
+  429; for OpenAI the `error` codes `insufficient_quota`, `billing_hard_limit_reached` (fatal in
+  LiveKit) and `rate_limit_exceeded` (the REST API's code for a 429; that the Realtime socket uses
+  it too is an assumption), and a close 3000 whose reason names one of them (the bad key's close
+  form, assumed for quota);
 - ``"budget"``: a connection the client did not open because the session budget refused it (the
   client records "not opened (BudgetError): <the budget's line>");
 - ``"other"``: everything else. A plain 1011 "Internal error encountered." is the resume refusal
@@ -22,19 +28,29 @@ key: reasons are cut to 120 characters and anything looking like a key is masked
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
 from lab.errors import LAB_REASON, LabError
 from lab.events import Event, read_events
+from lab.live.key import key_var
+from lab.protocols import GEMINI
 
 AUTH, QUOTA, BUDGET, LAB, OTHER = "auth", "quota", "budget", "lab", "other"
 STOP_KINDS = (AUTH, QUOTA, BUDGET)
-AUTH_RE = re.compile(r"api[ _-]?key (not valid|invalid|missing|expired)|invalid api[ _-]?key|"
+AUTH_RE = re.compile(r"api[ _-]?key (not valid|invalid|missing|expired)|invalid[ _]api[ _-]?key|"
+                     r"incorrect api key|account_deactivated|"
                      r"API_KEY_INVALID|PERMISSION_DENIED|UNAUTHENTICATED|unregistered callers|"
                      r"method doesn't allow unregistered", re.I)
-QUOTA_RE = re.compile(r"quota|RESOURCE_EXHAUSTED|rate[ -]?limit|too many requests|exceeded your current", re.I)
+# rate_limits.updated is OpenAI's routine report of what is left, not a refusal
+QUOTA_RE = re.compile(r"quota|RESOURCE_EXHAUSTED|rate[ _-]?limit(?!s\.updated)|too many requests|"
+                      r"exceeded your current|billing_hard_limit", re.I)
+# close codes a quota refusal comes with: Gemini's 1011/1013; 3000, the OpenAI Realtime close after an
+# error event (seen for a bad key, [T] twilio-samples/speech-assistant-openai-realtime-api-python#4;
+# for quota: assumption)
+QUOTA_CLOSE_CODES = (1011, 1013, 3000, None)
 KEYISH_RE = re.compile(r"AIza[0-9A-Za-z_\-]{20,}|[A-Za-z0-9_\-]{32,}")
 
 
@@ -43,7 +59,7 @@ class LiveStop(LabError):
     own configuration cannot run (a conversation asking for tools the client does not declare)."""
     code = 5
 
-    def __init__(self, kind: str, detail: str):
+    def __init__(self, kind: str, detail: str, protocol: str = GEMINI):
         self.kind, self.detail = kind, detail
         if kind == BUDGET:   # the budget's own line already says which cap and what to do
             super().__init__(f"live batch stopped: {detail}")
@@ -52,7 +68,8 @@ class LiveStop(LabError):
             super().__init__(f"the run stopped: {detail}")
             return
         what = ("the endpoint refused the API key" if kind == AUTH else "the API quota is spent")
-        hint = ("check GEMINI_API_KEY (env or .env)" if kind == AUTH else "wait for the quota to reset or lower N/DURATION")
+        hint = (f"check {key_var(protocol)} (env or .env)" if kind == AUTH
+                else "wait for the quota to reset or lower N/DURATION")
         super().__init__(f"live batch stopped: {what} ({detail}); {hint}")
 
 
@@ -107,7 +124,7 @@ def classify(err: Any = None, *, code: int | None = None, reason: str | None = N
         return LAB
     if status in (401, 403) or AUTH_RE.search(text) or (code == 1008 and re.search(r"api[ _-]?key|auth", text, re.I)):
         return AUTH
-    if status == 429 or (code in (1011, 1013, None) and QUOTA_RE.search(text)):
+    if status == 429 or (code in QUOTA_CLOSE_CODES and QUOTA_RE.search(text)):
         return QUOTA
     return OTHER
 
@@ -139,8 +156,9 @@ def _code_reason(event: Event | Mapping[str, Any]) -> tuple[int | None, str] | N
     return None
 
 
-def live_stop(event: Event | Mapping[str, Any]) -> LiveStop | None:
-    """The LiveStop (one line, no key) a record calls for, or None: the agent raises it at once."""
+def live_stop(event: Event | Mapping[str, Any], protocol: str = GEMINI) -> LiveStop | None:
+    """The LiveStop (one line, no key; its hint names `protocol`'s key variable) a record calls for,
+    or None: the agent raises it at once."""
     got = _code_reason(event)
     if got is None:
         return None
@@ -150,7 +168,7 @@ def live_stop(event: Event | Mapping[str, Any]) -> LiveStop | None:
         return LiveStop(kind, reason.split("): ", 1)[-1])
     if kind == LAB:
         return LiveStop(kind, reason[reason.find(LAB_REASON) + len(LAB_REASON):])
-    return LiveStop(kind, describe(code=code, reason=reason)) if kind in (AUTH, QUOTA) else None
+    return LiveStop(kind, describe(code=code, reason=reason), protocol) if kind in (AUTH, QUOTA) else None
 
 
 def classify_event(event: Event | Mapping[str, Any]) -> str | None:
@@ -164,4 +182,13 @@ def stop_reason(run_dir: Path | str) -> str | None:
     p = Path(run_dir) / "events.jsonl"
     if not p.is_file():
         return None
-    return next((str(stop) for stop in map(live_stop, read_events(p)) if stop is not None), None)
+    protocol = _protocol_of(Path(run_dir))
+    return next((str(stop) for stop in (live_stop(e, protocol) for e in read_events(p)) if stop is not None), None)
+
+
+def _protocol_of(run_dir: Path) -> str:
+    """The protocol the run's run.json says it spoke (gemini for a run that says none)."""
+    try:
+        return str(json.loads((run_dir / "run.json").read_text()).get("protocol") or GEMINI)
+    except (OSError, ValueError, AttributeError):
+        return GEMINI

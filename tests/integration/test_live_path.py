@@ -7,6 +7,7 @@ error, the secret scanner, and drift when the service (here: the twin) changes b
 """
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -23,9 +24,10 @@ FAKE_KEY = "AIzaSyFAKE-livelab-test-key-0123456789ab"
 class TwinOnUplink:
     """An endpoint hook: once the topology is up, serve a twin on the uplink's host side."""
 
-    def __init__(self, tmp_path, api_key=FAKE_KEY, overrides=None, seed=None):
+    def __init__(self, tmp_path, api_key=FAKE_KEY, overrides=None, seed=None, protocol="gemini"):
         # seed: the k-th twin served draws from seed + k (None: each draws afresh)
         self.tmp, self.api_key, self.overrides, self.seed = tmp_path, api_key, overrides or {}, seed
+        self.protocol = protocol
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -38,7 +40,7 @@ class TwinOnUplink:
         twin = TwinServer(host=ip, port=0, cert_dir=self.tmp / f"certs-{len(self.twins)}", san=[ip],
                           api_key=self.api_key, overrides=self.overrides,
                           log_path=self.tmp / f"twin-{len(self.twins)}.jsonl",
-                          seed=None if self.seed is None else self.seed + len(self.twins))
+                          seed=None if self.seed is None else self.seed + len(self.twins), protocol=self.protocol)
         asyncio.run_coroutine_threadsafe(twin.start(), self.loop).result(20)
         self.twins.append(twin)
         return twin.base_url, str(twin.ca_path)
@@ -66,11 +68,11 @@ def live_env(monkeypatch, tmp_path):
         h.close()
 
 
-def _batch(tmp_path, hook, scenario="r1-idle-abort-immediate", n=1, budget=None):
+def _batch(tmp_path, hook, scenario="r1-idle-abort-immediate", n=1, budget=None, **kw):
     from lab.run import run_batch
     lines = []
     batch = run_batch([scenario], n=n, endpoint="live", endpoint_hook=hook, out_dir=tmp_path / "batch",
-                      budget=budget, out=lines.append)
+                      budget=budget, out=lines.append, **kw)
     return batch, lines
 
 
@@ -168,3 +170,92 @@ def test_a_twin_run_scans_clean_with_only_its_own_tls_secrets(tmp_path, monkeypa
     assert plain.returncode == 1 and "pcapng-secrets" in plain.stdout and "tls-keylog" not in plain.stdout
     allowed = lab_scan("--allow-tls-secrets")
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+
+
+# ---- the same path for the OpenAI Realtime protocol ---------------------------------------------------
+FAKE_SK = "sk-proj-FAKE-livelab-test-key_0123456789abcdefghijklmnopqrstuvwxyz"
+OPENAI = {"protocol": "openai", "client": "openai-recovery"}
+
+
+@pytest.fixture
+def openai_env(monkeypatch, tmp_path, live_env):
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_SK)
+    return lambda **kw: live_env(api_key=kw.pop("api_key", FAKE_SK), protocol="openai", **kw)
+
+
+def _twin_events(tmp_path, k=0):
+    return [json.loads(line) for line in (tmp_path / f"twin-{k}.jsonl").read_text().splitlines()]
+
+
+def test_openai_live_run_through_the_uplink_is_charged_per_connection_and_keeps_no_secret(tmp_path, openai_env):
+    from lab.live.budget import Budget
+    from lab.live.scanner import scan
+
+    hook = openai_env()
+    batch, lines = _batch(tmp_path, hook, scenario="control", budget=Budget.for_batch(40), **OPENAI)
+    run = next(d for d in batch.iterdir() if d.is_dir())
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["pass"] is True, (verdict.get("outcomes"), lines[-15:])
+    meta = json.loads((run / "run.json").read_text())
+    assert (meta["endpoint"], meta["protocol"]) == ("live", "openai")
+    assert json.loads((run / "plan.json").read_text())["base_url"].startswith("wss://")
+    # the twin on the uplink served every connection; the ledger charged each one, before it opened
+    opened = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["kind"] == "conn.open"]
+    served = [e for e in _twin_events(tmp_path) if e["kind"] == "twin.conn.open"]
+    ledger = json.loads((batch / "budget.json").read_text())
+    assert opened and len(served) == len(opened) == ledger["runs"][run.name] == ledger["total"]
+    # the key is nowhere under the results, and lab scan (looking for OPENAI_API_KEY) agrees ...
+    assert scan(batch, [FAKE_SK]) == []
+
+    def lab_scan():
+        return subprocess.run([sys.executable, "-m", "lab", "scan", str(batch)], capture_output=True, text=True,
+                              env={"OPENAI_API_KEY": FAKE_SK, "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    clean = lab_scan()
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    # ... until the key is planted there, in the URL-safe base64 a logged header would carry
+    import base64
+    (run / "leak.txt").write_text(base64.urlsafe_b64encode(b"Bearer " + FAKE_SK.encode()).decode())
+    leaked = lab_scan()
+    assert leaked.returncode == 1 and "leak.txt" in leaked.stdout and FAKE_SK not in leaked.stdout + leaked.stderr
+
+
+def test_openai_wrong_key_stops_the_batch_with_one_line(tmp_path, openai_env):
+    hook = openai_env(api_key="sk-a-different-key-the-service-holds-0123456789")
+    with pytest.raises(LabError, match="stopping the batch") as e:
+        _batch(tmp_path, hook, scenario="control", n=3, **OPENAI)
+    assert "\n" not in str(e.value) and FAKE_SK not in str(e.value)
+    assert "the endpoint refused the API key" in str(e.value) and "OPENAI_API_KEY" in str(e.value)
+    assert len([d for d in (tmp_path / "batch").iterdir() if d.is_dir()]) == 1
+    assert any(t["kind"] == "twin.refuse" for t in _twin_events(tmp_path))
+
+
+def test_openai_run_cap_refuses_the_new_session_after_a_drop(tmp_path, openai_env, monkeypatch):
+    from lab.live.budget import Budget
+
+    # the abort ends the first session; the recovery client's new one would be the second
+    monkeypatch.setenv("LAB_BUDGET_RUN", "1")
+    hook = openai_env()
+    with pytest.raises(LabError, match="session budget for run r1-idle-abort-immediate-openai-recovery-01 is spent") as e:
+        _batch(tmp_path, hook, budget=Budget.for_batch(40), **OPENAI)
+    assert "\n" not in str(e.value)
+    assert sum(1 for t in _twin_events(tmp_path) if t["kind"] == "twin.conn.open") == 1
+    assert json.loads((tmp_path / "batch" / "budget.json").read_text())["runs"] == {
+        "r1-idle-abort-immediate-openai-recovery-01": 1}
+
+
+def test_openai_drift_sees_the_session_cap_the_service_applied(tmp_path, openai_env):
+    # the "service" caps sessions at 20 s; drift against the profile as the twin ran it holds, against
+    # the stock profile (60 min) the cap is flagged changed
+    hook = openai_env(overrides={"openai_session_max_s": 20})
+    batch, lines = _batch(tmp_path, hook, scenario="l1-session-cap", **OPENAI)
+
+    def lab_drift(*flags):
+        return subprocess.run([sys.executable, "-m", "lab", "drift", str(batch), *flags], capture_output=True,
+                              text=True)
+    same = lab_drift("--set", "openai_session_max_s=20")
+    assert same.returncode == 0, same.stdout + same.stderr + "\n".join(lines[-15:])
+    assert re.search(r"unchanged\s+session cap\s+openai_session_max_s = 20000 ms; observed (19|20)\d\d\d ms", same.stdout)
+    assert re.search(r"unchanged\s+close after the session cap .* observed 1001 \u00d71", same.stdout)
+    moved = lab_drift()
+    assert moved.returncode == 1 and re.search(r"changed\s+session cap", moved.stdout), moved.stdout

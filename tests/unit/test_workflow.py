@@ -99,3 +99,33 @@ def test_the_board_job_sweeps_the_latest_releases_and_fails_only_on_a_regression
     upload = next(i for i, s in enumerate(steps) if uses[i].startswith("actions/upload-artifact"))
     assert "captures/board/board.md" in steps[upload]["with"]["path"]
     assert "steps.scan.outcome == 'success'" in steps[upload]["if"]
+
+
+def test_the_openai_live_jobs_run_only_with_their_secret_and_keep_the_same_rails(wf):
+    from lab.scenario import names_for
+
+    gate = wf["jobs"]["openai-key"]
+    assert any("secrets.OPENAI_API_KEY" in str(s.get("env")) for s in gate["steps"])
+    job = wf["jobs"]["soak-openai"]
+    assert job["needs"] == "openai-key" and job["if"] == "needs.openai-key.outputs.present == 'true'"
+    scenarios = [m["scenario"] for m in job["strategy"]["matrix"]["include"]]
+    assert scenarios and set(scenarios) <= set(names_for("openai"))
+    steps = job["steps"]
+    runs = [s.get("run", "") for s in steps]
+    live = next(i for i, r in enumerate(runs) if "make lab-run" in r)
+    assert "lab-run" in make_targets()
+    assert all(w in runs[live] for w in ("PROTOCOL=openai", "CLIENT=openai-recovery", "ENDPOINT=live", "BUDGET="))
+    # its own day ledger, carried between its jobs
+    uses = [str(s.get("uses", "")) for s in steps]
+    restore, save = uses.index("actions/cache/restore@v4"), uses.index("actions/cache/save@v4")
+    ledger = job["env"]["LAB_BUDGET_DAY_FILE"].replace("${{ github.workspace }}/", "")
+    assert ledger != wf["env"]["LAB_BUDGET_DAY_FILE"].replace("${{ github.workspace }}/", "")
+    assert restore < live < save and steps[restore]["with"]["path"] == steps[save]["with"]["path"] == ledger
+    assert steps[save]["with"]["key"].startswith(steps[restore]["with"]["restore-keys"])
+    # drift against the OpenAI profile; the scan looks for the OpenAI key and gates the upload
+    assert any("lab drift captures --profile openai-realtime" in r for r in runs)
+    scan = next(i for i, s in enumerate(steps) if "lab scan captures" in s.get("run", ""))
+    upload = next(i for i, u in enumerate(uses) if u.startswith("actions/upload-artifact"))
+    assert scan < upload and "steps.scan.outcome == 'success'" in steps[upload]["if"]
+    assert steps[scan]["env"]["OPENAI_API_KEY"] == "${{ secrets.OPENAI_API_KEY }}"
+    assert not any("GEMINI_API_KEY" in str(s) for s in steps)
