@@ -82,7 +82,9 @@ def test_an_app_that_never_connects_stops_the_run_with_one_line(tmp_path, code, 
         _batch(tmp_path, "control", f'{sys.executable} -c "{code}"')
     assert said in str(err.value) and "\n" not in str(err.value)
     end = next(e for e in read_events(tmp_path / "batch" / "control-cmd-01" / "events.jsonl") if e.kind == "run.end")
-    assert end.ms < 10_000, end.ms            # stopped at once, not at the scenario's end (20 s)
+    # stopped when the app exited, not at the scenario's end (20 s): told apart by the run's end, which
+    # a machine loaded by other runs delays by seconds (13.7 s seen at a load of 11)
+    assert end.ms < 17_000, end.ms
     _no_leftovers(tmp_path / "batch" / "control-cmd-01")
 
 
