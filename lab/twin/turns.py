@@ -446,6 +446,18 @@ class Turns:
             acts.append(Timer(Flush(sid), self._vad_flush_due(p)))
         return acts
 
+    def quiet_chunk(self, p: Playback, pcm: bytes, rate: int, now: float) -> bool:
+        """audio() for a chunk of silence outside an utterance under the twin's VAD (most of a
+        stream), done with what it changes, its two notes: True. False, with nothing changed,
+        for any other chunk, which audio() takes. The microphone's short way (lab.twin.core's
+        MicLane) calls it with the session's Playback it holds; tests/unit/test_twin_mic_lane.py
+        holds the two ways to the same actions, times and counts."""
+        if not p.activity.automatic or not p.detector.skips(pcm, rate):
+            return False
+        p.last_audio_at = now
+        p.audio_in_s += len(pcm) / 2 / rate
+        return True
+
     def _new_utterance(self, p: Playback, now: float) -> None:
         p.utt += 1
         p.turns_begun += 1
