@@ -837,7 +837,7 @@ class Turns:
         acts: list = []
         if not t.generated:
             t.generated = True
-            acts.append(self.wire.send_plain(conn, wire.generation_complete(), now))
+            acts.append(self.wire.send_fixed(conn, "generation_complete", wire.generation_complete, now))
         played_at = (t.first_audio_at or now) + t.audio_s
         if played_at > now + 1e-6:
             return acts + [Timer(Step(sid, t.gen), played_at)]
@@ -858,14 +858,16 @@ class Turns:
         if conn is None or t is None:
             return []
         chunk_s = self.prm.audio_chunk_ms / 1000.0
-        pcm = M.tone(chunk_s, 24000, self.prm.tone_hz)
-        frame = wire.audio_chunk(pcm, 24000)
         piece = t.pieces.pop(0) if t.pieces else ""
         if piece:
+            frame = wire.audio_chunk(M.tone(chunk_s, 24000, self.prm.tone_hz), 24000)
             # the chunk's piece of outputTranscription in the same serverContent frame (fidelity.md
             # §3, §8 F13: audio and transcript together in one frame, not split)
             frame["serverContent"].update(wire.output_transcription(piece)["serverContent"])
-        acts: list = [self.wire.send(conn, frame, now) if piece else self.wire.send_plain(conn, frame, now)]
+            sent = self.wire.send(conn, frame, now)
+        else:   # every chunk of this twin's voice is the same tone: encoded once
+            sent = self.wire.send_fixed(conn, "audio_chunk", self._voice_chunk, now)
+        acts: list = [sent]
         t.audio_s += chunk_s
         p.usage.said_audio(chunk_s)
         t.chunks_left -= 1
@@ -875,6 +877,10 @@ class Turns:
             acts.append(Timer(Chunk(sid, t.gen), now + gap))
             return acts
         return acts + self._advance(sid, p, now, after=gap)
+
+    def _voice_chunk(self) -> dict:
+        """One audio chunk of the model's voice (lab.twin.model.tone at the profile's chunk length)."""
+        return wire.audio_chunk(M.tone(self.prm.audio_chunk_ms / 1000.0, 24000, self.prm.tone_hz), 24000)
 
     def _advance(self, sid: str, p: Playback, now: float, after: float = 0.0) -> list:
         t = p.turn
