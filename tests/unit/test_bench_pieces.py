@@ -1,6 +1,7 @@
 """The arithmetic of `lab bench twin` and `lab bench overhead`, on made-up inputs (no servers, no runs)."""
 import base64
 import json
+import math
 import re
 
 import pytest
@@ -137,6 +138,18 @@ def test_the_floor_beside_the_figure_is_the_shells_ratio_and_a_tight_loop_cores(
     out = capsys.readouterr().out
     assert "cpu per client frame 1.60x" in out and "1.10x the baseline, the twin 1.45x that" in out
     assert "tight loop" not in out      # without the core's hot figures only the shell's part
+
+
+def test_twin_over_shell_is_printed_beside_its_own_goal(capsys):
+    # the core's part, twin/shell in the same slices: cpu and p99 each against 1.15x, met or not
+    rows = [_row("baseline", 1.0, 10.0), _row("twin", 1.32, 12.0), _row("shell", 1.1, 11.0),
+            _row("baseline", 1.0, 10.0), _row("twin", 1.21, 13.0), _row("shell", 1.1, 10.0),
+            _row("baseline", 1.0, 10.0), _row("twin", 1.21, 20.0), _row("shell", 1.1, 10.0)]
+    line = twin._floor_line(rows, "stream", 200, None)
+    # medians of the rounds: cpu 1.10x (1.20, 1.10, 1.10), p99 1.30x (1.09, 1.30, 2.00)
+    assert "twin/shell, the core's part: cpu 1.10x, goal <= 1.15x: met; p99 1.30x, goal <= 1.15x: NOT met" in line
+    assert twin._core_goals(1.2, 1.0) == "cpu 1.20x, goal <= 1.15x: NOT met; p99 1.00x, goal <= 1.15x: met"
+    assert "NOT met" in twin._core_goals(math.nan, math.nan).split("p99")[0]    # no figure is not a met goal
 
 
 def test_the_twin_core_times_each_kind_of_frame_and_the_timers_of_the_turns():
