@@ -3,6 +3,7 @@ import base64
 import json
 import math
 import re
+import time
 
 import pytest
 
@@ -269,14 +270,27 @@ def test_beside_the_baseline_each_line_says_what_it_costs_the_twin_per_client_fr
 
 
 def test_a_timed_call_inside_another_counts_on_its_own_line_only(monkeypatch):
-    import time as _time
-
     from lab.bench import timed_server
 
     clock = iter([0.0, 1.0, 3.0, 10.0]).__next__     # outer in, inner in, inner out, outer out
-    monkeypatch.setattr(_time, "perf_counter", clock)
+    monkeypatch.setattr(timed_server, "CLOCK", clock)
     monkeypatch.setattr(timed_server, "_totals", {})
     inner = timed_server._timed(lambda: None, lambda: "write a frame")
     outer = timed_server._timed(lambda: inner(), lambda: "a timer (a frame due)")
     outer()
     assert timed_server._totals == {"write a frame": [1, 2.0], "a timer (a frame due)": [1, 8.0]}
+
+
+def test_a_timed_call_is_the_threads_cpu_less_one_read_of_its_clock(monkeypatch):
+    # CPU time, not wall: a loaded machine's wait for a CPU is not a call's cost; and what one read
+    # of that clock (a system call) adds to each interval is taken out
+    from lab.bench import timed_server
+
+    assert timed_server.CLOCK is time.thread_time
+    reads = iter([0.0, 0.25, 1.0, 1.25, 1.5, 1.75]).__next__
+    assert timed_server.clock_read_s(reads, n=3) == 0.25
+    clock = iter([0.0, 2.0]).__next__
+    monkeypatch.setattr(timed_server, "CLOCK", clock)
+    monkeypatch.setattr(timed_server, "_totals", {})
+    timed_server._timed(lambda: None, lambda: "a microphone chunk", read_s=0.25)()
+    assert timed_server._totals == {"a microphone chunk": [1, 1.75]}
