@@ -80,25 +80,16 @@ class TwinCore:
         self.faults = {name for name, param in FAULTS.items() if self.profile[param]}
         self._pong_delay_s = self.profile["pong_delay_s"]
         self.wire = wire.Wire(binary=self.profile["frame_type"] != "text")
-        # turns first: it reaches the session rules only through this object (the Outlet), at run time
         # the conversation the model plays (lab/conversations; default the studies' booking story)
         self.conversation = load_conversation(conversation) if isinstance(conversation, str) else conversation
         self.turns = Turns(self.profile.view(TurnParams), M.ModelConfig.from_profile(self.profile, self.conversation),
-                           self.wire,
-                           self.rng, outlet=self)
+                           self.wire, self.rng)
         self.sessions = Sessions(self.profile.view(SessionParams), self.wire, self.rng, self.turns,
                                  handle_rng=random.Random(seed) if seed is not None else None, faults=self.faults)
+        # turns first (the session rules are built on it); it reaches them only as its Outlet, which
+        # the session room is: handed over now that it exists (a reply's every step asks it)
+        self.turns.outlet = self.sessions
         self._lanes: dict[int, MicLane] = {}     # by connection id, while it is in_turns()
-
-    # ---- the Outlet the turn room sends through ---------------------------------------------
-    def live_conn(self, sid: str) -> int | None:
-        return self.sessions.live_conn(sid)
-
-    def open_conn(self, sid: str) -> int | None:
-        return self.sessions.open_conn(sid)
-
-    def before_turn_complete(self, sid: str, now: float) -> list:
-        return self.sessions.before_turn_complete(sid, now)
 
     # ---- events -------------------------------------------------------------------------------
     def check_upgrade(self, path: str, headers: Any) -> wire.Upgrade:

@@ -20,7 +20,7 @@ A BLOCKING call holds the turn until its FunctionResponse.
 
 Every turn carries a generation number; a Step or Chunk timer of an older generation is stale and
 does nothing. Knows nothing of handles, locks, phases or sockets: it asks its `Outlet` (the session
-room, through the core) which connection a session is live on, and builds frames with lab.twin.wire.
+room, handed to it by the core) which connection a session is live on, and builds frames with lab.twin.wire.
 """
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ class _LazyRandom:
 
 
 class Outlet(Protocol):
-    """Where a session's frames go (the session room answers, through the core)."""
+    """Where a session's frames go (the session room answers; the core hands it over once both exist)."""
 
     def live_conn(self, sid: str) -> int | None: ...        # the connection, if live
     def open_conn(self, sid: str) -> int | None: ...        # the connection, live or closing
@@ -190,12 +190,12 @@ class Turns:
     """Every session's playback; implements the session room's TurnHooks."""
 
     def __init__(self, prm: TurnParams, model_cfg: M.ModelConfig, frames: wire.Wire, rng: random.Random,
-                 outlet: Outlet):
+                 outlet: Outlet | None = None):
         self.prm = prm
         self.model_cfg = model_cfg
         self.wire = frames
         self.rng = rng
-        self.outlet = outlet
+        self.outlet = outlet    # None until its owner hands it one, before any session begins (lab.twin.core)
         self.plays: dict[str, Playback] = {}
         # set by the shell that can run a recognizer (lab.twin.recognizer.Ear); without one, or with
         # hear_speech off, the Nth utterance stands for line N of the script
