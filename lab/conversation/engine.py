@@ -29,6 +29,7 @@ Knows no wire: no Gemini field names, no frames, no clock, no I/O.
 from __future__ import annotations
 
 import difflib
+import functools
 import random
 import re
 from dataclasses import dataclass, field
@@ -119,6 +120,13 @@ def render(template: str, *sources: Mapping[str, Any]) -> str:
         text = template.format_map(merged)
     except (ValueError, IndexError, AttributeError):
         return template
+    return _tidy(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _tidy(text: str) -> str:
+    """A sentence's spacing closed up where a left-out field left a gap (cached: a conversation says
+    the same few sentences again and again, a status answer after every question)."""
     return re.sub(r"\s+([.,!?])", r"\1", re.sub(r"\s{2,}", " ", text)).strip()
 
 

@@ -34,10 +34,10 @@ from lab.twin import model as M
 from lab.twin import session as S
 from lab.twin import wire
 from lab.twin.io_actions import Action, Log, Send, TimerKey, UnknownTimer
-from lab.twin.modalities import MIC
+from lab.twin.modalities import Carried
 from lab.twin.profile import Profile, load_profile
 from lab.twin.session import Conn, Phase, SessionParams, Sessions, SetupDone
-from lab.twin.turns import SessionTimer, TurnParams, Turns
+from lab.twin.turns import Playback, SessionTimer, TurnParams, Turns
 
 # The server's own faults a scenario can switch at run time (POST /fault), each with the profile
 # parameter that sets it at start: the only list of them.
@@ -48,6 +48,22 @@ FAULTS = {SLOW_PONGS: "slow_pongs", STALL: "stall", S.UNRESUMABLE: "unresumable_
 
 class UnknownFault(LabError):
     """A fault name the twin does not have (the control channel answers 404 with this line)."""
+
+
+class MicLane:
+    """One connection's short way for its microphone chunks, made at its first frame once it is
+    in_turns() (live in a session, no transparent replay to judge), which it stays until it closes:
+    the records a chunk touches (the connection, its session's record of what it carried, the
+    session's Playback), held so that a chunk reads them once instead of looking each up through
+    the rooms' tables. The rules stay the rooms': Sessions.mic_input, Turns.quiet_chunk, else
+    Turns.audio."""
+
+    __slots__ = ("conn", "carried", "play")
+
+    def __init__(self, conn: Conn, carried: Carried, play: Playback):
+        self.conn = conn
+        self.carried = carried
+        self.play = play
 
 
 class TwinCore:
@@ -64,24 +80,16 @@ class TwinCore:
         self.faults = {name for name, param in FAULTS.items() if self.profile[param]}
         self._pong_delay_s = self.profile["pong_delay_s"]
         self.wire = wire.Wire(binary=self.profile["frame_type"] != "text")
-        # turns first: it reaches the session rules only through this object (the Outlet), at run time
         # the conversation the model plays (lab/conversations; default the studies' booking story)
         self.conversation = load_conversation(conversation) if isinstance(conversation, str) else conversation
         self.turns = Turns(self.profile.view(TurnParams), M.ModelConfig.from_profile(self.profile, self.conversation),
-                           self.wire,
-                           self.rng, outlet=self)
+                           self.wire, self.rng)
         self.sessions = Sessions(self.profile.view(SessionParams), self.wire, self.rng, self.turns,
                                  handle_rng=random.Random(seed) if seed is not None else None, faults=self.faults)
-
-    # ---- the Outlet the turn room sends through ---------------------------------------------
-    def live_conn(self, sid: str) -> int | None:
-        return self.sessions.live_conn(sid)
-
-    def open_conn(self, sid: str) -> int | None:
-        return self.sessions.open_conn(sid)
-
-    def before_turn_complete(self, sid: str, now: float) -> list:
-        return self.sessions.before_turn_complete(sid, now)
+        # turns first (the session rules are built on it); it reaches them only as its Outlet, which
+        # the session room is: handed over now that it exists (a reply's every step asks it)
+        self.turns.outlet = self.sessions
+        self._lanes: dict[int, MicLane] = {}     # by connection id, while it is in_turns()
 
     # ---- events -------------------------------------------------------------------------------
     def check_upgrade(self, path: str, headers: Any) -> wire.Upgrade:
@@ -92,15 +100,19 @@ class TwinCore:
         return self.sessions.opened(conn_id, now, route, peer, key)
 
     def frame_received(self, conn_id: int, data: bytes | str, now: float) -> list[Action]:
-        c = self.sessions.conn(conn_id)
+        lane = self._lanes.get(conn_id)
+        c = lane.conn if lane is not None else self.sessions.conn(conn_id)
         if c.closing:
             return []
         self.sessions.client_data(c, now)
         try:
             obj = wire.load_client_frame(data, self.max_client_frame_bytes)
-            mic = wire.mic_chunk(obj) if self.sessions.in_turns(c) else None
+            if lane is None and self.sessions.in_turns(c):
+                lane = self._lanes[conn_id] = MicLane(c, self.sessions.session(c.session).media,
+                                                      self.turns.play(c.session))
+            mic = wire.mic_chunk(obj) if lane is not None else None
             if mic is not None:
-                return self._mic(c, *mic, now)
+                return self._mic(lane, *mic, now)
             kind, body = wire.message_of(obj)
         except wire.BadInput as e:
             return self.sessions.bad(c, e.reason, now)
@@ -114,7 +126,9 @@ class TwinCore:
         return self._sent(self.turns.speech_heard(sid, utt, heard, match, now))
 
     def connection_ended(self, conn_id: int, how: str, now: float) -> list[Action]:
-        return self.sessions.ended(conn_id, how, now)
+        acts = self.sessions.ended(conn_id, how, now)
+        self._lanes.pop(conn_id, None)
+        return acts
 
     def timer_fired(self, key: TimerKey, now: float) -> list[Action]:
         if isinstance(key, SessionTimer):
@@ -162,14 +176,20 @@ class TwinCore:
         except wire.BadInput as e:
             return judged + self.sessions.bad(c, e.reason, now)
 
-    def _mic(self, c: Conn, body: dict, b64: str, rate: int, now: float) -> list[Action]:
+    def _mic(self, lane: MicLane, body: dict, b64: str, rate: int, now: float) -> list[Action]:
         """A microphone chunk on a connection whose messages go straight to its turns (most of
-        what a stream sends): what _deliver does with it, read without the general parse. A bad
-        base64 raises wire.BadInput after the chunk is counted, as turns.deliver's decode does."""
-        refused = self.sessions.input_arrived(c, "realtimeInput", body, now, media=MIC)
+        what a stream sends): what _deliver does with it, read without the general parse, on the
+        records its lane holds. A bad base64 raises wire.BadInput after the chunk is counted, as
+        turns.deliver's decode does. Silence outside an utterance (most chunks) ends in
+        Turns.quiet_chunk; anything else is Turns.audio's."""
+        c = lane.conn
+        refused = self.sessions.mic_input(c, lane.carried, now)
         if refused is not None:
             return self._sent(refused)
-        acts = self.turns.audio(c.session, c.id, wire.b64decode_any(b64, wire.MIC_WHERE), rate, now)
+        pcm = wire.b64decode_any(b64, wire.MIC_WHERE)
+        if self.turns.quiet_chunk(lane.play, pcm, rate, now):
+            return []
+        acts = self.turns.audio(c.session, c.id, pcm, rate, now)
         return self._sent(acts) if acts else acts
 
     def _drain(self, conn_id: int, now: float) -> list[Action]:

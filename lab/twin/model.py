@@ -289,6 +289,17 @@ class AudioTurnDetector:
         self._rest = data[n * frame_bytes:]
         return events
 
+    def skips(self, pcm: bytes, rate: int = 16000) -> bool:
+        """Whether feed(pcm, rate) would take the chunk whole as silence and change nothing: no
+        utterance under way, no part of a frame held from the last chunk, the same rate, whole
+        frames only, and no sample reaching the threshold. The microphone's short way asks this
+        (lab.twin.turns.Turns.quiet_chunk); feed() itself stays the reference."""
+        if self.in_voice or self.candidate or self._rest or rate != self._rate:
+            return False
+        if len(pcm) % max(2, int(rate * self.FRAME_MS / 1000) * 2):
+            return False
+        return peak16(pcm) < self.threshold
+
     def _frame(self, rms: float) -> list[str]:
         ev: list[str] = []
         if rms >= self.threshold:

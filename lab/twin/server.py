@@ -281,7 +281,8 @@ class TwinServer:
             elif isinstance(a, Timer):
                 self._schedule(a)
             elif isinstance(a, Log):
-                self.log.write(a.kind, src="twin", **a.fields)
+                if self.log.recording:      # `lab twin serve` without --log: no call, no copy of its fields
+                    self.log.write(a.kind, src="twin", **a.fields)
             elif isinstance(a, Hear):
                 self._hear(a)
             elif isinstance(a, WakeEar) and self._ear is None:

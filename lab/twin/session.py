@@ -26,7 +26,7 @@ from lab.events import redact_handle
 from lab.stats.distributions import bounds, draw
 from lab.twin import wire
 from lab.twin.io_actions import Log, Send, Timer, TimerKey, TwinBug, UnknownConnection, UnknownSession, UnknownTimer
-from lab.twin.modalities import Carried, Media, media_of
+from lab.twin.modalities import MIC, Carried, Media, media_of
 from lab.twin.transparent import WRONG_REPLAYS, Replays
 
 
@@ -370,6 +370,19 @@ class Sessions:
             return [Log("twin.bad_input", {"conn": c.id, "session": c.session, "code": code,
                                            "reason": reason, "why": "audio_video_resume"})] + \
                 self.close(c, code, reason, now, "audio_video_resume")
+        return None
+
+    def mic_input(self, c: Conn, session_media: Carried, now: float) -> list | None:
+        """input_arrived(c, "realtimeInput", chunk, now, media=MIC) for a microphone chunk on a
+        connection in_turns(), with the session's record of what it carried handed in (lab.twin.core's
+        MicLane holds it) instead of looked up. A connection whose resume doomed it takes the
+        reference way: that rule may refuse the chunk."""
+        if c.av_doomed:
+            return self.input_arrived(c, "realtimeInput", {}, now, media=MIC)
+        c.msg_index += 1
+        c.inputs += 1
+        c.media.note(MIC, now)
+        session_media.note(MIC, now)
         return None
 
     def replay_arrived(self, c: Conn, kind: str, body: dict, now: float) -> tuple[list, bool]:

@@ -20,7 +20,7 @@ A BLOCKING call holds the turn until its FunctionResponse.
 
 Every turn carries a generation number; a Step or Chunk timer of an older generation is stale and
 does nothing. Knows nothing of handles, locks, phases or sockets: it asks its `Outlet` (the session
-room, through the core) which connection a session is live on, and builds frames with lab.twin.wire.
+room, handed to it by the core) which connection a session is live on, and builds frames with lab.twin.wire.
 """
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ class _LazyRandom:
 
 
 class Outlet(Protocol):
-    """Where a session's frames go (the session room answers, through the core)."""
+    """Where a session's frames go (the session room answers; the core hands it over once both exist)."""
 
     def live_conn(self, sid: str) -> int | None: ...        # the connection, if live
     def open_conn(self, sid: str) -> int | None: ...        # the connection, live or closing
@@ -190,12 +190,12 @@ class Turns:
     """Every session's playback; implements the session room's TurnHooks."""
 
     def __init__(self, prm: TurnParams, model_cfg: M.ModelConfig, frames: wire.Wire, rng: random.Random,
-                 outlet: Outlet):
+                 outlet: Outlet | None = None):
         self.prm = prm
         self.model_cfg = model_cfg
         self.wire = frames
         self.rng = rng
-        self.outlet = outlet
+        self.outlet = outlet    # None until its owner hands it one, before any session begins (lab.twin.core)
         self.plays: dict[str, Playback] = {}
         # set by the shell that can run a recognizer (lab.twin.recognizer.Ear); without one, or with
         # hear_speech off, the Nth utterance stands for line N of the script
@@ -445,6 +445,18 @@ class Turns:
             p.flush_armed = True
             acts.append(Timer(Flush(sid), self._vad_flush_due(p)))
         return acts
+
+    def quiet_chunk(self, p: Playback, pcm: bytes, rate: int, now: float) -> bool:
+        """audio() for a chunk of silence outside an utterance under the twin's VAD (most of a
+        stream), done with what it changes, its two notes: True. False, with nothing changed,
+        for any other chunk, which audio() takes. The microphone's short way (lab.twin.core's
+        MicLane) calls it with the session's Playback it holds; tests/unit/test_twin_mic_lane.py
+        holds the two ways to the same actions, times and counts."""
+        if not p.activity.automatic or not p.detector.skips(pcm, rate):
+            return False
+        p.last_audio_at = now
+        p.audio_in_s += len(pcm) / 2 / rate
+        return True
 
     def _new_utterance(self, p: Playback, now: float) -> None:
         p.utt += 1
@@ -825,7 +837,7 @@ class Turns:
         acts: list = []
         if not t.generated:
             t.generated = True
-            acts.append(self.wire.send_plain(conn, wire.generation_complete(), now))
+            acts.append(self.wire.send_fixed(conn, "generation_complete", wire.generation_complete, now))
         played_at = (t.first_audio_at or now) + t.audio_s
         if played_at > now + 1e-6:
             return acts + [Timer(Step(sid, t.gen), played_at)]
@@ -846,14 +858,16 @@ class Turns:
         if conn is None or t is None:
             return []
         chunk_s = self.prm.audio_chunk_ms / 1000.0
-        pcm = M.tone(chunk_s, 24000, self.prm.tone_hz)
-        frame = wire.audio_chunk(pcm, 24000)
         piece = t.pieces.pop(0) if t.pieces else ""
         if piece:
+            frame = wire.audio_chunk(M.tone(chunk_s, 24000, self.prm.tone_hz), 24000)
             # the chunk's piece of outputTranscription in the same serverContent frame (fidelity.md
             # §3, §8 F13: audio and transcript together in one frame, not split)
             frame["serverContent"].update(wire.output_transcription(piece)["serverContent"])
-        acts: list = [self.wire.send(conn, frame, now) if piece else self.wire.send_plain(conn, frame, now)]
+            sent = self.wire.send(conn, frame, now)
+        else:   # every chunk of this twin's voice is the same tone: encoded once
+            sent = self.wire.send_fixed(conn, "audio_chunk", self._voice_chunk, now)
+        acts: list = [sent]
         t.audio_s += chunk_s
         p.usage.said_audio(chunk_s)
         t.chunks_left -= 1
@@ -863,6 +877,10 @@ class Turns:
             acts.append(Timer(Chunk(sid, t.gen), now + gap))
             return acts
         return acts + self._advance(sid, p, now, after=gap)
+
+    def _voice_chunk(self) -> dict:
+        """One audio chunk of the model's voice (lab.twin.model.tone at the profile's chunk length)."""
+        return wire.audio_chunk(M.tone(self.prm.audio_chunk_ms / 1000.0, 24000, self.prm.tone_hz), 24000)
 
     def _advance(self, sid: str, p: Playback, now: float, after: float = 0.0) -> list:
         t = p.turn

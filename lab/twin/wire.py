@@ -20,7 +20,7 @@ import json
 import re
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qs
 
 import orjson
@@ -529,6 +529,18 @@ class Wire:
 
     def __init__(self, binary: bool = True):
         self.binary = binary
+        self._fixed: dict[str, tuple[dict, bytes | str]] = {}
+
+    def send_fixed(self, conn: int, name: str, build: Callable[[], dict], at: float) -> Send:
+        """send_plain() of a frame that is the same every time this twin sends it (a reply's audio
+        chunk without transcript, generationComplete): built by `build` and encoded once, kept
+        under `name`, so that each reply does not encode ~20 KB of the same base64 again. Every Send
+        of it holds the same dict and bytes: a sent frame is never changed."""
+        fixed = self._fixed.get(name)
+        if fixed is None:
+            frame = build()
+            fixed = self._fixed[name] = (frame, self.send_plain(conn, frame, at).data)
+        return Send(conn, fixed[1], fixed[0], at)
 
     def send(self, conn: int, frame: dict, at: float) -> Send:
         return Send(conn, encode_frame(frame, self.binary), frame, at)

@@ -1,7 +1,9 @@
 """The arithmetic of `lab bench twin` and `lab bench overhead`, on made-up inputs (no servers, no runs)."""
 import base64
 import json
+import math
 import re
+import time
 
 import pytest
 
@@ -139,6 +141,18 @@ def test_the_floor_beside_the_figure_is_the_shells_ratio_and_a_tight_loop_cores(
     assert "tight loop" not in out      # without the core's hot figures only the shell's part
 
 
+def test_twin_over_shell_is_printed_beside_its_own_goal(capsys):
+    # the core's part, twin/shell in the same slices: cpu and p99 each against 1.15x, met or not
+    rows = [_row("baseline", 1.0, 10.0), _row("twin", 1.32, 12.0), _row("shell", 1.1, 11.0),
+            _row("baseline", 1.0, 10.0), _row("twin", 1.21, 13.0), _row("shell", 1.1, 10.0),
+            _row("baseline", 1.0, 10.0), _row("twin", 1.21, 20.0), _row("shell", 1.1, 10.0)]
+    line = twin._floor_line(rows, "stream", 200, None)
+    # medians of the rounds: cpu 1.10x (1.20, 1.10, 1.10), p99 1.30x (1.09, 1.30, 2.00)
+    assert "twin/shell, the core's part: cpu 1.10x, goal <= 1.15x: met; p99 1.30x, goal <= 1.15x: NOT met" in line
+    assert twin._core_goals(1.2, 1.0) == "cpu 1.20x, goal <= 1.15x: NOT met; p99 1.00x, goal <= 1.15x: met"
+    assert "NOT met" in twin._core_goals(math.nan, math.nan).split("p99")[0]    # no figure is not a met goal
+
+
 def test_the_twin_core_times_each_kind_of_frame_and_the_timers_of_the_turns():
     from lab.bench import twin_core
     from lab.bench.load import MIC_CHUNK, QUESTION
@@ -256,14 +270,27 @@ def test_beside_the_baseline_each_line_says_what_it_costs_the_twin_per_client_fr
 
 
 def test_a_timed_call_inside_another_counts_on_its_own_line_only(monkeypatch):
-    import time as _time
-
     from lab.bench import timed_server
 
     clock = iter([0.0, 1.0, 3.0, 10.0]).__next__     # outer in, inner in, inner out, outer out
-    monkeypatch.setattr(_time, "perf_counter", clock)
+    monkeypatch.setattr(timed_server, "CLOCK", clock)
     monkeypatch.setattr(timed_server, "_totals", {})
     inner = timed_server._timed(lambda: None, lambda: "write a frame")
     outer = timed_server._timed(lambda: inner(), lambda: "a timer (a frame due)")
     outer()
     assert timed_server._totals == {"write a frame": [1, 2.0], "a timer (a frame due)": [1, 8.0]}
+
+
+def test_a_timed_call_is_the_threads_cpu_less_one_read_of_its_clock(monkeypatch):
+    # CPU time, not wall: a loaded machine's wait for a CPU is not a call's cost; and what one read
+    # of that clock (a system call) adds to each interval is taken out
+    from lab.bench import timed_server
+
+    assert timed_server.CLOCK is time.thread_time
+    reads = iter([0.0, 0.25, 1.0, 1.25, 1.5, 1.75]).__next__
+    assert timed_server.clock_read_s(reads, n=3) == 0.25
+    clock = iter([0.0, 2.0]).__next__
+    monkeypatch.setattr(timed_server, "CLOCK", clock)
+    monkeypatch.setattr(timed_server, "_totals", {})
+    timed_server._timed(lambda: None, lambda: "a microphone chunk", read_s=0.25)()
+    assert timed_server._totals == {"a microphone chunk": [1, 1.75]}
