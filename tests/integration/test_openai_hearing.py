@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import warnings
 
@@ -54,57 +55,63 @@ def _of(events: list, kind: str) -> list:
     return [e for e in events if e.type == kind]
 
 
+@contextlib.asynccontextmanager
+async def _session(log: EventLog, audio_input: dict):
+    """A twin recording into `log`, and an SDK session on it that declared book_slot: (conn, events seen)."""
+    twin = TwinServer(protocol="openai", api_key=KEY, seed=5, overrides=FAST, log=log)
+    await twin.start()
+    try:
+        seen: list = []
+        async with connect(twin) as conn:
+            await until(conn, "session.created", seen)
+            await conn.session.update(session={"type": "realtime", "tools": [BOOK_SLOT],
+                                               "audio": {"input": audio_input}})
+            await until(conn, "session.updated", seen)
+            yield conn, seen
+    finally:
+        await twin.stop()
+
+
 def test_the_sdks_spoken_lines_are_answered_by_what_they_say():
     log = EventLog()
 
     async def body():
-        twin = TwinServer(protocol="openai", api_key=KEY, seed=5, overrides=FAST, log=log)
-        await twin.start()
-        try:
-            seen: list = []
-            async with connect(twin) as conn:
-                await until(conn, "session.created", seen)
-                await conn.session.update(session={"type": "realtime", "tools": [BOOK_SLOT], "audio": {
-                    "input": {"transcription": {"model": "gpt-4o-mini-transcribe"}}}})
-                await until(conn, "session.updated", seen)
+        async with _session(log, {"transcription": {"model": "gpt-4o-mini-transcribe"}}) as (conn, seen):
+            await _say(conn, GREETING)
+            first = await _turn(conn, seen)
+            assert not _of(first, "response.function_call_arguments.done")
+            said = [e.transcript for e in _of(first, "response.output_audio_transcript.done")]
+            assert said and "book" not in said[0].lower()
 
-                await _say(conn, GREETING)
-                first = await _turn(conn, seen)
-                assert not _of(first, "response.function_call_arguments.done")
-                said = [e.transcript for e in _of(first, "response.output_audio_transcript.done")]
-                assert said and "book" not in said[0].lower()
+            await _say(conn, BOOK)
+            second = await _turn(conn, seen)
+            (call,) = _of(second, "response.function_call_arguments.done")
+            assert call.name == "book_slot" and json.loads(call.arguments) == {"slot": "tomorrow 3pm"}
+            await conn.conversation.item.create(item={"type": "function_call_output", "call_id": call.call_id,
+                                                      "output": json.dumps({"status": "booked"})})
+            await conn.response.create()
+            await _turn(conn, seen)
 
-                await _say(conn, BOOK)
-                second = await _turn(conn, seen)
-                (call,) = _of(second, "response.function_call_arguments.done")
-                assert call.name == "book_slot" and json.loads(call.arguments) == {"slot": "tomorrow 3pm"}
-                await conn.conversation.item.create(item={"type": "function_call_output", "call_id": call.call_id,
-                                                          "output": json.dumps({"status": "booked"})})
-                await conn.response.create()
-                await _turn(conn, seen)
+            await _say(conn, "What's the weather like today?")
+            third = await _turn(conn, seen)
+            assert [e.transcript for e in _of(third, "response.output_audio_transcript.done")] == \
+                ["Sorry, I didn't catch that. Could you say it again?"]
 
-                await _say(conn, "What's the weather like today?")
-                third = await _turn(conn, seen)
-                assert [e.transcript for e in _of(third, "response.output_audio_transcript.done")] == \
-                    ["Sorry, I didn't catch that. Could you say it again?"]
-
-                await _say(conn, STATUS)
-                fourth = await _turn(conn, seen)
-                assert not _of(fourth, "response.function_call_arguments.done")
-                assert any("book" in e.transcript.lower() for e in _of(fourth, "response.output_audio_transcript.done"))
-                # the transcription events: each committed turn's words, as heard, under its item
-                await asyncio.sleep(0.2)
-                while True:
-                    try:
-                        seen.append(await asyncio.wait_for(conn.recv(), 0.3))
-                    except asyncio.TimeoutError:
-                        break
-                committed = [e.item_id for e in _of(seen, "input_audio_buffer.committed")]
-                tr = _of(seen, "conversation.item.input_audio_transcription.completed")
-                assert [e.item_id for e in tr] == committed
-                assert [tr[0].transcript, tr[1].transcript, tr[3].transcript] == [GREETING, BOOK, STATUS]
-        finally:
-            await twin.stop()
+            await _say(conn, STATUS)
+            fourth = await _turn(conn, seen)
+            assert not _of(fourth, "response.function_call_arguments.done")
+            assert any("book" in e.transcript.lower() for e in _of(fourth, "response.output_audio_transcript.done"))
+            # the transcription events: each committed turn's words, as heard, under its item
+            await asyncio.sleep(0.2)
+            while True:
+                try:
+                    seen.append(await asyncio.wait_for(conn.recv(), 0.3))
+                except asyncio.TimeoutError:
+                    break
+            committed = [e.item_id for e in _of(seen, "input_audio_buffer.committed")]
+            tr = _of(seen, "conversation.item.input_audio_transcription.completed")
+            assert [e.item_id for e in tr] == committed
+            assert [tr[0].transcript, tr[1].transcript, tr[3].transcript] == [GREETING, BOOK, STATUS]
 
     run(body(), timeout=120)
     model = [e for e in log.events if e.kind == "twin.model" and e.get("source") == "audio"]
@@ -125,20 +132,10 @@ def test_telephone_audio_in_g711_u_law_is_heard():
     log = EventLog()
 
     async def body():
-        twin = TwinServer(protocol="openai", api_key=KEY, seed=5, overrides=FAST, log=log)
-        await twin.start()
-        try:
-            seen: list = []
-            async with connect(twin) as conn:
-                await until(conn, "session.created", seen)
-                await conn.session.update(session={"type": "realtime", "tools": [BOOK_SLOT],
-                                                   "audio": {"input": {"format": {"type": "audio/pcmu"}}}})
-                await until(conn, "session.updated", seen)
-                await _say(conn, STATUS, encode=ulaw)
-                turn = await _turn(conn, seen)
-                assert not _of(turn, "response.function_call_arguments.done")
-        finally:
-            await twin.stop()
+        async with _session(log, {"format": {"type": "audio/pcmu"}}) as (conn, seen):
+            await _say(conn, STATUS, encode=ulaw)
+            turn = await _turn(conn, seen)
+            assert not _of(turn, "response.function_call_arguments.done")
 
     run(body(), timeout=60)
     (model,) = [e for e in log.events if e.kind == "twin.model" and e.get("source") == "audio"]
