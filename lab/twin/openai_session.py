@@ -537,7 +537,7 @@ class OpenAISessions:
             line = s.engine.next_line()
             s.unanswered.append(UserTurn(line, spoken=True, read={"by": "position"}))
             acts.append(Log("twin.vad", {"conn": s.conn, "session": s.id, "event": "end",
-                                         "line": s.engine.utterances - 1}))
+                                         "line": s.engine.utterances - 1, "heard_ms": round(audio_s * 1000, 1)}))
         acts.append(self._send(s.conn, self.events.event("input_audio_buffer.committed", item_id=item_id,
                                                          previous_item_id=prev), now))
         acts += self._item_added(s, W.message_item(item_id, "user", [{"type": "input_audio", "transcript": None}]), now)
