@@ -91,6 +91,9 @@ class OpenAIRealtimeClient(Client):
         "sdk_reconnect": False,             # the SDK's own reconnect (on_reconnecting), off as the SDK's default
         "attempt_timeout_s": 10.0,          # the socket and session.created
         "speech_tail_ms": 700,
+        # the transcription model asked for when the user speaks ("" asks for none); the SDK's
+        # AudioTranscription.model literals include it
+        "input_transcription": "gpt-4o-mini-transcribe",
     }
 
     def __init__(self, ctx: ClientContext):
@@ -158,9 +161,13 @@ class OpenAIRealtimeClient(Client):
                 raise SessionRefused(first)
             self.conn = conn
             self._session(first.session.id, purpose, t0, created_ms=created_ms)
-            await conn.session.update(session={
+            session: dict[str, Any] = {
                 "type": "realtime", "instructions": self.p["system_instruction"], "tools": [BOOK_SLOT],
-                "output_modalities": ["text"] if self.p["text_output"] else ["audio"]})
+                "output_modalities": ["text"] if self.p["text_output"] else ["audio"]}
+            if self.ctx.speech and self.p["input_transcription"]:
+                # what the service heard, as the Gemini clients ask for inputAudioTranscription
+                session["audio"] = {"input": {"transcription": {"model": self.p["input_transcription"]}}}
+            await conn.session.update(session=session)
         except BaseException:
             _abort(conn)
             raise
@@ -286,6 +293,8 @@ class OpenAIRealtimeClient(Client):
             self.log.write("model.audio", src=SRC, conn=self.n, bytes=len(data), **({"first": True} if first else {}))
         elif kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
             self._text.append(ev.delta or "")
+        elif kind == "conversation.item.input_audio_transcription.completed":
+            self.log.write("user.transcript", src=SRC, conn=self.n, text=(ev.transcript or "").strip())
         elif kind == "response.function_call_arguments.done":
             self._on_call(ev.call_id, ev.name, ev.arguments)
         elif kind == "response.done":

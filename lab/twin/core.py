@@ -10,6 +10,8 @@ The shell feeds it events with an explicit `now` (seconds, monotonic):
     core.set_fault(name, on, now)                -> [actions]   (a server fault switched at run time)
     core.go_away(now, time_left_s=None)          -> [actions]   (goAway on every live connection now)
     core.pong_delay()                            -> seconds to hold a pong (0 at once, inf never)
+    core.ear = True                              (the shell can run a recognizer; core.hears: it is used)
+    core.speech_heard(sid, utt, heard, match, now) -> [actions]   (the recognizer's answer to a Hear)
 
 and performs the actions it returns, in order (lab.twin.io_actions: Send, Close, Timer, Log).
 
@@ -120,6 +122,20 @@ class TwinCore:
         if acts is None:
             acts = self._deliver(c, kind, body, now)
         return self._sent(acts) if acts else acts    # most frames (a microphone chunk) answer nothing
+
+    # ---- the shell's ear (lab.twin.recognizer.Ear): set by the shell that can run one ----------
+    @property
+    def ear(self) -> bool:
+        return self.turns.ear
+
+    @ear.setter
+    def ear(self, on: bool) -> None:
+        self.turns.ear = on
+
+    @property
+    def hears(self) -> bool:
+        """Spoken turns are read by their words (an ear, and the profile's hear_speech on)."""
+        return self.turns.hears
 
     def speech_heard(self, sid: str, utt: int, heard, match, now: float) -> list[Action]:
         """What the shell's recognizer heard in one utterance (lab.twin.io_actions.Hear)."""

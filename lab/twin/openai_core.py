@@ -9,6 +9,7 @@ the same interface to the asyncio shell (lab.twin.server picks one by protocol):
     core.set_fault(name, on, now)                        -> [actions]   (the shell's own faults only)
     core.go_away(now, time_left_s=None)                  -> [actions]   (OpenAI has no goAway: nothing)
     core.pong_delay()                                    -> seconds to hold a pong
+    core.ear = True; core.speech_heard(sid, utt, heard, match, now) -> [actions]   (the shell's recognizer)
 
 It composes the OpenAI wire (lab.twin.openai_wire) and session room (lab.twin.openai_session) over
 an openai profile, with the conversation the Gemini twin plays. Knows nothing of sockets or the clock.
@@ -66,6 +67,24 @@ class OpenAICore:
 
     def frame_received(self, conn_id: int, data: bytes | str, now: float) -> list[Action]:
         return self._sent(self.sessions.frame(conn_id, data, now))
+
+    # ---- the shell's ear (lab.twin.recognizer.Ear): set by the shell that can run one ----------
+    @property
+    def ear(self) -> bool:
+        return self.sessions.ear
+
+    @ear.setter
+    def ear(self, on: bool) -> None:
+        self.sessions.ear = on
+
+    @property
+    def hears(self) -> bool:
+        """Spoken turns are read by their words (an ear, and the profile's hear_speech on)."""
+        return self.sessions.hears
+
+    def speech_heard(self, sid: str, utt: int, heard, match, now: float) -> list[Action]:
+        """What the shell's recognizer heard in one spoken turn (lab.twin.io_actions.Hear)."""
+        return self._sent(self.sessions.speech_heard(sid, utt, heard, match, now))
 
     def connection_ended(self, conn_id: int, how: str, now: float) -> list[Action]:
         return self.sessions.ended(conn_id, how, now)

@@ -10,10 +10,15 @@ What it models (each behaviour's source is its parameter's, lab/twin/profiles/op
   `.done` (GA, md L19-21); a `function_call_output` whose call_id no function_call of this session
   issued is an `error` (openai_check_call_id), so a tool result sent into a new session after a
   reconnect is an orphan;
-- the input audio buffer: append, commit (an empty one is an error), clear; with server VAD (the
-  shared energy detector of lab.twin.model, on the audio's own clock) speech_started / speech_stopped,
-  then the commit and the user's item, then a response when the session's turn detection says
-  create_response; speech is not transcribed: the Nth utterance stands for line N of the script;
+- the input audio buffer: append (in the session's input format: 24 kHz PCM, or G.711 u-law or
+  A-law), commit (an empty one is an error), clear; with server VAD (the shared energy detector of
+  lab.twin.model, on the audio's own clock) speech_started / speech_stopped, then the commit and the
+  user's item, then a response when the session's turn detection says create_response;
+- hearing (hear_speech, with the shell's ear): a committed turn's audio goes to the recognizer
+  (lab.twin.spoken, as the Gemini twin's do); its words, matched to the conversation's phrases, are
+  the user's turn (`conversation.item.input_audio_transcription.completed` when the session asks
+  for transcription), and a response created before they are back waits for them; a turn no phrase
+  fits is not understood (the model asks again). Without an ear the Nth utterance stands for line N;
 - responses: only `response.create` starts one (no auto-continue after a tool output,
   openai_auto_response_after_tool_output); one at a time (a second is an error), `response.cancel`
   (an error when none is active) and a barge-in (interrupt_response) end it `cancelled`; each starts
@@ -42,11 +47,16 @@ from lab.conversation.engine import Plan, Step
 from lab.stats.distributions import draw
 from lab.twin import model as M
 from lab.twin import openai_wire as W
-from lab.twin.io_actions import Action, Close, Log, Send, Timer, TimerKey, UnknownConnection, UnknownTimer
+from lab.twin import spoken
+from lab.twin.io_actions import (Action, Close, Log, Send, Timer, TimerKey, UnknownConnection, UnknownTimer,
+                                 WakeEar)
 from lab.twin.openai_model import OpenAIModel
 from lab.twin.wire import KEY_MISSING, KEY_WRONG, fit_close_reason
 
-RATE = 24000            # the GA protocol's only PCM rate (SDK RealtimeAudioFormats: "Always 24000")
+RATE = W.PCM_RATE       # the GA protocol's only PCM rate (SDK RealtimeAudioFormats: "Always 24000")
+# the longest turn the twin keeps to hear when the client commits by hand (assumption: a minute; the
+# recognizer is not for longer speech, and a client that never commits must not grow the twin)
+MAX_HEARD_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,8 @@ class OpenAIParams:
     speech_ms_per_char: float
     audio_chunk_ms: float
     tone_hz: float
+    vad_prefix_padding_ms: float
+    hear_speech: bool
 
     @classmethod
     def from_profile(cls, profile) -> "OpenAIParams":
@@ -82,7 +94,7 @@ class OpenAIParams:
                    profile["openai_session_created_s"], profile["openai_rate_limit_requests"],
                    profile["openai_rate_limit_tokens"], profile["vad_threshold_rms"], profile["vad_onset_ms"],
                    profile["vad_silence_ms"], profile["speech_ms_per_char"], profile["audio_chunk_ms"],
-                   profile["tone_hz"])
+                   profile["tone_hz"], profile["openai_vad_prefix_padding_ms"], profile["hear_speech"])
 
 
 # ---- timers ---------------------------------------------------------------------------------
@@ -108,6 +120,20 @@ class Response:
     modalities: list[str]
     output: list[dict] = field(default_factory=list)
     metadata: dict | None = None       # response.create's, echoed on the response (a client matches by it)
+    waiting: bool = False              # created; its plan waits for a spoken turn's words
+
+
+@dataclass
+class UserTurn:
+    """A user turn no response has answered yet: typed, or spoken and read (by its words or position)."""
+    text: str                                   # what the model reads ("" for speech not understood)
+    spoken: bool = False
+    more: tuple[str, ...] = ()                  # a second phrase said in the same breath (fidelity §8 F7)
+    read: dict | None = None                    # how a spoken turn was read (twin.model's `heard`)
+
+    @property
+    def unclear(self) -> bool:
+        return self.spoken and not self.text
 
 
 @dataclass
@@ -121,24 +147,36 @@ class Session:
     items: list[str] = field(default_factory=list)             # item ids in conversation order
     calls: dict[str, str] = field(default_factory=dict)        # call_id -> its function_call item id
     written: set[str] = field(default_factory=set)             # call_ids of function_call items the client wrote
-    unanswered: list[str] = field(default_factory=list)        # user turns no response has answered yet
+    unanswered: list[UserTurn] = field(default_factory=list)   # user turns no response has answered yet
     reply: Plan | None = None                                  # the model's answer to tool outputs, said when asked
     audio_ms: float = 0.0                                      # audio appended since the session began
     buffer_ms: float = 0.0                                     # audio in the input buffer now
     speech_item: str | None = None                             # the item id speech_started promised
     detector: M.AudioTurnDetector | None = None
+    heard_pcm: bytearray | None = None                         # the turn's audio to hear (with an ear)
+    heard_rate: int = RATE
+    utt: int = 0                                               # spoken turns handed to the ear
+    awaiting: dict[int, tuple[str, float]] = field(default_factory=dict)   # utt -> (its item, audio s): words not back
     response: Response | None = None
     closing: bool = False
 
+    def audio_input(self) -> dict:
+        ai = (self.config.get("audio") or {}).get("input")
+        return ai if isinstance(ai, dict) else {}
+
     def turn_detection(self) -> dict | None:
-        td = ((self.config.get("audio") or {}).get("input") or {}).get("turn_detection")
+        td = self.audio_input().get("turn_detection")
         return td if isinstance(td, dict) and td.get("type") in ("server_vad", "semantic_vad") else None
+
+    def transcribes(self) -> bool:
+        """The session asked for its input audio's transcription (audio.input.transcription set)."""
+        return isinstance(self.audio_input().get("transcription"), dict)
 
 
 def default_config(prm: OpenAIParams) -> dict:
     """A new session's configuration as session.created shows it (RealtimeSessionCreateRequest)."""
     td = None if prm.default_turn_detection == "none" else {
-        "type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300,
+        "type": "server_vad", "threshold": 0.5, "prefix_padding_ms": int(prm.vad_prefix_padding_ms),
         "silence_duration_ms": int(prm.vad_silence_ms), "create_response": True, "interrupt_response": True,
         "idle_timeout_ms": None}
     pcm = {"type": "audio/pcm", "rate": RATE}
@@ -168,6 +206,14 @@ class OpenAISessions:
         self.rng = rng
         self.events = W.Events(rng)
         self.sessions: dict[int, Session] = {}
+        # set by the shell that can run a recognizer (lab.twin.recognizer.Ear); without one, or with
+        # hear_speech off, the Nth utterance stands for line N of the script
+        self.ear = False
+        self._ear_woken = False
+
+    @property
+    def hears(self) -> bool:
+        return self.ear and self.prm.hear_speech
 
     # ---- helpers ----------------------------------------------------------------------------
     def _send(self, conn: int, frame: dict, at: float) -> Send:
@@ -269,19 +315,42 @@ class OpenAISessions:
 
     def _on_input_audio_buffer_append(self, s: Session, ev: dict, now: float) -> list[Action]:
         try:
-            pcm = base64.b64decode(ev.get("audio") or "", validate=True)
+            raw = base64.b64decode(ev.get("audio") or "", validate=True)
         except (binascii.Error, ValueError, TypeError):
             raise W.ClientError("invalid_value", "Invalid 'audio'. Expected base64-encoded audio.", "audio",
                                 ev.get("event_id")) from None
-        ms = len(pcm) / 2 / RATE * 1000
+        pcm, rate = W.input_pcm(W.input_format(s.audio_input()), raw)
+        ms = len(pcm) / 2 / rate * 1000
         s.audio_ms += ms
         s.buffer_ms += ms
-        if s.turn_detection() is None or s.detector is None:
+        det = s.detector if s.turn_detection() is not None else None
+        idle = det is None or not (det.in_voice or det.candidate)
+        self._keep(s, pcm, rate, idle and det is not None)
+        if det is None:
             return []
         acts: list[Action] = []
-        for event in s.detector.feed(pcm, RATE):
+        for event in det.feed(pcm, rate):
             acts += self._speech_started(s, now) if event == "onset" else self._speech_stopped(s, now)
         return acts
+
+    def _keep(self, s: Session, pcm: bytes, rate: int, idle: bool) -> None:
+        """Keep the audio the ear will hear: while the VAD hears no speech, only the last
+        prefix_padding_ms (the audio a committed turn includes before its onset, SDK
+        RealtimeAudioInputTurnDetection); without the VAD, the buffer until the client commits it."""
+        if not self.hears:
+            return
+        if s.heard_pcm is None or s.heard_rate != rate:
+            s.heard_pcm, s.heard_rate = bytearray(), rate
+        s.heard_pcm += pcm
+        if idle:
+            # speech may begin inside this chunk: the padding before it, and the chunk
+            pad = (s.turn_detection() or {}).get("prefix_padding_ms")
+            pad_ms = float(pad) if isinstance(pad, (int, float)) else self.prm.vad_prefix_padding_ms
+            limit = int(pad_ms / 1000 * rate) * 2 + len(pcm)
+        else:
+            limit = int(MAX_HEARD_S * rate) * 2
+        if len(s.heard_pcm) > limit:
+            del s.heard_pcm[:len(s.heard_pcm) - limit]
 
     def _on_input_audio_buffer_commit(self, s: Session, ev: dict, now: float) -> list[Action]:
         if s.buffer_ms < 100:
@@ -294,7 +363,7 @@ class OpenAISessions:
         return self._commit(s, now, respond=False)
 
     def _on_input_audio_buffer_clear(self, s: Session, ev: dict, now: float) -> list[Action]:
-        s.buffer_ms, s.speech_item = 0.0, None
+        s.buffer_ms, s.speech_item, s.heard_pcm = 0.0, None, None
         if s.detector is not None:
             s.detector.flush()
         return [self._send(s.conn, self.events.event("input_audio_buffer.cleared"), now)]
@@ -358,7 +427,7 @@ class OpenAISessions:
                                                  "note": next(iter(s.engine.story.notes.values()), None),
                                                  "plan": None}))
             elif role == "user" and text:
-                s.unanswered.append(text)
+                s.unanswered.append(UserTurn(text))
             elif text:
                 if role == "assistant":
                     _answered(s)
@@ -430,6 +499,10 @@ class OpenAISessions:
                               self._send(s.conn, self.events.event("input_audio_buffer.speech_started",
                                                                    audio_start_ms=start, item_id=s.speech_item), now)]
         s.engine.utterance_started()
+        if self.hears and not self._ear_woken:
+            # the shell readies its recognizer while the user speaks, so the turn's end does not wait for it
+            self._ear_woken = True
+            acts.append(WakeEar())
         td = s.turn_detection() or {}
         if s.response is not None and td.get("interrupt_response", True):
             acts.append(Log("twin.interrupted", {"conn": s.conn, "session": s.id, "speaking": True}))
@@ -445,19 +518,67 @@ class OpenAISessions:
         return acts + self._commit(s, now, respond=bool(td.get("create_response", True)))
 
     def _commit(self, s: Session, now: float, respond: bool) -> list[Action]:
-        """The buffer becomes a user message item; speech is not transcribed: it stands for the next
-        line of the script (lab.conversation.engine.Engine.next_line)."""
+        """The buffer becomes a user message item. With an ear its audio is handed to the recognizer
+        and the turn is what it heard (speech_heard); else it stands for the next line of the script
+        (lab.conversation.engine.Engine.next_line)."""
         item_id = s.speech_item or W.new_id("item_", self.rng)
-        s.speech_item, s.buffer_ms = None, 0.0
-        line = s.engine.next_line()
-        acts: list[Action] = [
-            Log("twin.vad", {"conn": s.conn, "session": s.id, "event": "end", "line": s.engine.utterances - 1}),
-            self._send(s.conn, self.events.event("input_audio_buffer.committed", item_id=item_id,
-                                                 previous_item_id=s.items[-1] if s.items else None), now)]
-        s.unanswered.append(line)
+        pcm, audio_s = s.heard_pcm, s.buffer_ms / 1000
+        s.speech_item, s.buffer_ms, s.heard_pcm = None, 0.0, None
+        prev = s.items[-1] if s.items else None
+        acts: list[Action] = []
+        hearing = self.hears and bool(pcm)
+        if hearing:
+            s.utt += 1
+            s.awaiting[s.utt] = (item_id, audio_s)
+            acts += [Log("twin.vad", {"conn": s.conn, "session": s.id, "event": "end", "line": None,
+                                      "heard_ms": round(audio_s * 1000, 1), "waiting": "recognizer"}),
+                     spoken.hear_request(s.id, s.utt, s.engine, bytes(pcm), s.heard_rate)]
+        else:
+            line = s.engine.next_line()
+            s.unanswered.append(UserTurn(line, spoken=True, read={"by": "position"}))
+            acts.append(Log("twin.vad", {"conn": s.conn, "session": s.id, "event": "end",
+                                         "line": s.engine.utterances - 1, "heard_ms": round(audio_s * 1000, 1)}))
+        acts.append(self._send(s.conn, self.events.event("input_audio_buffer.committed", item_id=item_id,
+                                                         previous_item_id=prev), now))
         acts += self._item_added(s, W.message_item(item_id, "user", [{"type": "input_audio", "transcript": None}]), now)
+        if not hearing:
+            acts += self._transcribed(s, item_id, s.unanswered[-1].text, audio_s, now)
         if respond and s.response is None:
-            acts += self._start_response(s, now, None, spoken=True)
+            acts += self._start_response(s, now, None)
+        return acts
+
+    def _transcribed(self, s: Session, item_id: str, text: str, audio_s: float, now: float) -> list[Action]:
+        """The transcription of a committed turn, when the session asked for it: what the twin heard
+        (SDK ConversationItemInputAudioTranscriptionCompletedEvent: it "runs asynchronously with Response
+        creation, so this event may come before or after the Response events"). Usage by duration."""
+        if not s.transcribes():
+            return []
+        return [self._send(s.conn, self.events.event(
+            "conversation.item.input_audio_transcription.completed", item_id=item_id, content_index=0,
+            transcript=text, usage={"type": "duration", "seconds": round(audio_s, 3)}), now)]
+
+    def speech_heard(self, sid: str, utt: int, heard: Any, match: Any, now: float) -> list[Action]:
+        """The recognizer's words for spoken turn `utt` of session `sid` (None, None: it failed, so the
+        turn stands for the next line by position). A response waiting for them goes on now."""
+        s = next((x for x in self.sessions.values() if x.id == sid), None)
+        if s is None or s.closing or utt not in s.awaiting:
+            return []          # the session ended meanwhile
+        item_id, audio_s = s.awaiting.pop(utt)
+        if match is None:
+            turn = UserTurn(s.engine.next_line(), spoken=True,
+                            read={"by": "position", "why": "the recognizer failed"})
+            said = turn.text
+        else:
+            spoken.advance_position(s.engine, match.lines)
+            turn = UserTurn(match.lines[0] if match.lines else "", spoken=True, more=tuple(match.lines[1:]),
+                            read=spoken.by_recognizer(heard, match))
+            said = match.text or match.heard
+        s.unanswered.append(turn)
+        acts = self._transcribed(s, item_id, said, audio_s, now)
+        r = s.response
+        if r is not None and r.waiting and not s.awaiting:
+            r.waiting = False
+            acts += self._plan_response(s, now)
         return acts
 
     def _item_added(self, s: Session, item: dict, now: float) -> list[Action]:
@@ -467,40 +588,61 @@ class OpenAISessions:
                 self._send(s.conn, self.events.event("conversation.item.done", previous_item_id=prev, item=item), now)]
 
     # ---- responses --------------------------------------------------------------------------
-    def _plan(self, s: Session, spoken: bool) -> tuple[Plan, list[Action]]:
+    def _plan(self, s: Session) -> tuple[Plan, list[Action]]:
         """What the model does when asked: its answer to tool outputs, else to the user's last turn
-        (earlier unanswered ones are history), else to nothing new (the conversation's plain answer)."""
+        (earlier unanswered ones are history), else to nothing new (the conversation's plain answer).
+        A spoken turn is answered as the Gemini twin answers one: by what was heard, two phrases in
+        one breath both acted on (fidelity §8 F7), speech no phrase fits asked again."""
         if s.reply is not None and not s.unanswered:
             plan, s.reply = s.reply, None
             return plan, []
         s.reply = None
-        texts, s.unanswered = s.unanswered, []
-        for t in texts[:-1]:
-            s.engine.history.append(("user", t))
-        text = texts[-1] if texts else ""
-        plan = s.engine.user_turn(text, spoken=spoken) or Plan([Step("turn_complete")], why="nothing")
+        turns, s.unanswered = s.unanswered, []
+        _to_history(s, turns[:-1])
+        turn = turns[-1] if turns else UserTurn("")
+        if turn.unclear:
+            plan = s.engine.not_understood()
+            intent = "UNCLEAR"
+        else:
+            plan = s.engine.user_turn(turn.text, spoken=turn.spoken) or Plan([Step("turn_complete")], why="nothing")
+            intent = plan.match.get("intent")
+            # records (001 F speech): the request of a merged turn was acted on; the stop in it did not withdraw it
+            s.engine.history.extend(("user", line) for line in turn.more)
         call = next((st for st in plan.steps if st.kind == "call"), None)
-        return plan, [Log("twin.user", {"conn": s.conn, "session": s.id, "source": "audio" if spoken else "text",
-                                        "intent": plan.match.get("intent"), "plan": plan.why}),
-                      Log("twin.model", {"conn": s.conn, "session": s.id, "source": "audio" if spoken else "text",
-                                         "text": text, "match": dict(plan.match), "plan": plan.why,
-                                         "tool": call.tool if call else None,
-                                         "args": dict(call.args) if call else None})]
+        source = "audio" if turn.spoken else "text"
+        model = {"conn": s.conn, "session": s.id, "source": source, "text": turn.text, "match": dict(plan.match),
+                 "plan": plan.why, "tool": call.tool if call else None, "args": dict(call.args) if call else None}
+        if turn.read is not None:
+            model["heard"] = turn.read
+        return plan, [Log("twin.user", {"conn": s.conn, "session": s.id, "source": source, "intent": intent,
+                                        "plan": plan.why}),
+                      Log("twin.model", model)]
 
-    def _start_response(self, s: Session, now: float, modalities: list[str] | None, spoken: bool = False,
+    def _start_response(self, s: Session, now: float, modalities: list[str] | None,
                         metadata: dict | None = None) -> list[Action]:
-        plan, acts = self._plan(s, spoken)
         mods = modalities or list(s.config.get("output_modalities") or ["audio"])
-        r = Response(W.new_id("resp_", self.rng), [st for st in plan.steps if st.kind != "turn_complete"], mods,
-                     metadata=metadata)
+        r = Response(W.new_id("resp_", self.rng), [], mods, metadata=metadata)
         s.response = r
         reserved = 4096     # the output-token reservation rate_limits.updated reflects (md L33); the figure: assumption
-        acts += [self._send(s.conn, self.events.event("response.created",
-                                                      response=W.response_object(r.id, "in_progress", [], mods,
-                                                                                 metadata=r.metadata)), now),
-                 self._send(s.conn, self.events.event("rate_limits.updated", rate_limits=W.rate_limits(
-                     (self.prm.rate_limit_requests, self.prm.rate_limit_requests - 1),
-                     (self.prm.rate_limit_tokens, self.prm.rate_limit_tokens - reserved))), now)]
+        acts: list[Action] = [
+            self._send(s.conn, self.events.event("response.created", response=W.response_object(
+                r.id, "in_progress", [], mods, metadata=r.metadata)), now),
+            self._send(s.conn, self.events.event("rate_limits.updated", rate_limits=W.rate_limits(
+                (self.prm.rate_limit_requests, self.prm.rate_limit_requests - 1),
+                (self.prm.rate_limit_tokens, self.prm.rate_limit_tokens - reserved))), now)]
+        if s.awaiting:
+            # a spoken turn's words are not back: the response is under way (created) and what it
+            # says waits for them (assumption: the real model hears the audio itself, unmeasured)
+            r.waiting = True
+            return acts + [Log("twin.vad", {"conn": s.conn, "session": s.id, "event": "response",
+                                            "waiting": "recognizer"})]
+        return acts + self._plan_response(s, now)
+
+    def _plan_response(self, s: Session, now: float) -> list[Action]:
+        r = s.response
+        assert r is not None
+        plan, acts = self._plan(s)
+        r.steps = [st for st in plan.steps if st.kind != "turn_complete"]
         return acts + self._next(s, now)
 
     def _next(self, s: Session, now: float) -> list[Action]:
@@ -592,9 +734,14 @@ class OpenAISessions:
 def _answered(s: Session) -> None:
     """The client wrote the model's side of the conversation (a call, an assistant message): the user
     turns before it were answered there, so they are history, not turns the next response answers."""
-    for text in s.unanswered:
-        s.engine.history.append(("user", text))
+    _to_history(s, s.unanswered)
     s.unanswered = []
+
+
+def _to_history(s: Session, turns: list[UserTurn]) -> None:
+    """User turns that get no answer of their own (speech not understood adds none, as on Gemini)."""
+    for t in turns:
+        s.engine.history.extend(("user", line) for line in (t.text, *t.more) if line)
 
 
 def _received(s: Session, kind: str, ev: dict) -> list[Action]:

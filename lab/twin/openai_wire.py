@@ -172,6 +172,47 @@ def output_value(output: Any) -> Any:
     return output
 
 
+# ---------------------------------------------------------------------------------------------
+# Input audio: the session's audio.input.format (SDK RealtimeAudioFormats): audio/pcm (16-bit PCM,
+# "Always 24000"), audio/pcmu (G.711 u-law) or audio/pcma (G.711 A-law), at 8 kHz as G.711 is
+
+PCM_RATE = 24000
+G711_RATE = 8000
+
+
+def _ulaw(byte: int) -> int:
+    u = ~byte & 0xFF
+    magnitude = (((u & 0x0F) << 3) + 0x84) << ((u >> 4) & 7)
+    return 0x84 - magnitude if u & 0x80 else magnitude - 0x84
+
+
+def _alaw(byte: int) -> int:
+    a = byte ^ 0x55
+    exponent, mantissa = (a >> 4) & 7, a & 0x0F
+    magnitude = (mantissa << 4) + 8 if exponent == 0 else ((mantissa << 4) + 0x108) << (exponent - 1)
+    return magnitude if a & 0x80 else -magnitude
+
+
+# each code's 16-bit little-endian sample (ITU-T G.711's expansion)
+_G711 = {"audio/pcmu": [_ulaw(b).to_bytes(2, "little", signed=True) for b in range(256)],
+         "audio/pcma": [_alaw(b).to_bytes(2, "little", signed=True) for b in range(256)]}
+
+
+def input_format(audio_input: Any) -> str:
+    """The input format's type a session's `audio.input` names (audio/pcm when it names none)."""
+    fmt = audio_input.get("format") if isinstance(audio_input, dict) else None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    return kind if kind in _G711 else "audio/pcm"
+
+
+def input_pcm(kind: str, data: bytes) -> tuple[bytes, int]:
+    """An input_audio_buffer.append's audio as (16-bit little-endian PCM, its rate)."""
+    table = _G711.get(kind)
+    if table is None:
+        return data, PCM_RATE
+    return b"".join(table[b] for b in data), G711_RATE
+
+
 def encode(frame: dict) -> str:
     """A server event as one text frame (the service sends JSON text frames: assumption, the SDK
     reads either)."""

@@ -344,6 +344,7 @@ OPENAI_DECLARED: dict[str, Spec] = {
     "openai_session_created_s": Delay(),
     "openai_rate_limit_requests": Number(lo=0, integer=True),
     "openai_rate_limit_tokens": Number(lo=0, integer=True),
+    "openai_vad_prefix_padding_ms": Number(lo=0),
 }
 DECLARED.update(OPENAI_DECLARED)
 
@@ -358,6 +359,7 @@ SHARED = frozenset({
     "restore_reissue_call_s", "restore_reissue_say_s",
     # hearing and speaking: the energy VAD, the voice's length and chunking
     "vad_threshold_rms", "vad_onset_ms", "vad_silence_ms", "speech_ms_per_char", "audio_chunk_ms", "tone_hz",
+    "hear_speech",
 })
 
 

@@ -129,11 +129,10 @@ class TwinServer:
         # the twin hears speech in a worker process (lab.twin.recognizer), made as the first speech begins;
         # why_deaf: why it cannot, when the profile asks it to (the twin then reads turns by position)
         self._ear = None
-        # (a protocol whose profile has no hear_speech, OpenAI's so far, reads speech by position)
         wants_ear = bool(self.profile.get("hear_speech", False))
         self.why_deaf = recognizer.missing() if wants_ear else None
         if wants_ear:
-            self.core.turns.ear = self.why_deaf is None
+            self.core.ear = self.why_deaf is None
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def start(self) -> "TwinServer":
@@ -199,8 +198,7 @@ class TwinServer:
     @property
     def hearing(self) -> str:
         """How spoken turns are read: by their words, or by position (and why, when hearing was asked for)."""
-        turns = getattr(self.core, "turns", None)
-        if turns is not None and turns.hears:
+        if self.core.hears:
             return "speech, by its words"
         return f"speech by position: {self.why_deaf}" if self.why_deaf else "speech by position"
 

@@ -31,9 +31,9 @@ from typing import Any, Callable, Protocol
 
 from lab.stats.distributions import draw
 from lab.twin import model as M
-from lab.twin import pieces, wire
+from lab.twin import pieces, spoken, wire
 from lab.twin import hearing as H
-from lab.twin.io_actions import Hear, Log, Timer, TimerKey, UnknownSession, UnknownTimer, WakeEar
+from lab.twin.io_actions import Log, Timer, TimerKey, UnknownSession, UnknownTimer, WakeEar
 from lab.twin.activity import ActivityConfig, activity_config
 from lab.twin.usage import Usage
 
@@ -575,10 +575,7 @@ class Turns:
         if p.audio is None:
             return []
         pcm, p.audio = bytes(p.audio), None
-        mdl = p.model
-        asks = tuple((name, tuple(t.asks)) for name, t in mdl.tools.items() if t.asks)
-        expected = mdl.utterances if mdl.utterances < len(mdl.script) else None
-        return [Hear(sid, p.utt, tuple(mdl.script), asks, expected, pcm, p.audio_rate)]
+        return [spoken.hear_request(sid, p.utt, p.model, pcm, p.audio_rate)]
 
     def speech_heard(self, sid: str, utt: int, heard: Any, match: H.Match | None, now: float) -> list:
         """The recognizer's words for utterance `utt` (None, None: it failed, so the turn is read by
@@ -617,10 +614,9 @@ class Turns:
                 read["why"] = "the recognizer failed"
         else:
             heard_lines = list(m.lines)
-            self._advance_position(p, heard_lines)
+            spoken.advance_position(p.model, heard_lines)
             said = m.text or m.heard
-            read = {"by": "recognizer", **m.to_json(), "cpu_ms": round(heard.cpu_ms, 1) if heard else None,
-                    "wall_ms": round(heard.wall_ms, 1) if heard else None}
+            read = spoken.by_recognizer(heard, m)
         acts: list = []
         # inputTranscription: the whole utterance once, when it ends (fidelity §3, §8 F7: the records
         # show it in the same ms as ACTIVITY_END; nothing while the user speaks)
@@ -638,15 +634,6 @@ class Turns:
             # after ACTIVITY_END; the stop in the same turn did not withdraw it
             p.model.history.append(("user", " ".join(heard_lines[1:])))
         return acts
-
-    @staticmethod
-    def _advance_position(p: Playback, lines: list[str]) -> None:
-        """A line of the script heard: the script goes on after it (a line said out of order, or a
-        hello the script does not hold, leaves the lines due as they were)."""
-        pos, script = p.model.story.position, p.model.script
-        for line in lines:
-            if line in script[pos.heard:]:
-                pos.heard = script.index(line, pos.heard) + 1
 
     def _not_understood(self, sid: str, conn: int, now: float, read: dict) -> list:
         """A turn no phrase fits: the model asks again and calls nothing (assumption: the records

@@ -402,3 +402,39 @@ def test_pipecat_openai_does_not_reconnect_after_a_drop_and_its_tool_output_is_l
     assert len(errors) == 2 and all(e["error"].startswith("Error sending client event") and not e["fatal"]
                                     for e in errors), errors
     assert any("_receive_task_handler unexpected exception" in e for e in summary["logged_errors"]), summary
+
+
+def test_pipecat_openai_holds_the_conversation_when_the_user_speaks_the_later_line(pipecat, tmp_path):
+    """The service's way for the user's later turns is audio: the typed first line books as above, then
+    the status question is spoken (InputAudioRawFrames, as a transport's microphone pushes them). The
+    service appends it to the input audio buffer, the twin's server VAD commits the turn and creates
+    the response, the twin hears the words, and pipecat says the status: the conversation goes on."""
+    from lab import speech
+    from lab.twin import recognizer
+    if recognizer.missing():
+        pytest.skip(recognizer.missing())
+    clip = tmp_path / "status.pcm"
+    clip.write_bytes(speech.silence(300) + speech.synth(STATUS) + speech.silence(1000))
+
+    async def body():
+        # the twin's VAD runs on the audio's clock: frames faster than real time keep the test short
+        async with session(pipecat, tmp_path, "--audio-pace-s", "0.01") as (twin, peer):
+            await peer.say(BOOK)
+            await peer.until("said")
+            await peer.say(f"speak {clip}")
+            said = await peer.until("said", n=2)
+            summary = await peer.end()
+        return said, summary
+
+    said, summary = run(body())
+    assert summary["tool_calls"] == [{"name": "book_slot", "args": {"slot": "tomorrow 3pm"}}], summary
+    assert summary["errors"] == [] and summary["logged_errors"] == [], summary
+    ev = record(tmp_path)
+    spoken = [e for e in of(ev, "twin.model") if e.get("source") == "audio"]
+    assert [(e["heard"]["by"], e["heard"]["match"]) for e in spoken] == [("recognizer", STATUS)], spoken
+    assert spoken[0]["match"]["intent"] == "STATUS" and spoken[0]["tool"] is None
+    assert "booked" in said["text"].lower(), said
+    # the spoken turn reached the twin as audio alone (appends are not recorded one by one): no item,
+    # no response.create of the service's; on speech_started it truncates the model's last audio item
+    # (headless, it never played it: read in its source as _truncate_current_audio_response)
+    assert [w["type"] for w in sent(ev, 1)][6:] == ["conversation.item.truncate"], sent(ev, 1)

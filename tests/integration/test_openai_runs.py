@@ -2,7 +2,8 @@
 namespaces, real packets dropped by the client namespace's kernel, judged by the same user outcomes
 as a Gemini run.
 
-One batch per client (control, B1 shortened, B2 shortened; the session cap), run once per module, and
+One batch per client (control, B1 shortened, B2 shortened; the session cap; for the SDK client also
+control spoken, which the twin hears by its words), run once per module, and
 each verdict's user outcomes asserted: the naive `openai` client (the unmodified SDK, no recovery of
 its own) loses the conversation after a silent loss; `openai-recovery` (a new session restored from
 its transcript and a backend status note) gets it back, tells the truth and does the booking once.
@@ -18,12 +19,13 @@ from lab.run import topology_id  # a run's namespaces carry its folder's hash: a
 pytestmark = pytest.mark.netns
 
 SCENARIOS = ["control", "b1-silent-loss", "b2-path-return", "l1-session-cap"]
+SPOKEN = ["control-speech"]       # one client is enough: the client's audio path is the SDK's own
 # B1's path never returns (900 s in the catalogue) and B2's naive run waits out its 100 s: 40 s and 45 s
 # leave the 20 s bound of conversation_back behind the loss, so the naive client's FAIL is a real one
 SHORT = {"b1-silent-loss": 40, "b2-path-return": 45}
 
 
-def _batch(tmp_path_factory, client: str) -> dict[str, tuple]:
+def _batch(tmp_path_factory, client: str, extra: tuple[str, ...] = ()) -> dict[str, tuple]:
     from lab.run import batch_cells
     from lab import parallel, scenario as scenario_mod
     from lab.report import summarize
@@ -32,14 +34,14 @@ def _batch(tmp_path_factory, client: str) -> dict[str, tuple]:
     out.mkdir()
     lines: list[str] = []
     cells = []
-    for name in SCENARIOS:        # each with its own short duration (run_batch takes one for all)
+    for name in [*SCENARIOS, *extra]:        # each with its own short duration (run_batch takes one for all)
         scn = scenario_mod.load(name)
         cells += batch_cells([scn], out, client=client, topology="netns", duration=SHORT.get(name),
                              out=lines.append, protocol="openai")
     parallel.run_cells(cells, 2, out=lines.append)
     summarize(out)
     runs = {}
-    for name in SCENARIOS:
+    for name in [*SCENARIOS, *extra]:
         run = out / f"{name}-{client}-01"
         assert (run / "verdict.json").exists(), "\n".join(lines[-40:])
         runs[name] = (run, json.loads((run / "verdict.json").read_text()), lines)
@@ -48,7 +50,7 @@ def _batch(tmp_path_factory, client: str) -> dict[str, tuple]:
 
 @pytest.fixture(scope="module")
 def naive(tmp_path_factory):
-    return _batch(tmp_path_factory, "openai")
+    return _batch(tmp_path_factory, "openai", tuple(SPOKEN))
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +131,15 @@ def test_the_session_cap_ends_the_naive_conversation_and_the_recovery_client_goe
     run, v, lines = recovery["l1-session-cap"]
     assert v["met"] and v["pass"] and v["reproduces"], (_status(v), "\n".join(lines[-30:]))
     assert _status(v)["truthful_claims"] == "pass"
+
+
+def test_spoken_control_is_heard_by_its_words_and_passes(naive):
+    run, v, lines = naive["control-speech"]
+    _common(run, v)
+    got = _status(v)
+    assert v["pass"] and got["effects_once"] == got["truthful_claims"] == got["last_line_answered"] == "pass", got
+    script = ["Book me the 3pm slot tomorrow, please.", "Did you book it?"]
+    heard = [e["heard"] for e in read_events(run / "twin.jsonl") if e.kind == "twin.model" and e.get("source") == "audio"]
+    assert [h["by"] for h in heard] == ["recognizer", "recognizer"] and [h["match"] for h in heard] == script
+    # the client asked for transcription and got back what the twin heard
+    assert [e["text"] for e in read_events(run / "events.jsonl") if e.kind == "user.transcript"] == script

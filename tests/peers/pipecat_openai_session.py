@@ -17,6 +17,11 @@ the first line on stdin goes into the context and an LLMRunFrame starts the sess
 pipecat app that opens with a prompt does. Later lines are appended with LLMMessagesAppendFrame
 (run_llm) and recorded; what reaches the twin of them is the twin's record to say.
 
+Spoken input: a line `speak PATH` is the user speaking: PATH holds raw 16 kHz 16-bit mono PCM, pushed
+into the pipeline as InputAudioRawFrames of 100 ms, as a transport's microphone pushes them; the
+service resamples them to 24 kHz and appends them to the input audio buffer (the server's VAD ends
+the turn). `--audio-pace-s` is the gap between frames (0.1 is real time).
+
 One JSON line per thing that happens (`{"ev": ...}`: started, user, tool, said, error), then the
 summary (`{"ev": "end", ...}`) once stdin closes. Exit 0 unless the script itself failed.
 """
@@ -47,6 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--model", default="gpt-realtime")
     ap.add_argument("--tool-s", type=float, default=0.0, help="seconds book_slot takes (a window for a drop)")
     ap.add_argument("--log-level", default="WARNING", help="pipecat's loguru level on stderr")
+    ap.add_argument("--audio-pace-s", type=float, default=0.1, help="seconds between 100 ms audio frames")
     return ap.parse_args(argv)
 
 
@@ -66,8 +72,8 @@ async def run(args: argparse.Namespace, out: dict) -> None:
     import pipecat
     from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
     from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
-    from pipecat.frames.frames import (ErrorFrame, Frame, LLMFullResponseEndFrame, LLMMessagesAppendFrame,
-                                       LLMRunFrame, TTSTextFrame)
+    from pipecat.frames.frames import (ErrorFrame, Frame, InputAudioRawFrame, LLMFullResponseEndFrame,
+                                       LLMMessagesAppendFrame, LLMRunFrame, TTSTextFrame)
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.processors.aggregators.llm_context import LLMContext
     from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
@@ -129,6 +135,15 @@ async def run(args: argparse.Namespace, out: dict) -> None:
                 break
             text = line.strip()
             if not text:
+                continue
+            if text.startswith("speak "):
+                pcm = Path(text[len("speak "):]).read_bytes()
+                emit("user", audio_ms=len(pcm) // 32)
+                step = 3200                                     # 100 ms at 16 kHz, 16-bit
+                for i in range(0, len(pcm), step):
+                    await worker.queue_frame(InputAudioRawFrame(audio=pcm[i:i + step], sample_rate=16000,
+                                                                num_channels=1))
+                    await asyncio.sleep(args.audio_pace_s)
                 continue
             emit("user", text=text)
             if first:
