@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab.protocols import GEMINI, PROTOCOLS
+from lab.protocols import GEMINI, OPENAI, PROTOCOLS
 
 CLIENT, PROXY, TWIN, NETWORK = "client", "proxy", "twin", "network"
 
@@ -67,6 +67,10 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            body=(("name", "unresumable"), ("on", True)), protocols=(GEMINI,)),
     Action("quota_out", TWIN, False, "the twin closes every new setup 1011 with the quota reason", verb="fault",
            body=(("name", "quota"), ("on", True)), protocols=(GEMINI,)),
+    # the OpenAI twin's own failure: an `error` server_error then a close 1011 on every session (the
+    # Live API's server closes are the twin's timers and goAway; docs/protocol-openai.md)
+    Action("server_error", TWIN, True, "the twin fails every open session: an error of type server_error, "
+           "then a close 1011", verb="fault", body=(("name", "server_error"), ("on", True)), protocols=(OPENAI,)),
     # a phone leaving Wi-Fi for cellular: the old address is withdrawn, its flow dies silently
     Action("switch_to_cell", NETWORK, True, "the client moves from wifi to cell, break-before-make: wifi and "
            "its address go, then cell comes up", body=(("to", "cell"), ("overlap_s", 0.0))),

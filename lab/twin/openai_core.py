@@ -6,7 +6,7 @@ the same interface to the asyncio shell (lab.twin.server picks one by protocol):
     core.frame_received(conn, data, now)                 -> [actions]
     core.connection_ended(conn, how, now)                -> [actions]
     core.timer_fired(key, now)                           -> [actions]
-    core.set_fault(name, on, now)                        -> [actions]   (the shell's own faults only)
+    core.set_fault(name, on, now)                        -> [actions]   (the shell's own faults, server_error)
     core.go_away(now, time_left_s=None)                  -> [actions]   (OpenAI has no goAway: nothing)
     core.pong_delay()                                    -> seconds to hold a pong
     core.ear = True; core.speech_heard(sid, utt, heard, match, now) -> [actions]   (the shell's recognizer)
@@ -35,6 +35,10 @@ from lab.twin.profile import Profile, load_profile
 # the Gemini session faults (unresumable updates, quota) have no OpenAI counterpart modelled yet
 SLOW_PONGS, STALL = "slow_pongs", "stall"
 FAULTS = {SLOW_PONGS: "slow_pongs", STALL: "stall"}
+# a fault that happens once when switched on, no state kept: the server's own failure on every open
+# session (lab.twin.openai_session.OpenAISessions.server_error)
+SERVER_ERROR = "server_error"
+KNOWN_FAULTS = (*FAULTS, SERVER_ERROR)      # what POST /fault may name
 
 
 class UnknownFault(LabError):
@@ -93,8 +97,11 @@ class OpenAICore:
         return self._sent(self.sessions.fire(key, now))
 
     def set_fault(self, name: str, on: bool, now: float) -> list[Action]:
+        if name == SERVER_ERROR:
+            log = Log("twin.fault", {"name": name, "on": bool(on)})
+            return [log, *self.sessions.server_error(now)] if on else [log]
         if name not in FAULTS:
-            raise UnknownFault(f"unknown OpenAI twin fault {name!r}; known: {', '.join(sorted(FAULTS))}")
+            raise UnknownFault(f"unknown OpenAI twin fault {name!r}; known: {', '.join(sorted(KNOWN_FAULTS))}")
         (self.faults.add if on else self.faults.discard)(name)
         return [Log("twin.fault", {"name": name, "on": bool(on)})]
 

@@ -28,7 +28,9 @@ What it models (each behaviour's source is its parameter's, lab/twin/profiles/op
   item (audio deltas with its transcript, or text deltas), a call one function_call item with its
   arguments; a step's events go out together (the service streams faster than real time; how much
   faster is unmeasured);
-- the session cap: `error` session_expired at openai_session_max_s, then a close 1001.
+- the session cap: `error` session_expired at openai_session_max_s, then a close 1001;
+- the server's own failure (`server_error`, switched by the core): an `error` of type server_error
+  on every open session, then a close 1011 (openai_server_error_close_code).
 
 Sans-I/O: events in with an explicit `now`, actions out (lab.twin.io_actions). Knows nothing of
 sockets or the clock; the frames' spelling is lab.twin.openai_wire's.
@@ -68,6 +70,8 @@ class OpenAIParams:
     session_max_s: float | None
     session_expired_message: str
     session_expired_code: int
+    server_error_message: str
+    server_error_close_code: int
     check_call_id: bool
     auto_response_after_tool_output: bool
     default_model: str
@@ -89,6 +93,7 @@ class OpenAIParams:
         return cls(profile["openai_bad_key_close_code"], profile["openai_bad_key_close_reason"],
                    profile["openai_bad_key_message"], profile["openai_session_max_s"],
                    profile["openai_session_expired_message"], profile["openai_session_expired_code"],
+                   profile["openai_server_error_message"], profile["openai_server_error_close_code"],
                    profile["openai_check_call_id"], profile["openai_auto_response_after_tool_output"],
                    profile["openai_default_model"], profile["openai_default_turn_detection"],
                    profile["openai_session_created_s"], profile["openai_rate_limit_requests"],
@@ -159,6 +164,7 @@ class Session:
     awaiting: dict[int, tuple[str, float]] = field(default_factory=dict)   # utt -> (its item, audio s): words not back
     response: Response | None = None
     closing: bool = False
+    close_why: str = ""         # the server's own close: session_cap, error, bad_key (twin.conn.end's how)
 
     def audio_input(self) -> dict:
         ai = (self.config.get("audio") or {}).get("input")
@@ -224,8 +230,8 @@ class OpenAISessions:
                                          "param": e.param}),
                 self._send(s.conn, self.events.error(e.code, e.message, e.param, e.event_id, e.kind), now)]
 
-    def _close(self, s: Session, code: int, reason: str, now: float) -> Close:
-        s.closing = True
+    def _close(self, s: Session, code: int, reason: str, now: float, why: str) -> Close:
+        s.closing, s.close_why = True, why
         return Close(s.conn, code, fit_close_reason(reason), now)
 
     def session(self, conn: int) -> Session:
@@ -249,7 +255,7 @@ class OpenAISessions:
             acts += self._error(s, W.ClientError("invalid_api_key", self.prm.bad_key_message), now)
             acts.append(Log("twin.refuse", {"conn": conn, "session": sid, "code": self.prm.bad_key_close_code,
                                             "reason": self.prm.bad_key_close_reason, "why": f"key {key}"}))
-            return acts + [self._close(s, self.prm.bad_key_close_code, self.prm.bad_key_close_reason, now)]
+            return acts + [self._close(s, self.prm.bad_key_close_code, self.prm.bad_key_close_reason, now, "bad_key")]
         at = now + draw(self.prm.session_created_s, self.rng)
         acts += [self._send(conn, self.events.event("session.created", session=W.session_object(sid, s.model, s.config)), at),
                  Log("twin.accept", {"conn": conn, "session": sid, "resume": False,
@@ -262,7 +268,12 @@ class OpenAISessions:
         s = self.sessions.pop(conn, None)
         if s is None:
             raise UnknownConnection(f"no OpenAI connection {conn}")
-        # no resumption: the session, its conversation and its calls end with the socket
+        # no resumption: the session, its conversation and its calls end with the socket. A close the
+        # server began is its own end (server_session_cap, server_error, server_bad_key), as the Gemini room
+        # spells it (lab.twin.session), whatever the socket then saw: the report's rules tell the
+        # server's ends from the client's by it (lab.report.rules CLIENT_ENDS)
+        if s.closing and s.close_why:
+            how = f"server_{s.close_why}"
         return [Log("twin.conn.end", {"conn": conn, "how": how, "session": s.id,
                                       "age_ms": round((now - s.opened_at) * 1000, 1),
                                       "speaking": s.response is not None})]
@@ -285,7 +296,19 @@ class OpenAISessions:
         return [Log("twin.session_cap", {"conn": s.conn, "session": s.id, "audio_video": False,
                                          "age_ms": round((now - s.opened_at) * 1000, 1)}),
                 *self._error(s, W.ClientError("session_expired", message), now),
-                self._close(s, self.prm.session_expired_code, message, now)]
+                self._close(s, self.prm.session_expired_code, message, now, "session_cap")]
+
+    def server_error(self, now: float) -> list[Action]:
+        """The server's own failure, on every open session: an `error` of type server_error naming the
+        session, then a close (openai_server_error_close_code; the close itself is an assumption)."""
+        acts: list[Action] = []
+        for s in self.sessions.values():
+            if s.closing:
+                continue
+            message = self.prm.server_error_message.format(session=s.id)
+            acts += [*self._error(s, W.ClientError(None, message, kind=W.SERVER_ERROR), now),
+                     self._close(s, self.prm.server_error_close_code, W.SERVER_ERROR, now, "error")]
+        return acts
 
     # ---- client events ----------------------------------------------------------------------
     def frame(self, conn: int, data: bytes | str, now: float) -> list[Action]:

@@ -32,6 +32,7 @@ CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buf
                  "response.create", "response.cancel")
 
 INVALID_REQUEST = "invalid_request_error"
+SERVER_ERROR = "server_error"        # the error type of the server's own failure (md L28)
 SERVER_ERROR = "server_error"
 
 # ---------------------------------------------------------------------------------------------

@@ -337,6 +337,8 @@ OPENAI_DECLARED: dict[str, Spec] = {
     "openai_session_max_s": Number(lo=0, nullable=True),
     "openai_session_expired_message": Text(hint="a string; {minutes} is filled in"),
     "openai_session_expired_code": CLOSE_CODE,
+    "openai_server_error_message": Text(hint="a string; {session} is filled in"),
+    "openai_server_error_close_code": CLOSE_CODE,
     "openai_check_call_id": Flag(),
     "openai_auto_response_after_tool_output": Flag(),
     "openai_default_model": Text(),

@@ -330,6 +330,36 @@ def test_the_session_cap_is_an_error_session_expired_then_close_1001():
     assert sim.types()[-1] == "error"
 
 
+def test_a_server_close_is_recorded_as_the_servers_own_end():
+    # the report tells the server's ends from the client's by twin.conn.end's how (rules.CLIENT_ENDS)
+    sim = Sim(openai_session_max_s=10)
+    _configured(sim)
+    sim.run(10.0)
+    sim.end(1)
+    assert [e.fields["how"] for e in sim.logs if e.kind == "twin.conn.end"] == ["server_session_cap"]
+    _configured(sim, conn=2)
+    sim.end(2)                                                            # the client's own close stays its own
+    assert [e.fields["how"] for e in sim.logs if e.kind == "twin.conn.end"][-1] == "close_frame"
+
+
+def test_server_error_fails_every_open_session_with_an_error_naming_it_then_close_1011():
+    sim = Sim()
+    _configured(sim, conn=1)
+    _configured(sim, conn=2)
+    sid = sim.of("session.created", conn=2)[0]["session"]["id"]
+    sim.end(1)
+    sim._take(sim.core.set_fault("server_error", True, sim.now))
+    assert 1 not in sim.closes                                            # an ended session is left alone
+    err = sim.of("error", conn=2)[-1]["error"]                            # the SDK's own RealtimeErrorEvent type
+    assert err["type"] == "server_error" and err["code"] is None and sid in err["message"]
+    assert sim.closes[2] == (1011, "server_error")
+    sim.end(2)
+    assert [e.fields["how"] for e in sim.logs if e.kind == "twin.conn.end"][-1] == "server_error"
+    assert sim.core.set_fault("server_error", False, sim.now)[0].kind == "twin.fault"   # nothing to switch off
+    with pytest.raises(LabError, match="known: server_error, slow_pongs, stall"):
+        sim.core.set_fault("quota", True, sim.now)
+
+
 def test_the_default_cap_is_sixty_minutes():
     sim = Sim()
     _configured(sim)

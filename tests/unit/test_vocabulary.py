@@ -7,6 +7,7 @@ from lab import actions, anchors, expectations, metric_names
 from lab.events import Event, EventLog
 from lab.report import metrics as metrics_mod
 from lab.twin.core import FAULTS
+from lab.twin.openai_core import KNOWN_FAULTS as OPENAI_FAULTS
 
 
 def ev(kind: str, ms: float, **data) -> Event:
@@ -65,12 +66,15 @@ def test_step_anchors_need_an_earlier_step():
 
 # ---- actions ---------------------------------------------------------------------------------------
 def test_actions_say_who_and_whether_they_cut_the_path():
-    assert set(actions.cutting_names()) == {"abort", "close", "freeze", "switch_to_cell", "switch_to_cell_overlap"}
+    assert set(actions.cutting_names()) == {"abort", "close", "freeze", "switch_to_cell", "switch_to_cell_overlap",
+                                            "server_error"}
     assert {a.by for a in actions.ACTIONS.values()} == {actions.CLIENT, actions.PROXY, actions.TWIN, actions.NETWORK}
     assert all(set(a.request_body()) == {"to", "overlap_s"} for a in actions.ACTIONS.values() if a.by == actions.NETWORK)
     assert all(a.verb for a in actions.ACTIONS.values() if a.by in (actions.PROXY, actions.TWIN))
-    # a twin action's fault is one the twin has (its control channel answers 404 otherwise)
-    assert {a.request_body()["name"] for a in actions.ACTIONS.values() if a.verb == "fault"} <= set(FAULTS)
+    # a twin action's fault is one the twin of each of its protocols has (its control channel answers 404 otherwise)
+    known = {"gemini": set(FAULTS), "openai": set(OPENAI_FAULTS)}
+    assert all(a.request_body()["name"] in known[p] for a in actions.ACTIONS.values() if a.verb == "fault"
+               for p in a.protocols)
     assert actions.ACTIONS["proxy_close"].verb == "close"
     assert metrics_mod.LOSS_ACTIONS == actions.cutting_names()
 
