@@ -20,6 +20,11 @@ So the only way on after a loss is a new session the client restores itself. Thi
   session's model issues again is deduplicated by business key in the backend and answered from
   the existing job.
 * The user's lines said while recovering wait for the restored session (up to `hold_input_max_s`).
+* A line the user said that got nothing back before the loss (no word, no call: its reply, if the
+  server made one, went down with the old socket) is asked again in the new session: restored as
+  the last user item with a `response.create` (`reask_unanswered`; `user.replay` how `restore`, as
+  the Gemini recovery client records a line its restore carries). A line already answered, or
+  whose answer was a call, is not: its outcome is in the status note.
 
 It writes the events the Gemini recovery client writes for the same steps (loss.detected,
 fallback.start, session.restored, session.note), so the report reads both alike.
@@ -35,6 +40,11 @@ from lab.clients.connection import SRC
 from lab.clients.liveness import LOST, Detector, read_tcp
 from lab.clients.openai_realtime import OpenAIRealtimeClient, _abort
 from lab.errors import LabError
+
+
+# the server events that answer the user's line: the model's words (heard or read) or a call
+_ANSWERING = frozenset({"response.output_audio_transcript.delta", "response.output_audio.delta",
+                        "response.output_text.delta", "response.function_call_arguments.done"})
 
 
 class OpenAIRecoveryClient(OpenAIRealtimeClient):
@@ -53,6 +63,7 @@ class OpenAIRecoveryClient(OpenAIRealtimeClient):
         "status_note": True,            # the restore carries the backend's status of each side effect
         "status_updates": True,         # a result of the lost session that comes later: a note before the next line
         "hold_input_max_s": 30.0,
+        "reask_unanswered": True,       # the user's last line, unanswered at the loss, asked again
     }
 
     def __init__(self, ctx: Any):
@@ -65,6 +76,7 @@ class OpenAIRecoveryClient(OpenAIRealtimeClient):
         self._closing: set[int] = set()                 # connections this client is ending itself
         self._stopping = False
         self._heard = time.monotonic()
+        self._unanswered: tuple[str, int] | None = None     # the user's last line while nothing came back
 
     # ---- Client interface --------------------------------------------------------------------
     async def start(self) -> None:
@@ -79,6 +91,7 @@ class OpenAIRecoveryClient(OpenAIRealtimeClient):
             except asyncio.TimeoutError:
                 pass        # said into whatever there is: a lost line is what the user would find
         self.transcript.append(("user", text))
+        self._unanswered = (text, line)
         await self._send_notes()
         await super().say(text, line)
 
@@ -93,6 +106,8 @@ class OpenAIRecoveryClient(OpenAIRealtimeClient):
     # ---- detection ---------------------------------------------------------------------------
     def _on_event(self, ev: Any) -> None:
         self._heard = time.monotonic()
+        if ev.type in _ANSWERING:
+            self._unanswered = None
         super()._on_event(ev)
 
     def _watch(self, conn: Any) -> None:
@@ -159,7 +174,8 @@ class OpenAIRecoveryClient(OpenAIRealtimeClient):
         if new is None:
             return
         note = self.backend.status_note() if (self.p["status_note"] and self.backend is not None) else ""
-        turns = self._restore_turns()
+        reask = self._unanswered if self.p["reask_unanswered"] else None
+        turns = self._restore_turns(drop_last=reask is not None)
         self.log.write("fallback.start", src=SRC, conn=self.n, note=bool(note), turns=len(turns), old_conn=old_n)
         self._notes = []        # the note below says everything the backend knows now
         for role, text in turns:
@@ -168,6 +184,13 @@ class OpenAIRecoveryClient(OpenAIRealtimeClient):
         if note:
             await new.conversation.item.create(item={"type": "message", "role": "system",
                                                      "content": [{"type": "input_text", "text": note}]})
+        if reask is not None:
+            # after the note, so the answer knows the side effects' state
+            text, line = reask
+            await new.conversation.item.create(item={"type": "message", "role": "user",
+                                                     "content": [{"type": "input_text", "text": text}]})
+            await new.response.create()
+            self.log.write("user.replay", src=SRC, conn=self.n, line=line, how="restore")
         superseded = [cid for cid, n in self.call_conn.items() if n != self.n]
         self.log.write("session.restored", src=SRC, conn=self.n, note=bool(note), turns=len(turns),
                        superseded=superseded)
@@ -176,10 +199,11 @@ class OpenAIRecoveryClient(OpenAIRealtimeClient):
         self.recovering = False
         self.ready.set()
 
-    def _restore_turns(self) -> list[tuple[str, str]]:
-        """The last restore_turns turns of the transcript, consecutive turns of one role joined."""
+    def _restore_turns(self, drop_last: bool = False) -> list[tuple[str, str]]:
+        """The last restore_turns turns of the transcript, consecutive turns of one role joined
+        (`drop_last`: without its last line, which is asked again on its own)."""
         out: list[tuple[str, str]] = []
-        for role, text in self.transcript:
+        for role, text in (self.transcript[:-1] if drop_last else self.transcript):
             if out and out[-1][0] == role:
                 out[-1] = (role, f"{out[-1][1]} {text}")
             elif text.strip():

@@ -482,12 +482,29 @@ def _spurious(r: Record) -> Outcome:
     if not said:
         return _na("the user said nothing")
     turns = r.twin_kind("twin.user")
-    extra = len(turns) - len(said)
+    reasked = _reasked(r)
+    extra = len(turns) - len(said) - reasked
     how = ", ".join(f"{n} by {src}" for src, n in sorted(
         {str(e.get("source")): sum(1 for x in turns if x.get("source") == e.get("source")) for e in turns}.items()))
     status = FAIL if extra > 0 else PASS
-    return Outcome(status, f"{len(turns)} user turn(s) reached the twin ({how}) for {len(said)} line(s) said",
+    again = f" and {reasked} asked again, unanswered at a loss" if reasked else ""
+    return Outcome(status, f"{len(turns)} user turn(s) reached the twin ({how}) for {len(said)} line(s) said{again}",
                    float(max(extra, 0)))
+
+
+def _reasked(r: Record) -> int:
+    """The user's lines a client carried into a new session's restore (`user.replay` how restore) with
+    no reply to them heard before: the same line asked again, whose first reply went down with the
+    lost socket, is the user's turn, not an invented one. A line already answered is not counted."""
+    says = r.kind("user.say")
+    heard = sorted([e.ms for e in r.events if (e.kind == "model.audio" and e.get("first")) or e.kind == "model.text"]
+                   + [e.ms for e in r.kind("tool.call")])
+    n = 0
+    for rp in r.kind("user.replay"):
+        said = [e for e in says if e.get("line") == rp.get("line") and e.ms <= rp.ms]
+        if rp.get("how") == "restore" and said and not any(said[-1].ms <= ms < rp.ms for ms in heard):
+            n += 1
+    return n
 
 
 @_needs_twin

@@ -206,6 +206,20 @@ def test_a_nudge_the_user_never_said_is_a_spurious_turn():
     assert out.status == FAIL and out.figure == 1.0
 
 
+@pytest.mark.parametrize("heard_before, want", [(False, PASS), (True, FAIL)])
+def test_a_line_asked_again_in_a_new_session_is_the_users_unless_its_reply_was_heard(heard_before, want):
+    # m4 (OpenAI): the status question's reply went down with the zombie socket; the recovery client
+    # asks it again in the new session (user.replay how restore). Heard before, asking again is a nudge
+    question = [ev("user.say", 6000, text="Did you book it?", line=1),
+                *([ev("model.text", 6600, conn=2, text="Yes, booked.")] if heard_before else []),
+                ev("user.replay", 12000, conn=3, line=1, how="restore")]
+    rec = record([*conn(1, 50, 100, "s1"), call(1000), ev("twin.user", 6010, conn=2, session="s2", source="text"),
+                  ev("twin.user", 12010, conn=3, session="s3", source="text")], events=question)
+    out = rules.RULES["no_spurious_reply"].judge(rec)
+    assert out.status == want, out.observed
+    assert ("1 asked again" in out.observed) is (not heard_before)
+
+
 def test_transparent_mode_refused_1007_fails():
     twin = [ev("twin.setup", 50, conn=1, resume=False), ev("twin.refuse", 60, conn=1, code=1007, why="transparent")]
     assert rules.RULES["no_transparent_mode"].judge(record(twin)).status == FAIL
