@@ -11,7 +11,8 @@
 camera and audioStreamEnd, goAway and the resumption/quota faults are the Live API's; a step of an
 action its run's protocol lacks is not played (`lab.scenario.Step.plays_in`), and the scenario says so.
 
-`cuts_path` marks an action that ends the client's path to the server. The agent writes the run's
+`cuts_path` marks an action that ends the client's path to the server, `heals_path` one that gives
+it back (the report reads it as it reads a fault's heal). The agent writes the run's
 `loss` event at the first such action unless a fault came first (lab.anchors); the others (resume,
 unfreeze, ...) never make a loss. Fault and heal steps are not actions: the agent applies them itself.
 """
@@ -33,6 +34,7 @@ class Action:
     verb: str | None = None     # the proxy's control verb, or the twin's control route
     body: tuple = ()            # twin actions: the request's JSON fields, as (name, value) pairs
     protocols: tuple[str, ...] = PROTOCOLS     # the protocols that have it
+    heals_path: bool = False    # it gives the cut path back (the proxy forwards the frozen connection again)
 
     def request_body(self) -> dict:
         return dict(self.body)
@@ -52,7 +54,8 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            "closing the old session)", protocols=(GEMINI,)),
     Action("freeze", PROXY, True, "the proxy stops forwarding the first connection's bytes; its TCP stays up",
            verb="freeze"),
-    Action("unfreeze", PROXY, False, "the proxy forwards the frozen connection again", verb="unfreeze"),
+    Action("unfreeze", PROXY, False, "the proxy forwards the frozen connection again", verb="unfreeze",
+           heals_path=True),
     Action("proxy_close", PROXY, False, "the proxy closes the frozen tunnel's sockets", verb="close"),
     Action("goaway", TWIN, False, "the twin sends goAway now (timeLeft: its goaway_lead_s), then closes "
            "when it runs out", verb="goaway", protocols=(GEMINI,)),
@@ -82,6 +85,11 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
 
 def known_names() -> list[str]:
     return sorted(ACTIONS)
+
+
+def healing_names() -> tuple[str, ...]:
+    """The actions that give a cut path back, as a fault's heal does."""
+    return tuple(a.name for a in ACTIONS.values() if a.heals_path)
 
 
 def cutting_names() -> tuple[str, ...]:

@@ -34,7 +34,7 @@ from lab.report import claims
 from lab.report import effects as effects_mod
 from lab.report import loss_shape
 from lab.report.metrics import USER_STATUS_CLAIM, heard_from, statements_after, turn_starts
-from lab.report.rules import FAIL, NA, PASS, RULES, Outcome, Record
+from lab.report.rules import FAIL, NA, PASS, RULES, Outcome, Record, path_back_ms
 
 # How long after the path allowed a new connection the user may wait for a reply. The studies give
 # no bound; 20 s is an assumption: the reference pattern's 6-7 s to a new session (000 §4) plus a
@@ -187,8 +187,7 @@ def _allowed_ms(r: Record) -> tuple[float | None, str]:
     target = (apply.get("spec") or {}).get("target") if apply is not None else None
     if apply is None or (isinstance(target, dict) and target.get("sport") is not None):
         return r.loss_ms, "at the loss (a new connection was not blocked)"
-    back = next((e.ms for e in r.kind("fault.clear") if e.ms > r.loss_ms and not e.get("at_exit")), None)
-    return back, "when the path to the endpoint healed"
+    return path_back_ms(r), "when the path to the endpoint healed"
 
 
 def _replies(r: Record) -> list[tuple[float, Any]]:
@@ -211,7 +210,7 @@ def _back(r: Record) -> Outcome:
     if allowed is None:
         return _na("the path never allowed a new connection during the run")
     lost = m.get("lost_conn")
-    healed = next((e.ms for e in r.kind("fault.clear") if e.ms > r.loss_ms and not e.get("at_exit")), math.inf)
+    healed = path_back_ms(r) or math.inf
     # a reply on another connection, or on the lost one once its path healed (b2's old connection lives again)
     reply = next(((ms, c) for ms, c in _replies(r) if ms > max(allowed, r.loss_ms)
                   and (c != lost or ms > healed)), None)

@@ -223,10 +223,13 @@ def _not_a_cut(m: dict[str, Any]) -> Outcome | None:
     return _armed(m)
 
 
-def _path_back_ms(r: Record) -> float | None:
-    """When the agent healed the loss's fault during the run (not at exit); None: never."""
-    return next((e.ms for e in r.kind("fault.clear") if r.loss_ms is not None and e.ms > r.loss_ms
-                 and not e.get("at_exit")), None)
+def path_back_ms(r: Record) -> float | None:
+    """When the lost path came back during the run: the agent healed the loss's fault (not at exit),
+    or a scripted action gave it back (lab.actions heals_path: the proxy's unfreeze); None: never."""
+    healing = actions.healing_names()
+    return next((e.ms for e in r.events if r.loss_ms is not None and e.ms > r.loss_ms
+                 and ((e.kind == "fault.clear" and not e.get("at_exit"))
+                      or (e.kind == "action" and e.get("what") in healing))), None)
 
 
 def _needs_twin(fn: Callable[[Record], Outcome]) -> Callable[[Record], Outcome]:
@@ -313,7 +316,7 @@ def _detection(r: Record) -> Outcome:
 def _close(r: Record) -> Outcome:
     if r.loss_ms is None or r.loss_shape != CUT:
         return _na("no loss that cut the path")
-    back = _path_back_ms(r)
+    back = path_back_ms(r)
     if back is None:
         return _na("the path did not come back during the run")
     lost = r.lost_conn()
@@ -515,7 +518,7 @@ def _zombie(r: Record) -> Outcome:
     if lost is None:
         return _na("the twin held no connection when the path turned into a zombie")
     # until the path heals: after it, the connection works again and leaving it proves nothing
-    until = _path_back_ms(r)
+    until = path_back_ms(r)
     limit, what = (until, "the path healed") if until is not None else (r.end_ms, "the run ended")
     # leaving it: the client ends it (its close frame, RST or FIN are small and pass) or opens another
     left = [(c.opened_ms, "a resume" if c.resume else "a new session")
