@@ -31,7 +31,7 @@ def test_without_clients_each_protocol_gets_its_defaults_and_a_set_its_own_scena
     assert (g, o) == BOTH
     assert gs == list(runner.SETS["resume"]) and gc == list(runner.DEFAULT_CLIENTS)
     assert os_ == [s for s in runner.SETS["resume"] if "openai" in scenario_mod.load(s).protocols]
-    assert "r2-freeze" not in os_ and "control" in os_ and oc == ["openai", "openai-recovery", "livekit", "pipecat"]
+    assert "r1-idle-abort-delayed" not in os_ and "r2-freeze" in os_ and "control" in os_ and oc == ["openai", "openai-recovery", "livekit", "pipecat"]
 
 
 def test_named_scenarios_and_clients_go_to_the_protocol_they_belong_to():

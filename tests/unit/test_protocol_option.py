@@ -169,7 +169,7 @@ def test_a_set_and_all_keep_the_scenarios_of_the_protocol_and_the_matrix_its_cli
     from lab import matrix
     resume = matrix.expand_scenarios(["resume"], "openai")
     assert resume == [s for s in matrix.SETS["resume"] if "openai" in scenario.load(s).protocols]
-    assert "control" in resume and "r2-freeze" not in resume and "b2-path-return" in resume
+    assert "control" in resume and "r1-idle-abort-delayed" not in resume and "b2-path-return" in resume
     assert matrix.expand_scenarios(["resume"]) == list(matrix.SETS["resume"])       # gemini: the whole set
     assert "l1-session-cap" in scenario.names_for("openai") and "l1-session-cap" not in scenario.names_for("gemini")
     assert matrix.default_clients("openai") == ("openai", "openai-recovery", "livekit", "pipecat")
