@@ -15,37 +15,19 @@ import pytest
 
 from lab.events import read_events
 from lab.run import topology_id  # a run's namespaces carry its folder's hash: another test's same-named run is not ours
+from tests.integration.openai_batch import RUNS_SCENARIOS, RUNS_SPOKEN, run_batch, status as _status
 
 pytestmark = pytest.mark.netns
 
-SCENARIOS = ["control", "b1-silent-loss", "b2-path-return", "l1-session-cap"]
-SPOKEN = ["control-speech"]       # one client is enough: the client's audio path is the SDK's own
+SCENARIOS = RUNS_SCENARIOS
+SPOKEN = RUNS_SPOKEN       # one client is enough: the client's audio path is the SDK's own
 # B1's path never returns (900 s in the catalogue) and B2's naive run waits out its 100 s: 40 s and 45 s
 # leave the 20 s bound of conversation_back behind the loss, so the naive client's FAIL is a real one
 SHORT = {"b1-silent-loss": 40, "b2-path-return": 45}
 
 
 def _batch(tmp_path_factory, client: str, extra: tuple[str, ...] = ()) -> dict[str, tuple]:
-    from lab.run import batch_cells
-    from lab import parallel, scenario as scenario_mod
-    from lab.report import summarize
-
-    out = tmp_path_factory.mktemp(client) / "batch"
-    out.mkdir()
-    lines: list[str] = []
-    cells = []
-    for name in [*SCENARIOS, *extra]:        # each with its own short duration (run_batch takes one for all)
-        scn = scenario_mod.load(name)
-        cells += batch_cells([scn], out, client=client, topology="netns", duration=SHORT.get(name),
-                             out=lines.append, protocol="openai")
-    parallel.run_cells(cells, 2, out=lines.append)
-    summarize(out)
-    runs = {}
-    for name in [*SCENARIOS, *extra]:
-        run = out / f"{name}-{client}-01"
-        assert (run / "verdict.json").exists(), "\n".join(lines[-40:])
-        runs[name] = (run, json.loads((run / "verdict.json").read_text()), lines)
-    return runs
+    return run_batch(tmp_path_factory, client, [*SCENARIOS, *extra], SHORT)
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +38,6 @@ def naive(tmp_path_factory):
 @pytest.fixture(scope="module")
 def recovery(tmp_path_factory):
     return _batch(tmp_path_factory, "openai-recovery")
-
-
-def _status(verdict) -> dict[str, str]:
-    return {name: o["status"] for name, o in verdict["outcomes"].items()}
 
 
 def _common(run, verdict):
