@@ -63,7 +63,8 @@ SETS: dict[str, tuple[str, ...]] = {
                "r2-freeze", "b1-silent-loss", "b2-path-return", "s2-recovery"),          # seed 000
     "stop": ("stop-a-pending", "stop-b-pending-late", "stop-c-blocking", "stop-d-after-commit", "stop-e-silent",
              "stop-f-early"),                                                               # seed 001
-    "lifecycle": ("l1-goaway", "l2-slow-pongs", "l3-stall"),                                # fidelity §5
+    # fidelity §5; OpenAI's own: its session cap and its server_error close (a set keeps a protocol's own)
+    "lifecycle": ("l1-goaway", "l2-slow-pongs", "l3-stall", "l1-session-cap", "l4-server-error"),
     # a phone switching networks and the middleboxes of real paths (n1, m1, m2, m4 behind
     # the router node; m3's CONNECT proxy is the endpoint's proxy, the same middlebox family)
     "router": ("n1-network-switch", "m1-nat-idle-reap", "m2-fixed-age-relay", "m3-proxy-idle-timeout",
