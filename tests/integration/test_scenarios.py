@@ -13,7 +13,7 @@ import pytest
 from lab.run import topology_id  # a run's namespaces carry its folder's hash: another test's same-named run is not ours
 
 from lab.events import read_events
-from lab.scenario import names
+from lab.scenario import names, names_for
 
 pytestmark = pytest.mark.netns
 
@@ -28,7 +28,8 @@ OWN_MODULE = {"stop-": "test_stop.py", "t1-": "test_transparent.py", "t2-": "tes
               "t3-": "test_transparent.py", "t4-": "test_transparent.py", "k1-": "test_lk003.py",
               "k2-": "test_lk003.py", "k3-": "test_lk003.py", "p1-": "test_lk003.py",
               "l1-session-cap": "test_openai_runs.py"}
-CATALOGUE = [n for n in names() if not n.startswith(tuple(OWN_MODULE))]
+# the Gemini catalogue: scenarios for OpenAI alone run in test_openai_catalogue.py with its clients
+CATALOGUE = [n for n in names_for("gemini") if not n.startswith(tuple(OWN_MODULE))]
 
 
 def _run(tmp_path, scenario, client=None):
