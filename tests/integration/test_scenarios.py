@@ -13,7 +13,7 @@ import pytest
 from lab.run import topology_id  # a run's namespaces carry its folder's hash: another test's same-named run is not ours
 
 from lab.events import read_events
-from lab.scenario import names, names_for
+from lab.scenario import names_for
 
 pytestmark = pytest.mark.netns
 
