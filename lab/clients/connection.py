@@ -168,6 +168,8 @@ class Connection:
         # (monotonic send time, TCP sent it at once) of the recent pings: the detector's probes
         self._pings: collections.deque[tuple[float, bool]] = collections.deque(maxlen=16)
         self._last_ping = 0.0
+        # monotonic start of the newest other connection to this endpoint that has been answered
+        self._path_answered_from: float | None = None
         self.close_code: int | None = None
         self.close_reason: str | None = None
         self.closed_by: str | None = None
@@ -338,7 +340,8 @@ class Connection:
                 self._unacked_since = now          # sampled each tick: at most one tick late
             outstanding = None if self._unacked_since is None else now - self._unacked_since
             pings = [now - at for at, sent in self._pings if sent]
-            verdict = det.judge(silent, tcp, outstanding, self._timing.ping_interval_s, pings)
+            answered = None if self._path_answered_from is None else now - self._path_answered_from
+            verdict = det.judge(silent, tcp, outstanding, self._timing.ping_interval_s, pings, answered)
         tcp_fields = {} if tcp is None else {"ack_silent_ms": round(tcp.ack_silent_s * 1000),
                                              "rto_ms": round(tcp.rto_s * 1000), "rtt_ms": round(tcp.rtt_s * 1000, 2),
                                              "unacked": tcp.unacked}
@@ -384,6 +387,12 @@ class Connection:
             self.last_rx = max(self.last_rx, time.monotonic())
             self._events.pong(self, sent_at)
         fut.add_done_callback(pong)
+
+    def path_answered(self, other: "Connection") -> None:
+        """`other`, a connection to the same endpoint, has been answered (its session set up): the
+        path carried a round trip begun at its start (the detector's witness, lab.clients.liveness)."""
+        if self._path_answered_from is None or other.t_start > self._path_answered_from:
+            self._path_answered_from = other.t_start
 
     def revive(self) -> None:
         """The client decided to use this connection again (reuse after a freeze): re-arm detection."""

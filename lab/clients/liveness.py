@@ -30,14 +30,19 @@ is fast (the lab's namespaces, where the limits above sit on the kernel's 200 ms
              floor (on a fast path a live peer acknowledges in a round trip plus its delayed ACK,
              40 ms on Linux). A false suspicion costs a spare session, not the session.
     lost     `lost_probes` pings sent since the last ACK, each unanswered for longer than TCP's own
-             RTO, the oldest for at least `probed_lost_after_s`. Each ping is a segment of its
-             own, and on a live path any one of them that gets through is acknowledged (a SACK
-             when an earlier one is missing), so three unanswered are three losses (or three lost
+             RTO, the oldest for at least `probed_lost_after_s`, AND another connection to the
+             same endpoint, begun after the oldest of them was sent, has been answered (the
+             spare session the suspicion opened). Each ping is a segment of its own, and on a
+             live path any one of them that gets through is acknowledged (a SACK when an earlier
+             one is missing), so three unanswered are three losses (or three lost
              acknowledgements) in a row, as the rule above, but side by side rather than at TCP's
-             doubling retransmission timeouts. Only pings sent while TCP was not backing off
-             count (after a retransmission timeout the kernel holds new segments back: the
-             caller leaves those out). The client pings faster while it suspects
-             (`probe_interval_s`) to have them out before TCP's own timeout.
+             doubling retransmission timeouts. That alone cannot tell a dead path from one whose
+             delay just jumped past TCP's RTO (a 600 ms step on a 5 ms path: seen in `lab bench
+             false-alarms`); the other connection can: the path carried a round trip begun after
+             the probes, so its delay is not what keeps them unanswered. Only pings sent while
+             TCP was not backing off count (after a retransmission timeout the kernel holds new
+             segments back: the caller leaves those out). The client pings faster while it
+             suspects (`probe_interval_s`) to have them out before TCP's own timeout.
 
 Without TCP_INFO (another OS, a socket not yet there) the rule is the old one: silent for
 `lost_after_s` is a loss. `judge` and `unanswered` are pure; `read_tcp(sock)` is the one system call.
@@ -127,7 +132,8 @@ class Detector:
         return max(self.suspect_after_s, self.suspect_rtos * rto), lost, max(self.stall_after_s, 2 * lost)
 
     def judge(self, silent_s: float, tcp: TcpView | None, outstanding_s: float | None = None,
-              ping_interval_s: float = 0.0, pings: Sequence[float] | None = None) -> str:
+              ping_interval_s: float = 0.0, pings: Sequence[float] | None = None,
+              answered_since_s: float | None = None) -> str:
         """OK, SUSPECT or LOST for a connection silent `silent_s` (no frame, no pong).
 
         `outstanding_s`: how long TCP has had data unacknowledged (the caller watches `unacked`).
@@ -136,6 +142,8 @@ class Detector:
         ack, so the witness is min(time since the last ack, outstanding + one interval).
         `pings`: how long ago the client sent each of its recent pings that TCP sent at once (not
         backing off); None when the caller does not track them (the rules above alone).
+        `answered_since_s`: another connection to the same endpoint, begun this long ago, has
+        been answered since (None: none has).
         """
         if tcp is None:
             return LOST if silent_s >= self.lost_after_s else OK
@@ -152,7 +160,8 @@ class Detector:
             waiting = unanswered(pings, tcp)
             oldest = waiting[0] if waiting else 0.0
             timed_out = sum(1 for a in waiting if a >= tcp.rto_s)
-            if (self.lost_probes > 0 and timed_out >= self.lost_probes
+            path_carries = answered_since_s is not None and answered_since_s < oldest
+            if (self.lost_probes > 0 and timed_out >= self.lost_probes and path_carries
                     and min(oldest, silent_s) >= self.probed_lost_after_s):
                 return LOST
             early = max(self.suspect_after_s, self.suspect_rtos * tcp.path_rto_s)

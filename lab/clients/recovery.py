@@ -3,7 +3,8 @@
 * Its own ledger of tool calls by call id, across connections (`SdkClient.ledger`).
 * Detection with its own WebSocket pings (one every 0.25 s) and the kernel's TCP as a witness
   (lab.clients.liveness): three pings unanswered by TCP, each past TCP's own RTO, the oldest for
-  0.35 s, are a loss (`lost_probes`, `probed_lost_after_s`); so is silent and nothing acknowledged
+  0.35 s, while the spare session the suspicion opened (after them) is up, are a loss
+  (`lost_probes`, `probed_lost_after_s`); so is silent and nothing acknowledged
   for max(0.8 s, 4 RTO), and silent for 4 s whatever TCP says (`lost_after_s`, `lost_rtos`,
   `stall_after_s`). A path with jitter and random loss is slow, not dead: TCP acks it within a few
   RTOs, so it is never taken for a loss (`lab bench false-alarms`); `tcp_witness: false` is the
@@ -126,6 +127,8 @@ class RecoveryClient(SdkClient):
         if suspected and self._early is None:
             session = self._new_session_no()
             hedge = self.spawn(self._open_new(session), name="recovery-early-hedge") if self.p["hedge"] else None
+            if hedge is not None:
+                hedge.add_done_callback(lambda t, c=c: _witness(t, c))
             # bounded: the attempt must not outlive the resume window of the loss it prepares for
             timeout = float(self.p["default_window_s"]) + float(self.p["stall_after_s"])
             resume = (self.spawn(self.attempt_resume("suspect", timeout=timeout), name="recovery-early-resume")
@@ -413,6 +416,13 @@ class RecoveryClient(SdkClient):
                            why="action")
             return None
         return await super().scripted_resume()
+
+
+def _witness(hedge: asyncio.Task, suspected: Connection) -> None:
+    """The spare session is up: the path to the endpoint carries a round trip begun after the
+    suspicion, which the detector weighs against the suspected connection's unanswered pings."""
+    if not hedge.cancelled() and hedge.exception() is None:
+        suspected.path_answered(hedge.result())
 
 
 @dataclasses.dataclass

@@ -98,19 +98,31 @@ def test_a_ping_unanswered_past_the_floor_is_suspected_long_before_the_silence_r
     assert PROBING.judge(0.36, fast(0.36, 1)) == OK              # without the pings: the old rule's 0.4 s
 
 
+SPARE_UP = 0.25      # the spare session, begun at the suspicion 0.25 s ago, is set up
+
+
 def test_three_probes_past_tcps_rto_are_a_loss_two_are_not():
     # ping at 0, probes at 0.125 and 0.15 (every 0.025 s once suspected); now is 0.36 after the first
     pings = [0.36, 0.235, 0.21]
-    assert PROBING.judge(0.6, fast(0.6, 3), pings=pings) == LOST
-    assert PROBING.judge(0.6, fast(0.6, 3), pings=pings[:2]) == SUSPECT
+    assert PROBING.judge(0.6, fast(0.6, 3), pings=pings, answered_since_s=SPARE_UP) == LOST
+    assert PROBING.judge(0.6, fast(0.6, 3), pings=pings[:2], answered_since_s=SPARE_UP) == SUSPECT
     # the newest not yet past TCP's own RTO: its answer may still come
-    assert PROBING.judge(0.6, fast(0.6, 3), pings=[0.36, 0.235, 0.19]) == SUSPECT
+    assert PROBING.judge(0.6, fast(0.6, 3), pings=[0.36, 0.235, 0.19], answered_since_s=SPARE_UP) == SUSPECT
 
 
 def test_the_oldest_probe_must_have_waited_the_floor():
-    # three probes past the RTO but the oldest only 0.3 s: a delay step of 0.3 s is not a loss yet
-    assert PROBING.judge(0.55, fast(0.55, 3), pings=[0.3, 0.25, 0.21]) == SUSPECT
-    assert PROBING.judge(0.6, fast(0.6, 3), pings=[0.35, 0.3, 0.26]) == LOST
+    # three probes past the RTO but the oldest only 0.3 s
+    assert PROBING.judge(0.55, fast(0.55, 3), pings=[0.3, 0.25, 0.21], answered_since_s=0.2) == SUSPECT
+    assert PROBING.judge(0.6, fast(0.6, 3), pings=[0.35, 0.3, 0.26], answered_since_s=0.2) == LOST
+
+
+def test_a_delay_step_is_no_loss_until_the_path_carries_a_later_round_trip():
+    # the path's delay jumps from 5 ms to up to 600 ms: three probes unanswered past the old RTO
+    pings = [0.37, 0.25, 0.225]
+    assert PROBING.judge(0.6, fast(0.6, 3), pings=pings) == SUSPECT                          # no spare up
+    assert PROBING.judge(0.6, fast(0.6, 3), pings=pings, answered_since_s=0.5) == SUSPECT    # begun before them
+    # a spare begun after the oldest probe has been answered: the path is not what holds them
+    assert PROBING.judge(0.6, fast(0.6, 3), pings=pings, answered_since_s=0.3) == LOST
 
 
 def test_a_live_path_acknowledges_a_later_probe_so_the_lost_ping_counts_no_more():
@@ -120,7 +132,7 @@ def test_a_live_path_acknowledges_a_later_probe_so_the_lost_ping_counts_no_more(
 
 def test_probes_count_after_tcp_merged_them_into_one_segment():
     # TCP's timeout retransmitted the four pings as one segment (unacked 1): still four unanswered
-    assert PROBING.judge(0.6, fast(0.6, 1), pings=[0.45, 0.3, 0.25, 0.22]) == LOST
+    assert PROBING.judge(0.6, fast(0.6, 1), pings=[0.45, 0.3, 0.25, 0.22], answered_since_s=SPARE_UP) == LOST
 
 
 def test_on_a_jittery_path_the_limits_scale_with_its_own_rto():
@@ -128,12 +140,13 @@ def test_on_a_jittery_path_the_limits_scale_with_its_own_rto():
     # a ping held 0.6 s is not even suspected: 2 x (srtt + 4 rttvar) = 1.8 s
     assert PROBING.judge(0.7, slow, pings=[0.6, 0.35, 0.1]) == OK
     # three pings each unanswered past the 0.9 s RTO: lost or their acknowledgements lost, all three
-    assert PROBING.judge(1.6, dataclasses.replace(slow, ack_silent_s=1.6), pings=[1.45, 1.2, 0.95]) == LOST
+    assert PROBING.judge(1.6, dataclasses.replace(slow, ack_silent_s=1.6), pings=[1.45, 1.2, 0.95],
+                         answered_since_s=1.0) == LOST
 
 
 def test_without_lost_probes_the_pings_only_make_the_suspicion_earlier():
     det = Detector(suspect_after_s=0.1, lost_after_s=0.8, lost_rtos=4.0)     # lost_probes 0: off
-    assert det.judge(0.6, fast(0.6, 3), pings=[0.5, 0.4, 0.3]) == SUSPECT
+    assert det.judge(0.6, fast(0.6, 3), pings=[0.5, 0.4, 0.3], answered_since_s=0.35) == SUSPECT
     assert det.judge(0.9, fast(0.9, 3), pings=[0.85, 0.6, 0.3]) == LOST      # the old rule's 0.8 s
 
 
