@@ -9,7 +9,9 @@ time (both runs go side by side in their own namespaces, so they share the machi
 
 While it runs it prints, every `--every` seconds, each run's detections, suspicions and pongs so
 far. At the end: false detections per client, suspicions (spare sessions the client opened and
-closed again), and the ratio of the baseline's count to the reference's. It asserts nothing.
+closed again), the ratio of the baseline's count to the reference's, and the reference's count
+beside its goal (0 in 10 minutes; a shorter run is not judged unless it already missed). It asserts
+nothing.
 """
 from __future__ import annotations
 

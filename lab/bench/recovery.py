@@ -5,14 +5,18 @@ times in the same invocation, against the twin, in network namespaces with real 
 runs alternate, so the sequential pattern is a baseline measured under the same machine load. The
 figure is loss to the first audio of the recovered session, read from each run's events (the agent's
 `loss` event is the loss). It prints one line per run as it ends, then p50/p95 for each client with
-its ratio to the baseline. It asserts nothing.
+its ratio to the baseline, and the reference's median beside its goals (<= 1.5 s, <= 1.15x the
+floor the twin's inputs set), met or NOT met. It asserts nothing.
 
 The sequential pattern is the study's recovery.py: detection by pings every 0.5 s and 2 s of
 silence, a 4 s resume window (an attempt at detection, then one per second), then a new session.
 The reference client asks TCP before calling silence a loss (lab.clients.liveness): suspected
-after 2 RTO (0.4 s here), lost after 4 RTO (0.8 s); at the suspicion it starts one resume attempt
-and the new session in parallel, and at the loss it restores into the new session without waiting
-for that attempt's refusal (a silent loss leaves the session held: the cut-off is the loss itself).
+once a ping has waited 0.1 s without an ACK (here; 2 of the path's own RTOs where that is longer),
+lost once three pings are unanswered past TCP's RTO (0.2 s here), the oldest for 0.35 s, while the
+spare session, opened at the suspicion on the same path, is up (else after 4 RTO, 0.8 s); at the
+suspicion it starts one resume attempt and the new session in parallel, and at the loss it
+restores into the new session without waiting for that attempt's refusal (a silent loss leaves
+the session held: the cut-off is the loss itself).
 
 Where the time goes, per client (medians over the runs, from the events):
     detection   loss -> loss.detected                      the client's own limits (emerged)
