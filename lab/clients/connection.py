@@ -168,6 +168,7 @@ class Connection:
         # (monotonic send time, TCP sent it at once) of the recent pings: the detector's probes
         self._pings: collections.deque[tuple[float, bool]] = collections.deque(maxlen=16)
         self._last_ping = 0.0
+        self._probing = False                   # a ping waits for its answer: more follow it
         # monotonic start of the newest other connection to this endpoint that has been answered
         self._path_answered_from: float | None = None
         self.close_code: int | None = None
@@ -317,8 +318,8 @@ class Connection:
             now = time.monotonic()
             if self.closed:
                 break
-            # suspected: probes closer together, so that several are out before TCP's own timeout
-            probing = bool(probe) and self._suspected is not None and not self.lost
+            # a ping waits for its answer: probes closer together, several out before TCP's own timeout
+            probing = bool(probe) and self._probing and not self.lost
             if now >= (self._last_ping + probe if probing else next_ping):
                 next_ping = now + iv
                 await self.ping(iv)
@@ -342,6 +343,7 @@ class Connection:
             pings = [now - at for at, sent in self._pings if sent]
             answered = None if self._path_answered_from is None else now - self._path_answered_from
             verdict = det.judge(silent, tcp, outstanding, self._timing.ping_interval_s, pings, answered)
+            self._probing = verdict in (SUSPECT, LOST) or det.wants_probes(tcp, pings)
         tcp_fields = {} if tcp is None else {"ack_silent_ms": round(tcp.ack_silent_s * 1000),
                                              "rto_ms": round(tcp.rto_s * 1000), "rtt_ms": round(tcp.rtt_s * 1000, 2),
                                              "unacked": tcp.unacked}

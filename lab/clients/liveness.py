@@ -25,10 +25,15 @@ lab's namespaces: RTO is the kernel's 200 ms floor) and long where it is slow:
 The client's own pings, when it gives their send times, make both verdicts sooner where the path
 is fast (the lab's namespaces, where the limits above sit on the kernel's 200 ms floor):
 
-    suspect  the oldest ping sent since TCP's last ACK has waited max(suspect_after_s,
-             suspect_rtos x the path's own RTO): srtt + 4 rttvar, without the kernel's 200 ms
-             floor (on a fast path a live peer acknowledges in a round trip plus its delayed ACK,
-             40 ms on Linux). A false suspicion costs a spare session, not the session.
+    probe    the oldest ping sent since TCP's last ACK has waited max(probe_after_s, the path's
+             own RTO: srtt + 4 rttvar, without the kernel's 200 ms floor): the client pings
+             every `probe_interval_s` until it is answered (`wants_probes`).
+    suspect  that ping has waited max(suspect_after_s, suspect_rtos x the path's own RTO), and a
+             later one has waited max(the path's own RTO, a delayed ACK: 40 ms, Linux's
+             TCP_DELACK_MIN) too. On a live path a later ping that arrives is acknowledged at once
+             (a SACK, the earlier one missing), so a single lost ping, which on a fast path stays
+             unanswered for TCP's whole 200 ms RTO, is not suspected: two in a row must be lost.
+             A false suspicion costs a spare session and a resume attempt, not the session.
     lost     `lost_probes` pings sent since the last ACK, each unanswered for longer than TCP's own
              RTO, the oldest for at least `probed_lost_after_s`, AND another connection to the
              same endpoint, begun after the oldest of them was sent, has been answered (the
@@ -41,8 +46,8 @@ is fast (the lab's namespaces, where the limits above sit on the kernel's 200 ms
              false-alarms`); the other connection can: the path carried a round trip begun after
              the probes, so its delay is not what keeps them unanswered. Only pings sent while
              TCP was not backing off count (after a retransmission timeout the kernel holds new
-             segments back: the caller leaves those out). The client pings faster while it
-             suspects (`probe_interval_s`) to have them out before TCP's own timeout.
+             segments back: the caller leaves those out). The probes are out before TCP's own
+             timeout.
 
 Without TCP_INFO (another OS, a socket not yet there) the rule is the old one: silent for
 `lost_after_s` is a loss. `judge` and `unanswered` are pure; `read_tcp(sock)` is the one system call.
@@ -69,6 +74,7 @@ TCP_RTO_MIN_S = 0.2      # Linux's floor on the RTO (TCP_RTO_MIN)
 # tcpi_last_ack_recv counts kernel ticks (4 ms at HZ=250, 10 ms at HZ=100), so it may read a tick
 # long: a ping answered within a tick would look sent after its own ACK without this margin
 ACK_CLOCK_S = 0.01
+DELAYED_ACK_S = 0.04     # Linux's TCP_DELACK_MIN: how long a peer on a fast path may hold an ACK
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,14 @@ class Detector:
     lost_rtos: float = 5.0
     lost_probes: int = 0                 # 0: the pings' own rule for a loss is off
     probed_lost_after_s: float = 0.35
+    probe_after_s: float = 0.05
+
+    def wants_probes(self, tcp: TcpView | None, pings: Sequence[float]) -> bool:
+        """A ping has waited long enough for an answer that more should follow it (pure)."""
+        if tcp is None:
+            return False
+        waiting = unanswered(pings, tcp)
+        return bool(waiting) and waiting[0] >= max(self.probe_after_s, tcp.path_rto_s)
 
     def limits(self, tcp: TcpView | None) -> tuple[float, float, float]:
         """(suspect, lost, stall) limits in seconds for this connection now."""
@@ -165,7 +179,8 @@ class Detector:
                     and min(oldest, silent_s) >= self.probed_lost_after_s):
                 return LOST
             early = max(self.suspect_after_s, self.suspect_rtos * tcp.path_rto_s)
-            if min(oldest, silent_s) >= early:
+            answer = max(DELAYED_ACK_S, tcp.path_rto_s)
+            if min(oldest, silent_s) >= early and sum(1 for a in waiting if a >= answer) >= 2:
                 return SUSPECT
         if silent_s >= suspect and dead_for >= suspect:
             return SUSPECT

@@ -9,12 +9,13 @@
   `stall_after_s`). A path with jitter and random loss is slow, not dead: TCP acks it within a few
   RTOs, so it is never taken for a loss (`lab bench false-alarms`); `tcp_witness: false` is the
   silence-only rule.
-* Suspicion first: a ping unanswered by TCP for max(0.1 s, 2 of the path's own RTOs) (or silent
-  and unacknowledged for max(0.1 s, 2 RTO); `suspect_after_s`, `suspect_rtos`) starts the resume
+* Suspicion first: a ping unanswered by TCP for 0.05 s (`probe_after_s`, or the path's own RTO)
+  sends the next ones every `probe_interval_s` (0.025 s), so that three are out before TCP's own
+  timeout; two unanswered, the oldest for max(0.1 s, 2 of the path's own RTOs) (or silent and
+  unacknowledged for max(0.1 s, 2 RTO); `suspect_after_s`, `suspect_rtos`) start the resume
   attempt and the spare session while the session is kept, so at the loss the refusal (the twin's
-  refuse_close_s, ~0.53 s) and the new session's setup are already behind it, and the pings go
-  every `probe_interval_s` (0.025 s) so that three are out before TCP's own timeout; heard again,
-  the spare is closed (`prepare_on_suspect`).
+  refuse_close_s, ~0.53 s) and the new session's setup are already behind it; heard again, the
+  spare is closed (`prepare_on_suspect`).
 * On a loss, three things at once: one resume attempt with the handle; a clean close on the old
   socket (on a dead path it costs nothing; if the path is back, it is what unlocks the session); and
   a new session without a handle (the hedge), so a fallback costs no extra setup time.
@@ -77,7 +78,8 @@ class RecoveryClient(SdkClient):
         "stall_after_s": 4.0,           # silent this long is a loss even with TCP acking
         "suspect_rtos": 2.0,
         "lost_rtos": 4.0,               # a segment lost twice in a row stalls 3 RTO + RTT, still under it
-        "probe_interval_s": 0.025,      # while suspected, a ping this often: probes out before TCP's RTO
+        "probe_after_s": 0.05,          # a ping unanswered this long: ...
+        "probe_interval_s": 0.025,      # ... the next ones this often, out before TCP's RTO
         "lost_probes": 3,               # this many pings unanswered past TCP's RTO is a loss ...
         "probed_lost_after_s": 0.35,    # ... once the oldest has waited this long
         "prepare_on_suspect": True,     # resume attempt and spare session at the suspicion
@@ -115,7 +117,8 @@ class RecoveryClient(SdkClient):
             det = Detector(suspect_after_s=float(self.p["suspect_after_s"]), lost_after_s=float(self.p["lost_after_s"]),
                            stall_after_s=float(self.p["stall_after_s"]), suspect_rtos=float(self.p["suspect_rtos"]),
                            lost_rtos=float(self.p["lost_rtos"]), lost_probes=int(self.p["lost_probes"]),
-                           probed_lost_after_s=float(self.p["probed_lost_after_s"]))
+                           probed_lost_after_s=float(self.p["probed_lost_after_s"]),
+                           probe_after_s=float(self.p["probe_after_s"]))
             self._timing = dataclasses.replace(self._timing, detector=det,
                                                probe_interval_s=float(self.p["probe_interval_s"]))
         self._conn_events = dataclasses.replace(self._conn_events, suspect=self._on_suspect)

@@ -91,11 +91,31 @@ def fast(ack_silent, unacked, rtt=0.004, rttvar=0.002):
     return TcpView(unacked=unacked, ack_silent_s=ack_silent, rto_s=0.2, backoff=0, rtt_s=rtt, rttvar_s=rttvar)
 
 
-def test_a_ping_unanswered_past_the_floor_is_suspected_long_before_the_silence_rule():
-    # the last ack came with the previous pong 0.25 s ago; the ping since has waited 0.09 s, then 0.11 s
-    assert PROBING.judge(0.34, fast(0.34, 1), pings=[0.34 + 0.25, 0.09]) == OK
-    assert PROBING.judge(0.36, fast(0.36, 1), pings=[0.36 + 0.25, 0.11]) == SUSPECT
-    assert PROBING.judge(0.36, fast(0.36, 1)) == OK              # without the pings: the old rule's 0.4 s
+def test_a_ping_unanswered_a_moment_asks_for_probes():
+    # the last ack came with the previous pong 0.25 s ago (answered: not counted); the ping since waits
+    assert not PROBING.wants_probes(fast(0.29, 1), [0.29 + 0.25, 0.04])
+    assert PROBING.wants_probes(fast(0.31, 1), [0.31 + 0.25, 0.06])
+    assert not PROBING.wants_probes(None, [0.06])
+    # on a jittery path the wait scales with the path's own RTO (0.3 + 4 x 0.15 s)
+    slow = TcpView(unacked=1, ack_silent_s=1.0, rto_s=JITTERY, backoff=0, rtt_s=0.3, rttvar_s=0.15)
+    assert not PROBING.wants_probes(slow, [0.6])
+
+
+def test_two_unanswered_pings_are_suspected_long_before_the_silence_rule():
+    # the ping has waited 0.09 s, then 0.11 s; a probe followed it 0.05 s later
+    assert PROBING.judge(0.34, fast(0.34, 2), pings=[0.34 + 0.25, 0.09, 0.04]) == OK
+    assert PROBING.judge(0.36, fast(0.36, 2), pings=[0.36 + 0.25, 0.11, 0.06]) == SUSPECT
+    assert PROBING.judge(0.36, fast(0.36, 2)) == OK              # without the pings: the old rule's 0.4 s
+    # the probe only just sent: its answer (a delayed ACK at most) may still come
+    assert PROBING.judge(0.36, fast(0.36, 2), pings=[0.36 + 0.25, 0.11, 0.03]) == OK
+
+
+def test_a_single_lost_ping_is_not_suspected_the_probe_after_it_is_acknowledged():
+    # a fast path loses one ping: it stays unanswered until TCP's 200 ms RTO, but the probe sent
+    # 0.05 s after it arrives and is SACKed at once, so nothing is waiting since that ACK
+    assert PROBING.judge(0.15, fast(0.09, 2), pings=[0.4, 0.15, 0.1]) == OK
+    # alone (no probe out yet), it is only waited on
+    assert PROBING.judge(0.15, fast(0.15, 1), pings=[0.4, 0.15]) == OK
 
 
 SPARE_UP = 0.25      # the spare session, begun at the suspicion 0.25 s ago, is set up
