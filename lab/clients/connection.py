@@ -14,6 +14,7 @@ local and remote addresses.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import ssl
 import time
@@ -51,6 +52,7 @@ class Timing:
     lost_after_s: float                 # this long without a frame or a pong: loss.detected
     send_timeout_s: float               # a send blocked this long (dead path, full buffer) is dropped
     detector: Detector | None = None    # TCP-witnessed detection (lab.clients.liveness); None: silence only
+    probe_interval_s: float | None = None   # while suspected, ping this often (None: ping_interval_s)
 
 
 def ssl_context(ep: Endpoint) -> ssl.SSLContext:
@@ -163,6 +165,12 @@ class Connection:
         self.lost = False
         self._suspected: float | None = None   # monotonic time the detector began to suspect it
         self._unacked_since: float | None = None  # monotonic time TCP began to wait for an ack
+        # (monotonic send time, TCP sent it at once) of the recent pings: the detector's probes
+        self._pings: collections.deque[tuple[float, bool]] = collections.deque(maxlen=16)
+        self._last_ping = 0.0
+        self._probing = False                   # a ping waits for its answer: more follow it
+        # monotonic start of the newest other connection to this endpoint that has been answered
+        self._path_answered_from: float | None = None
         self.close_code: int | None = None
         self.close_reason: str | None = None
         self.closed_by: str | None = None
@@ -302,14 +310,17 @@ class Connection:
     # ---- loss detection ----------------------------------------------------------------------
     async def _watchdog(self) -> None:
         iv = self._timing.ping_interval_s
+        probe = self._timing.probe_interval_s if self._timing.detector is not None else None
         next_ping = time.monotonic() + iv
-        tick = min(0.05, iv / 2)
+        tick = min(0.05, iv / 2, probe / 2 if probe else 0.05)
         while not self.closed:
             await asyncio.sleep(tick)
             now = time.monotonic()
             if self.closed:
                 break
-            if now >= next_ping:
+            # a ping waits for its answer: probes closer together, several out before TCP's own timeout
+            probing = bool(probe) and self._probing and not self.lost
+            if now >= (self._last_ping + probe if probing else next_ping):
                 next_ping = now + iv
                 await self.ping(iv)
             if not self.lost:
@@ -329,7 +340,10 @@ class Connection:
             elif self._unacked_since is None:
                 self._unacked_since = now          # sampled each tick: at most one tick late
             outstanding = None if self._unacked_since is None else now - self._unacked_since
-            verdict = det.judge(silent, tcp, outstanding, self._timing.ping_interval_s)
+            pings = [now - at for at, sent in self._pings if sent]
+            answered = None if self._path_answered_from is None else now - self._path_answered_from
+            verdict = det.judge(silent, tcp, outstanding, self._timing.ping_interval_s, pings, answered)
+            self._probing = verdict in (SUSPECT, LOST) or det.wants_probes(tcp, pings)
         tcp_fields = {} if tcp is None else {"ack_silent_ms": round(tcp.ack_silent_s * 1000),
                                              "rto_ms": round(tcp.rto_s * 1000), "rtt_ms": round(tcp.rtt_s * 1000, 2),
                                              "unacked": tcp.unacked}
@@ -360,10 +374,14 @@ class Connection:
         if ws is None:
             return
         sent_at = time.monotonic()
+        self._last_ping = sent_at
+        tcp = read_tcp(self._socket()) if self._timing.detector is not None else None
         try:
             fut = await asyncio.wait_for(ws.ping(), timeout)
         except (ConnectionClosed, asyncio.TimeoutError, Exception):
             return
+        # a ping written while TCP backs off waits behind the retransmission: not a probe of its own
+        self._pings.append((sent_at, tcp is None or not tcp.backing_off))
 
         def pong(f: asyncio.Future) -> None:
             if f.cancelled() or f.exception() is not None:
@@ -371,6 +389,12 @@ class Connection:
             self.last_rx = max(self.last_rx, time.monotonic())
             self._events.pong(self, sent_at)
         fut.add_done_callback(pong)
+
+    def path_answered(self, other: "Connection") -> None:
+        """`other`, a connection to the same endpoint, has been answered (its session set up): the
+        path carried a round trip begun at its start (the detector's witness, lab.clients.liveness)."""
+        if self._path_answered_from is None or other.t_start > self._path_answered_from:
+            self._path_answered_from = other.t_start
 
     def revive(self) -> None:
         """The client decided to use this connection again (reuse after a freeze): re-arm detection."""

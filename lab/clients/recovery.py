@@ -2,14 +2,20 @@
 
 * Its own ledger of tool calls by call id, across connections (`SdkClient.ledger`).
 * Detection with its own WebSocket pings (one every 0.25 s) and the kernel's TCP as a witness
-  (lab.clients.liveness): silent and nothing acknowledged by TCP for max(0.8 s, 4 RTO) is a loss,
-  silent for 4 s whatever TCP says too (`lost_after_s`, `lost_rtos`, `stall_after_s`). A path
-  with jitter and random loss is slow, not dead: TCP acks it within a few RTOs, so it is never
-  taken for a loss (`lab bench false-alarms`); `tcp_witness: false` is the silence-only rule.
-* Suspicion first: silent and unacknowledged for max(0.4 s, 2 RTO) (`suspect_after_s`,
-  `suspect_rtos`) starts the resume attempt and the spare session while the session is kept, so
-  at the loss the refusal (the twin's refuse_close_s, ~0.53 s) and the new session's setup are
-  already behind it; heard again, the spare is closed (`prepare_on_suspect`).
+  (lab.clients.liveness): three pings unanswered by TCP, each past TCP's own RTO, the oldest for
+  0.35 s, while the spare session the suspicion opened (after them) is up, are a loss
+  (`lost_probes`, `probed_lost_after_s`); so is silent and nothing acknowledged
+  for max(0.8 s, 4 RTO), and silent for 4 s whatever TCP says (`lost_after_s`, `lost_rtos`,
+  `stall_after_s`). A path with jitter and random loss is slow, not dead: TCP acks it within a few
+  RTOs, so it is never taken for a loss (`lab bench false-alarms`); `tcp_witness: false` is the
+  silence-only rule.
+* Suspicion first: a ping unanswered by TCP for 0.05 s (`probe_after_s`, or the path's own RTO)
+  sends the next ones every `probe_interval_s` (0.025 s), so that three are out before TCP's own
+  timeout; two unanswered, the oldest for max(0.1 s, 2 of the path's own RTOs) (or silent and
+  unacknowledged for max(0.1 s, 2 RTO); `suspect_after_s`, `suspect_rtos`) start the resume
+  attempt and the spare session while the session is kept, so at the loss the refusal (the twin's
+  refuse_close_s, ~0.53 s) and the new session's setup are already behind it; heard again, the
+  spare is closed (`prepare_on_suspect`).
 * On a loss, three things at once: one resume attempt with the handle; a clean close on the old
   socket (on a dead path it costs nothing; if the path is back, it is what unlocks the session); and
   a new session without a handle (the hedge), so a fallback costs no extra setup time.
@@ -68,10 +74,14 @@ class RecoveryClient(SdkClient):
         "ping_interval_s": 0.25,
         "lost_after_s": 0.8,
         "tcp_witness": True,            # ask TCP before calling a silent connection lost
-        "suspect_after_s": 0.4,
+        "suspect_after_s": 0.1,         # a ping unanswered this long (and 2 of the path's own RTOs)
         "stall_after_s": 4.0,           # silent this long is a loss even with TCP acking
         "suspect_rtos": 2.0,
         "lost_rtos": 4.0,               # a segment lost twice in a row stalls 3 RTO + RTT, still under it
+        "probe_after_s": 0.05,          # a ping unanswered this long: ...
+        "probe_interval_s": 0.025,      # ... the next ones this often, out before TCP's RTO
+        "lost_probes": 3,               # this many pings unanswered past TCP's RTO is a loss ...
+        "probed_lost_after_s": 0.35,    # ... once the oldest has waited this long
         "prepare_on_suspect": True,     # resume attempt and spare session at the suspicion
         "resume_window_s": None,        # None: until the first refusal, at most 1.5 s
         "default_window_s": 1.5,
@@ -106,8 +116,11 @@ class RecoveryClient(SdkClient):
         if self.p["tcp_witness"]:
             det = Detector(suspect_after_s=float(self.p["suspect_after_s"]), lost_after_s=float(self.p["lost_after_s"]),
                            stall_after_s=float(self.p["stall_after_s"]), suspect_rtos=float(self.p["suspect_rtos"]),
-                           lost_rtos=float(self.p["lost_rtos"]))
-            self._timing = dataclasses.replace(self._timing, detector=det)
+                           lost_rtos=float(self.p["lost_rtos"]), lost_probes=int(self.p["lost_probes"]),
+                           probed_lost_after_s=float(self.p["probed_lost_after_s"]),
+                           probe_after_s=float(self.p["probe_after_s"]))
+            self._timing = dataclasses.replace(self._timing, detector=det,
+                                               probe_interval_s=float(self.p["probe_interval_s"]))
         self._conn_events = dataclasses.replace(self._conn_events, suspect=self._on_suspect)
 
     # ---- suspicion ---------------------------------------------------------------------------
@@ -117,6 +130,8 @@ class RecoveryClient(SdkClient):
         if suspected and self._early is None:
             session = self._new_session_no()
             hedge = self.spawn(self._open_new(session), name="recovery-early-hedge") if self.p["hedge"] else None
+            if hedge is not None:
+                hedge.add_done_callback(lambda t, c=c: _witness(t, c))
             # bounded: the attempt must not outlive the resume window of the loss it prepares for
             timeout = float(self.p["default_window_s"]) + float(self.p["stall_after_s"])
             resume = (self.spawn(self.attempt_resume("suspect", timeout=timeout), name="recovery-early-resume")
@@ -404,6 +419,13 @@ class RecoveryClient(SdkClient):
                            why="action")
             return None
         return await super().scripted_resume()
+
+
+def _witness(hedge: asyncio.Task, suspected: Connection) -> None:
+    """The spare session is up: the path to the endpoint carries a round trip begun after the
+    suspicion, which the detector weighs against the suspected connection's unanswered pings."""
+    if not hedge.cancelled() and hedge.exception() is None:
+        suspected.path_answered(hedge.result())
 
 
 @dataclasses.dataclass

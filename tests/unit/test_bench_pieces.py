@@ -294,3 +294,18 @@ def test_a_timed_call_is_the_threads_cpu_less_one_read_of_its_clock(monkeypatch)
     monkeypatch.setattr(timed_server, "_totals", {})
     timed_server._timed(lambda: None, lambda: "a microphone chunk", read_s=0.25)()
     assert timed_server._totals == {"a microphone chunk": [1, 1.75]}
+
+
+def test_recovery_goal_lines_say_met_or_not_beside_the_floor():
+    from lab.bench.recovery import goal_lines
+    met = goal_lines(1200.0, 1103.0)
+    assert "goal <= 1500 ms met" in met[0] and "1.09x it" in met[1] and "floor (1268 ms) met" in met[1]
+    missed = goal_lines(1381.0, 1103.0)
+    assert "1.25x it" in missed[1] and "NOT met" in missed[1] and "NOT met" not in missed[0]
+
+
+def test_false_alarm_goal_line_needs_ten_minutes_and_no_detection():
+    from lab.bench.false_alarms import goal_line
+    assert goal_line(0, 10.0).endswith(" met")
+    assert "NOT met" in goal_line(1, 10.0) and "NOT met" in goal_line(1, 2.0)
+    assert "not judged" in goal_line(0, 2.0)
