@@ -113,8 +113,12 @@ def test_an_app_that_plays_its_own_prompts_is_answered_by_what_it_said_through_c
     out: list[str] = []
     batch = run_batch(["control"], topology="compose", duration=30, out_dir=tmp_path / "batch", out=out.append,
                       client_cmd=f'python tests/fixtures/prompt_app.py "{greeting}" "{book}"')
-    twin = read_events(batch / "control-cmd-01" / "twin.jsonl")
+    run = batch / "control-cmd-01"
+    twin = read_events(run / "twin.jsonl")
     assert next(e for e in twin if e.kind == "twin.start")["hears"] == "speech, by its words"
     heard = [(e["heard"].get("match"), e.get("tool")) for e in twin
              if e.kind == "twin.model" and e.get("source") == "speech"]
-    assert heard == [(greeting, None), (book, "book_slot")], out[-25:]
+    # on a failure: what the app said it did, and when the run saw it connect
+    said = (run / "client.log").read_text().splitlines()[-15:]
+    seen = [(round(e.t, 1), e.kind) for e in read_events(run / "events.jsonl") if e.src == "twin-observed"][:8]
+    assert heard == [(greeting, None), (book, "book_slot")], (said, seen)
