@@ -10,8 +10,10 @@ RUNS_SPOKEN = ["control-speech"]
 
 
 def run_batch(tmp_path_factory, client: str, names: list[str], durations: dict[str, float],
-              jobs: int = 2) -> dict[str, tuple]:
-    """{scenario: (run folder, verdict, the batch's output lines)}; every run must have a verdict."""
+              jobs: int = 4) -> dict[str, tuple]:
+    """{scenario: (run folder, verdict, the batch's output lines)}; every run must have a verdict.
+    Four runs side by side: a lab client's run is mostly waits on the scenario's timers (lab.parallel
+    spaces their starts by what each costs the cores), so the batch takes a quarter of its serial time."""
     from lab import parallel, scenario as scenario_mod
     from lab.report import summarize
     from lab.run import batch_cells
