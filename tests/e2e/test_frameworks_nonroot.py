@@ -12,8 +12,7 @@ import subprocess
 import pytest
 
 from lab.events import read_events
-from tests.e2e.test_nonroot import (REPO, RUNUSER, _env, docker_user, ensure_docker,  # noqa: F401 (fixtures)
-                                    user_python)
+from tests.e2e.test_nonroot import REPO, RUNUSER, _env, docker_user, ensure_docker  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -32,26 +31,6 @@ DURATION = "25"  # B1 holds at 25 s, as test_compose_scenario runs it
 TAG = "nonroot-e2e"            # LAB_IMAGE_TAG: never the shared :dev image
 LAB = str(Path(sys.executable).parent / "lab")
 RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"
-
-
-@pytest.fixture(scope="module")
-def user_python():
-    """A Python any user can run, with the project's dependencies (not the project: PYTHONPATH)."""
-    system = Path("/usr/bin/python3")
-    if not system.exists():
-        pytest.skip("needs the system's python3 (with venv) for the non-root user")
-    venv = Path(tempfile.mkdtemp(prefix="livelab-nonroot-venv-"))
-    try:
-        venv.chmod(0o755)
-        subprocess.run([str(system), "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
-        deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-        r = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
-                            "--find-links", str(REPO / "docker" / "wheels" / "deps"), *deps],
-                           capture_output=True, text=True, timeout=900)
-        assert r.returncode == 0, r.stderr[-1000:]
-        yield venv / "bin" / "python"
-    finally:
-        shutil.rmtree(venv, ignore_errors=True)
 
 
 @pytest.fixture
