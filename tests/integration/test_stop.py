@@ -22,10 +22,12 @@ def batch(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("stop")
     lines: list[str] = []
-    # side by side: each run has its own namespaces, and a cell's verdict is the same either way
+    # all side by side (lab.parallel spaces their starts): each run has its own namespaces, and a
+    # cell's verdict is the same either way
     # (tests/integration/test_parallel_matrix.py)
     for client in ("probe", "guard"):
-        run_batch(TEXT_SET, n=1, client=client, topology="netns", out_dir=out, out=lines.append, jobs=3)
+        run_batch(TEXT_SET, n=1, client=client, topology="netns", out_dir=out, out=lines.append,
+                  jobs=len(TEXT_SET))
     stop.write(out)
     return out, lines
 

@@ -21,7 +21,7 @@ def batch(tmp_path_factory):
     out = tmp_path_factory.mktemp("transparent")
     lines: list[str] = []
     # side by side, as in test_stop.py
-    run_batch(T_SET, n=1, client="session-manager", topology="netns", out_dir=out, out=lines.append, jobs=3)
+    run_batch(T_SET, n=1, client="session-manager", topology="netns", out_dir=out, out=lines.append, jobs=len(T_SET))
     return out, lines
 
 
