@@ -37,6 +37,9 @@ twin's ratio to it is the core's part. The goal line adds what the twin would re
 inside the server as fast as in a tight loop (lab.bench.twin_core's hot figures for each kind of
 frame, weighed by the level's own mix). `--no-floor` leaves the shell out.
 
+`--compiled` runs the twin and the shell on the core's mypyc build (lab.twin.compiled, `lab twin
+compile`; the baseline never): the first line says which core ran.
+
 Goals to compare against (not asserted), as ratios to the same level's baseline where the machine
 decides the figure: 200 streaming sessions held, no underrun, server CPU per client frame <= 1.15x
 the baseline's, p99 <= 1.2x the baseline's, <= 200 KiB each; 1000 idle sessions held, <= 64 KiB each.

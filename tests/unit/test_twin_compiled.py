@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from lab.bench import twin as twin_bench
+from lab.errors import LabError
 from lab.twin import compiled
 
 # the core's own tests, run against the build: the microphone lane, the fixed reply frames, the
@@ -73,3 +75,9 @@ def test_without_the_switch_the_py_files_run():
                         "print(c.__file__.endswith('.py'), compiled.which())"],
                        cwd=compiled.ROOT, env=_env(False), capture_output=True, text=True, timeout=60)
     assert r.stdout.split() == ["True", "interpreted"], r.stderr
+
+
+def test_the_bench_refuses_compiled_without_a_build_before_anything_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with pytest.raises(LabError, match="--compiled: the compiled twin core is missing"):
+        twin_bench.main(["--mode", "stream", "--sessions", "1", "--compiled"])
