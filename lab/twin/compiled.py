@@ -34,11 +34,12 @@ SWITCH = "LAB_TWIN_COMPILED"
 # twin-core): the core, its rooms, the scripted model and the conversation engine it plays; and the
 # OpenAI rooms, whose model is a subclass of the engine (an interpreted class cannot subclass a
 # compiled one, and a compiled one cannot subclass an interpreted dataclass: hence io_actions, whose
-# TimerKey every room's timers subclass)
+# TimerKey every room's timers subclass). lab.twin.hearing stays interpreted: its Match comes back
+# from the recognizer's worker process pickled, and a compiled frozen dataclass cannot be unpickled
 MODULES = (
     "lab.twin.core", "lab.twin.session", "lab.twin.turns", "lab.twin.wire", "lab.twin.modalities",
     "lab.twin.activity", "lab.twin.pieces", "lab.twin.io_actions", "lab.twin.model", "lab.twin.usage",
-    "lab.twin.spoken", "lab.twin.hearing", "lab.twin.transparent",
+    "lab.twin.spoken", "lab.twin.transparent",
     "lab.twin.openai_core", "lab.twin.openai_session", "lab.twin.openai_wire", "lab.twin.openai_model",
     "lab.conversation.engine", "lab.conversation.intents", "lab.stats.distributions",
 )

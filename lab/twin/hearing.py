@@ -217,10 +217,9 @@ def match(grammar: str | None, free: str | None, vocab: Vocabulary, expected: in
     bag = words(free or "")
     if bag:
         ranked = [(sum(w in bag for w in p.words) / len(p.words), p) for p in vocab.phrases if p.words]
-        best: tuple[float, Phrase | None] = max(ranked, key=lambda r: r[0]) if ranked else (0.0, None)
-        cover, top = best
-        if top is not None and cover >= MIN_FREE_COVER and sum(w in bag for w in top.words) >= min(MIN_WORDS, len(top.words)):
-            return Match((top.text,), cover, "words", free or "")
+        cover, p = max(ranked, key=lambda r: r[0]) if ranked else (0.0, None)
+        if p is not None and cover >= MIN_FREE_COVER and sum(w in bag for w in p.words) >= min(MIN_WORDS, len(p.words)):
+            return Match((p.text,), cover, "words", free or "")
         if any(w in vocab.asks for w in bag):
             # a tool's own word in speech the phrases do not hold: the engine reads the words as said
             return Match((" ".join(bag),), 0.0, "asks", free or "")

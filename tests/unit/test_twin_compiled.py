@@ -81,3 +81,15 @@ def test_the_bench_refuses_compiled_without_a_build_before_anything_starts(tmp_p
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     with pytest.raises(LabError, match="--compiled: the compiled twin core is missing"):
         twin_bench.main(["--mode", "stream", "--sessions", "1", "--compiled"])
+
+
+@pytest.mark.slow
+def test_what_the_ears_worker_sends_back_unpickles_under_the_build(build):
+    # the recognizer's worker process returns a hearing.Match, pickled (lab.twin.recognizer): a
+    # compiled frozen dataclass could not be unpickled, so the twin heard nothing but a closed socket
+    code = ("import pickle; from lab.twin import hearing as H, recognizer as R; "
+            "m = H.Match(('Book it.',), 1.0, 'grammar', 'book it'); h = R.Heard('book it', None, 1.0); "
+            "assert pickle.loads(pickle.dumps((h, m))) == (h, m); print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], cwd=compiled.ROOT, env=_env(True), capture_output=True,
+                       text=True, timeout=60)
+    assert r.stdout.strip() == "ok", r.stderr[-2000:]
