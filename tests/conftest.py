@@ -55,3 +55,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
         if "netns" in item.keywords and not (_is_root() and shutil.which("ip") and shutil.which("iptables")):
             item.add_marker(pytest.mark.skip(reason="needs root, iproute2 and iptables"))
+
+
+def pytest_report_header(config):
+    """Which twin core the tests run against: its .py files, or their compiled build (LAB_TWIN_COMPILED=1)."""
+    from lab.twin import compiled
+    if compiled.which() == "compiled":
+        return f"twin core: compiled ({compiled.build_dir()})"
+    return "twin core: interpreted (the .py files)"
+

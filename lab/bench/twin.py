@@ -37,6 +37,9 @@ twin's ratio to it is the core's part. The goal line adds what the twin would re
 inside the server as fast as in a tight loop (lab.bench.twin_core's hot figures for each kind of
 frame, weighed by the level's own mix). `--no-floor` leaves the shell out.
 
+`--compiled` runs the twin and the shell on the core's mypyc build (lab.twin.compiled, `lab twin
+compile`; the baseline never): the first line says which core ran.
+
 Goals to compare against (not asserted), as ratios to the same level's baseline where the machine
 decides the figure: 200 streaming sessions held, no underrun, server CPU per client frame <= 1.15x
 the baseline's, p99 <= 1.2x the baseline's, <= 200 KiB each; 1000 idle sessions held, <= 64 KiB each.
@@ -46,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import math
 import os
 import signal
@@ -62,6 +66,7 @@ from lab.bench.twin_core import BENCH_SETTINGS, Kinds
 from lab.bench.load import MODES, PATH, Tally, run_alternating, run_level
 from lab.errors import LabError
 from lab.stats.order import percentile
+from lab.twin import compiled
 
 DEFAULT_SESSIONS = {"stream": "1,50,200", "text": "1,50,200", "idle": "1000"}
 # Both servers' C allocator (glibc) keeps 64 MiB of free heap above its top instead of giving it back
@@ -108,10 +113,10 @@ def _process_cpu_clock(pid: int) -> int:
 class _Server:
     """A server process (the twin or the baseline) that prints "base_url URL" and "ca_path PATH"."""
 
-    def __init__(self, argv: list[str], cpu: int | None):
+    def __init__(self, argv: list[str], cpu: int | None, env: dict[str, str] | None = None):
         pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **SERVER_ALLOCATOR},
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **SERVER_ALLOCATOR, **(env or {})},
                                      preexec_fn=pin)
         self.out: str | None = None
         base = ca = None
@@ -180,10 +185,10 @@ class Row:
 
 
 def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, cpus: list[int],
-             timed: bool = False, mic_in_step: bool = False) -> Row:
+             timed: bool = False, mic_in_step: bool = False, env: dict[str, str] | None = None) -> Row:
     """One server's level on a fresh process. `timed`: the server is a timed one, told where the
     span its CPU figure covers begins and ends (lab.bench.timed_server)."""
-    srv = _Server(argv, cpus[0] if len(cpus) > 1 else None)
+    srv = _Server(argv, cpus[0] if len(cpus) > 1 else None, env)
     try:
         pid = srv.proc.pid
         rss0 = _rss_kib(pid)
@@ -209,15 +214,15 @@ def _run_one(server: str, argv: list[str], mode: str, n: int, duration: float, c
                timed=timed_server.parse(out) if timed else {})
 
 
-def _run_alternating(servers: list[tuple[str, list[str]]], mode: str, n: int, duration: float, slices: int,
+def _run_alternating(servers: list[tuple[str, list[str], dict[str, str]]], mode: str, n: int, duration: float, slices: int,
                      cpus: list[int], mic_in_step: bool = False) -> list[Row]:
     """Both servers up at once on the same CPU, n sessions open on each, their traffic taking turns
     in `slices` slices of duration/slices seconds: what the machine does in one minute falls on
     both, and each server's figures are the sum of its slices. One row a server, in order."""
     procs: list[_Server] = []
     try:
-        for _name, argv in servers:
-            procs.append(_Server(argv, cpus[0] if len(cpus) > 1 else None))
+        for _name, argv, env in servers:
+            procs.append(_Server(argv, cpus[0] if len(cpus) > 1 else None, env))
         pids = [p.proc.pid for p in procs]
         rss0 = [_rss_kib(pid) for pid in pids]
         rss_end = list(rss0)
@@ -251,7 +256,7 @@ def _run_alternating(servers: list[tuple[str, list[str]]], mode: str, n: int, du
             p.stop()
     return [Row(name, mode, n, t, (rss_end[i] - rss0[i]) / max(1, t.opened), cpu[i] / max(1e-9, span[i]),
                 load[i] / max(1e-9, span[i]), cpu[i], slice_us[i], faults[i])
-            for i, ((name, _argv), t) in enumerate(zip(servers, tallies))]
+            for i, ((name, _argv, _env), t) in enumerate(zip(servers, tallies))]
 
 
 def _baseline_argv(cert_dir: str, timed: bool = False) -> list[str]:
@@ -431,6 +436,18 @@ def _levels(args) -> list[tuple[str, int]]:
     return out
 
 
+def _hot_kinds(core_env: dict[str, str]) -> Kinds:
+    """lab.bench.twin_core.kinds() for the core the twin ran (in a child process when it is the
+    build: this process imported the .py files)."""
+    if not core_env.get(compiled.SWITCH):
+        return twin_core.kinds()
+    code = "import dataclasses, json; from lab.bench import twin_core; print(json.dumps(dataclasses.asdict(twin_core.kinds())))"
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **core_env}, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise LabError(f"the compiled core's hot figures: {r.stderr.strip()[-300:]}")
+    return Kinds(**json.loads(r.stdout))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="lab bench twin", description=__doc__.splitlines()[0])
     ap.add_argument("--mode", default="stream,idle", help=f"comma-separated, of {', '.join(MODES)} (default stream,idle)")
@@ -456,10 +473,17 @@ def main(argv: list[str] | None = None) -> int:
                          "(a separate run: the timing costs CPU of its own)")
     ap.add_argument("--no-pin", action="store_true",
                     help="let server and load share every CPU (on a busy machine one pinned CPU may be the smaller share)")
+    ap.add_argument("--compiled", action="store_true",
+                    help="the twin and the shell run the core's mypyc build (lab twin compile; docs/benchmarks.md "
+                         "\"The core compiled\"); the baseline and the load stay as they are")
     ap.add_argument("--profile", default="developer-api")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args(argv or [])
     levels = _levels(args)
+    if args.compiled and compiled.problem():
+        raise LabError(f"--compiled: {compiled.problem()}")
+    # the twin's and the shell's core; the baseline never runs the build (its decoder is the twin's)
+    core_env, base_env = {compiled.SWITCH: "1" if args.compiled else ""}, {compiled.SWITCH: ""}
     if args.rounds < 1:
         raise LabError(f"bad --rounds {args.rounds}: at least 1")
     if not args.duration > 0:
@@ -474,7 +498,8 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {cpus[1]})
     where = (f"server pinned to CPU {cpus[0]}, load to CPU {cpus[1]}" if len(cpus) > 1
              else "not pinned: server and load share the CPUs")
-    print(f"twin bench: profile {args.profile}, TLS on loopback, a fresh server process per level ({where}; "
+    core = f"compiled ({compiled.build_dir()})" if args.compiled else "interpreted (the .py files)"
+    print(f"twin bench: the twin's core {core}; profile {args.profile}, TLS on loopback, a fresh server process per level ({where}; "
           f"the machine is shared, so other work lands on both); {args.duration:g} s per level; load average "
           + ", ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
     print("latency = a question's send -> the first frame of its reply; KiB/sess = server VmRSS growth / sessions; "
@@ -485,23 +510,24 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="livelab-bench-") as d:
             for mode, n in levels:
                 # a directory each: both may be up at once, and each makes its own CA
-                servers = [] if args.no_baseline else [("baseline", _baseline_argv(os.path.join(d, "baseline")))]
-                servers.append(("twin", _twin_argv(args.profile, os.path.join(d, "twin"), args.overrides)))
+                servers = [] if args.no_baseline else [("baseline", _baseline_argv(os.path.join(d, "baseline")), base_env)]
+                servers.append(("twin", _twin_argv(args.profile, os.path.join(d, "twin"), args.overrides), core_env))
                 if servers[0][0] == "baseline" and mode != "idle" and not args.no_floor:
-                    servers.append(("shell", _shell_argv(args.profile, os.path.join(d, "shell"), args.overrides)))
+                    servers.append(("shell", _shell_argv(args.profile, os.path.join(d, "shell"), args.overrides),
+                                    core_env))
                 for k in range(args.rounds):
                     rnd = f", round {k + 1}/{args.rounds}" if args.rounds > 1 else ""
                     if len(servers) >= 2 and mode != "idle":
-                        print(f"level: {', '.join(name for name, _ in servers)} taking turns in {args.slices} "
+                        print(f"level: {', '.join(name for name, _, _ in servers)} taking turns in {args.slices} "
                               f"slices of {args.duration / args.slices:.3g} s, {mode}, {n} sessions{rnd}", flush=True)
                         level = _run_alternating(servers, mode, n, args.duration, args.slices, cpus,
                                                  args.mic_in_step)
                     else:
                         level = []
-                        for name, sargv in servers:
+                        for name, sargv, env in servers:
                             print(f"level: {name}, {mode}, {n} sessions{rnd}", flush=True)
                             level.append(_run_one(name, sargv, mode, n, args.duration, cpus,
-                                                  mic_in_step=args.mic_in_step))
+                                                  mic_in_step=args.mic_in_step, env=env))
                     for r in level:
                         for e in r.tally.errors[:3]:
                             print(f"  error ({r.server}): {e}", flush=True)
@@ -525,10 +551,11 @@ def main(argv: list[str] | None = None) -> int:
                     rows += level
                 if args.breakdown and mode != "idle":
                     timed = [_run_one(f"timed {name}", argv, mode, n, args.duration, cpus, timed=True,
-                                      mic_in_step=args.mic_in_step)
-                             for name, argv in (("baseline", _baseline_argv(os.path.join(d, "timed-b"), timed=True)),
-                                                ("twin", _twin_argv(args.profile, os.path.join(d, "timed"),
-                                                                    args.overrides, timed=True)))]
+                                      mic_in_step=args.mic_in_step, env=env)
+                             for name, argv, env in (
+                                 ("baseline", _baseline_argv(os.path.join(d, "timed-b"), timed=True), base_env),
+                                 ("twin", _twin_argv(args.profile, os.path.join(d, "timed"), args.overrides, timed=True),
+                                  core_env))]
                     _breakdown(*timed)
     finally:
         os.sched_setaffinity(0, all_cpus)
@@ -537,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(_line(r))
     # the core's hot figures, for the floor beside a streaming level's figure (a few seconds, after the levels)
-    hot = twin_core.kinds() if _of(rows, "shell", "stream", STREAM_FLOORS["sessions"]) else None
+    hot = _hot_kinds(core_env) if _of(rows, "shell", "stream", STREAM_FLOORS["sessions"]) else None
     _floors(rows, hot)
     return 0
 

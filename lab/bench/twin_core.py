@@ -13,6 +13,7 @@ against a log that keeps its events (the strict one every test uses).
     lab bench twin-core -- --sessions 50 --seconds 20 --repeat 3
     lab bench twin-core -- --scale 10,200,1000 --evict 0,1024,4096   (the same frames: more sessions
                            taking turns, more memory swept between two frames)
+    LAB_TWIN_COMPILED=1 lab bench twin-core ...                      (the core's mypyc build: lab twin compile)
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from lab.bench import echo
 from lab.bench.load import MIC_CHUNK, QUESTION, SETUP
 from lab.events import EventLog
+from lab.twin import compiled
 from lab.twin import io_actions as A
 from lab.twin.core import TwinCore
 
@@ -146,7 +148,7 @@ def scale(counts: list[int], evicts_kib: list[int], n: int, repeat: int) -> int:
                 secs, _ = drive(c, todo, warm_s=SCALE_WARM_S, evict=sweeps[k])
                 best[c, k] = min(best.get((c, k), math.inf), secs / timed * 1e6)
     base = best[counts[0], evicts_kib[0]]
-    print(f"twin core, us a client frame (its own calls, wall; the ratio to the first cell), ~{n} frames a cell "
+    print(f"twin core ({compiled.which()}), us a client frame (its own calls, wall; the ratio to the first cell), ~{n} frames a cell "
           f"after {SCALE_WARM_S:g} simulated s of warm-up, best of {repeat}")
     print("  swept between frames " + "".join(f"{f'{c} sessions':>22}" for c in counts))
     for k in evicts_kib:
@@ -251,7 +253,7 @@ def main(argv: list[str]) -> int:
         base_s.append(baseline(todo))
     n = len(todo)
     core_us, base_us = min(core_s) / n * 1e6, min(base_s) / n * 1e6
-    print(f"twin core bench: {args.sessions} sessions, {n} client frames ({args.seconds:g} simulated s), "
+    print(f"twin core bench ({compiled.which()} core): {args.sessions} sessions, {n} client frames ({args.seconds:g} simulated s), "
           f"best of {len(core_s)} (median core {statistics.median(core_s) / n * 1e6:.1f} us)")
     print(f"  twin core per client frame      {core_us:7.1f} us   (frames, timers, VAD, turns, records)")
     print(f"  baseline per client frame       {base_us:7.1f} us   (orjson.loads + the audio's base64: lab.bench.echo)")

@@ -65,6 +65,10 @@ def add_parser(sub) -> None:
     c.add_argument("--min-records", type=int, default=5,
                    help="fewest records for a parameter to be set in the overlay (default 5)")
     c.set_defaults(func=_calibrate)
+    k = tsub.add_parser("compile", help="compile the twin's hot rooms with mypyc into a cache outside the "
+                                        "sources (used when LAB_TWIN_COMPILED=1; docs/benchmarks.md)")
+    k.add_argument("--check", action="store_true", help="only say whether the build for these sources exists")
+    k.set_defaults(func=_compile)
     p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
 
 
@@ -78,6 +82,19 @@ def parse_twin_command(argv: list[str], prog: str, description: str, usage: str)
     if not getattr(args, "func", None):
         ap.error(f"usage: {prog} {usage}")
     return args
+
+
+def _compile(args) -> int:
+    from lab.twin import compiled   # here, like the others: only this command builds
+    if args.check:
+        why = compiled.problem()
+        print(why or f"compiled twin core: up to date in {compiled.build_dir()}")
+        return 1 if why else 0
+    try:
+        compiled.build()
+    except compiled.BuildMissing as e:
+        raise LabError(str(e)) from None
+    return 0
 
 
 def _calibrate(args) -> int:

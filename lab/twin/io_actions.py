@@ -14,6 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+try:    # read only by mypyc when it compiles this module (lab.twin.compiled); the interpreter needs none
+    from mypy_extensions import mypyc_attr
+except ImportError:
+    def mypyc_attr(*_a, **_kw):  # type: ignore[misc]
+        return lambda cls: cls
+
 
 class TwinBug(Exception):
     """A caller broke the core's contract (an id it never issued, a timer no room owns)."""
@@ -31,6 +37,8 @@ class UnknownTimer(TwinBug):
     pass
 
 
+# a key of the shell's own (lab.bench.shell_twin) or a test's is an interpreted subclass
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True)
 class TimerKey:
     """Base of every timer a room arms; each room's subclasses say what is due."""

@@ -344,7 +344,7 @@ try:  # C speed where the stdlib still has it (removed in Python 3.13)
         _w.simplefilter("ignore", DeprecationWarning)
         import audioop as _audioop
 except ImportError:  # pragma: no cover
-    _audioop = None
+    _audioop = None  # type: ignore[assignment]
 
 
 def peak16(frame: bytes) -> int:

@@ -291,7 +291,7 @@ class OpenAISessions:
         return self._step(s, now)
 
     def _expire(self, s: Session, now: float) -> list[Action]:
-        minutes = self.prm.session_max_s / 60
+        minutes = self.prm.session_max_s / 60   # type: ignore[operator]  # armed only with a cap set
         message = self.prm.session_expired_message.format(minutes=f"{minutes:g}")
         return [Log("twin.session_cap", {"conn": s.conn, "session": s.id, "audio_video": False,
                                          "age_ms": round((now - s.opened_at) * 1000, 1)}),
@@ -428,7 +428,7 @@ class OpenAISessions:
             # history a client writes itself (a restore): its call_id is then known to this session
             full = W.function_call_item(item_id, str(item.get("call_id") or ""), str(item.get("name") or ""),
                                         str(item.get("arguments") or ""), "completed")
-            s.calls[full["call_id"]] = item_id
+            s.calls[full["call_id"]] = item_id   # type: ignore[assignment]  # a str: the item's id, or a new one
             s.written.add(full["call_id"])
             s.engine.written_call(full["call_id"], full["name"], full["arguments"])
             _answered(s)
@@ -623,6 +623,7 @@ class OpenAISessions:
         turns, s.unanswered = s.unanswered, []
         _to_history(s, turns[:-1])
         turn = turns[-1] if turns else UserTurn("")
+        intent: str | None
         if turn.unclear:
             plan = s.engine.not_understood()
             intent = "UNCLEAR"

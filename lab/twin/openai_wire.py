@@ -72,7 +72,7 @@ def model_of(route: str) -> str:
 class ClientError(Exception):
     """A client event the server answers with an `error` event (the session stays open)."""
 
-    def __init__(self, code: str, message: str, param: str | None = None, event_id: str | None = None,
+    def __init__(self, code: str | None, message: str, param: str | None = None, event_id: str | None = None,
                  kind: str = INVALID_REQUEST):
         super().__init__(message)
         self.code, self.message, self.param, self.event_id, self.kind = code, message, param, event_id, kind

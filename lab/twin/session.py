@@ -564,7 +564,7 @@ class Sessions:
         if why == "old_connection_open" and hang is not None and s is not None:
             old = self.conns.get(s.conn)
             since = now - old.last_data_at if old is not None else -1.0
-            lo, hi = bounds(hang)
+            lo, hi = bounds(hang)   # type: ignore[misc]  # a shape the profile loader checked
             if lo <= since <= hi:
                 # fidelity §8 F11 (P4, a 13 min freeze): between ~+244 and +454 s four resume attempts
                 # got neither setupComplete nor a close; the client's own timeout ends them

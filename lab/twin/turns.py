@@ -607,7 +607,7 @@ class Turns:
         read: dict = {"by": "position"}
         if m is None:
             heard_lines = self._lines_heard(p)
-            for _ in heard_lines or [None]:
+            for _ in range(len(heard_lines) or 1):    # at least one line, heard or not
                 p.model.next_script_line()
             said = " ".join(heard_lines)
             if self.hears:
@@ -805,7 +805,7 @@ class Turns:
             t.emitted = True
             frame = wire.tool_calls([(c.id, c.name, c.args) for c in calls])
             p.usage.said_text(len(str(frame)))
-            acts = [self.wire.send(conn, frame, now)]
+            acts: list = [self.wire.send(conn, frame, now)]
             # drawn_ms: the call step's own delay as drawn (tool_call_delay_s when the call opens its
             # turn), beside the record's time, which a timer fired late on a loaded machine moves
             acts += [Log("twin.tool_call", {"conn": conn, "session": sid, "id": c.id, "name": c.name,

@@ -99,8 +99,9 @@ def test_an_alternating_level_runs_one_servers_traffic_at_a_time_and_sums_its_sl
     from lab.bench.load import run_alternating
 
     with tempfile.TemporaryDirectory() as d:
-        servers = [("baseline", _baseline_argv(f"{d}/b")), ("twin", _twin_argv("developer-api", f"{d}/t", []))]
-        procs = [_Server(argv, None) for _, argv in servers]
+        # (name, argv, the environment it adds: the core's switch, lab.twin.compiled)
+        servers = [("baseline", _baseline_argv(f"{d}/b"), {}), ("twin", _twin_argv("developer-api", f"{d}/t", []), {})]
+        procs = [_Server(argv, None, env) for _, argv, env in servers]
         seen: list[tuple[int, str, tuple[int, ...]]] = []
         tallies_seen: list = []
 
